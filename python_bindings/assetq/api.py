@@ -1,0 +1,309 @@
+"""The public API: declare consumers, register events, schedule runs.
+
+Functions that take a ``Connection`` run in the caller's transaction: they compose with the
+caller's own writes, and the caller's rollback undoes them. :func:`schedule` takes an
+``Engine`` because it owns its transactions. Every function checks its arguments before it
+sends anything; a bad argument raises :class:`~assetq.errors.InvalidArgument` (or a subclass)
+and nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from . import conditions, errors
+from .dialects import Dialect, dialect_for
+from .migrate import DEFAULT_NAMESPACE
+from .validation import (
+    ASSET_NAME_MAX,
+    DAG_ID_MAX,
+    IDEMPOTENCY_KEY_MAX,
+    RUN_ID_MAX,
+    TASK_ID_MAX,
+    check_bool,
+    check_dag_id,
+    check_int,
+    check_name,
+    check_namespace,
+    check_optional_name,
+    extra_json,
+)
+
+log = logging.getLogger("assetq")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where an event came from (Airflow's producing task instance). All optional."""
+
+    dag_id: str | None = None
+    task_id: str | None = None
+    run_id: str | None = None
+    map_index: int = -1
+
+
+@dataclass(frozen=True)
+class Event:
+    """A registered asset event."""
+
+    id: int
+    asset: str
+    asset_id: int
+    #: When the event was inserted, UTC, microsecond precision. Not commit order.
+    timestamp: datetime
+    #: False when an idempotency key matched an earlier registration, which was returned.
+    created: bool
+
+
+@dataclass(frozen=True)
+class Run:
+    """A consumer run created by the scheduler."""
+
+    id: int
+    dag_id: str
+    run_id: str
+    #: Per-consumer sequence number, 1, 2, 3, ... in creation order.
+    seq: int
+    #: Newest timestamp among the consumed events (UTC). Not monotonic under late commits.
+    run_after: datetime
+    #: When the scheduler claimed the events (UTC).
+    created_at: datetime
+    #: Ids of exactly the events this run consumed, ascending.
+    event_ids: tuple[int, ...]
+
+
+def _utc(value: datetime) -> datetime:
+    if value.tzinfo is None:  # MySQL DATETIME(6) holds UTC without a zone
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
+@contextmanager
+def _translated(dialect: Dialect) -> Iterator[None]:
+    try:
+        yield
+    except DBAPIError as exc:
+        raise dialect.translate(exc) from exc
+
+
+def _source(source: object) -> Source:
+    if source is None:
+        return Source()
+    if isinstance(source, Mapping):
+        unknown = set(source) - {"dag_id", "task_id", "run_id", "map_index"}
+        if unknown:
+            raise errors.InvalidArgument(
+                f"source has unknown keys {sorted(unknown)}; use dag_id, task_id, run_id, map_index"
+            )
+        source = Source(**source)
+    if not isinstance(source, Source):
+        raise errors.InvalidArgumentType(
+            f"source must be an assetq.Source or a mapping, got {type(source).__name__}"
+        )
+    check_optional_name(source.dag_id, "source dag_id", DAG_ID_MAX)
+    check_optional_name(source.task_id, "source task_id", TASK_ID_MAX)
+    check_optional_name(source.run_id, "source run_id", RUN_ID_MAX)
+    check_int(source.map_index, "source map_index")
+    return source
+
+
+def declare_asset(
+    conn: Connection,
+    name: str,
+    *,
+    uri: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> int:
+    """Create the asset ``name`` (or update its uri/extra) and return its id.
+
+    Idempotent; runs in the caller's transaction.
+    """
+    name = check_name(name, "asset name", ASSET_NAME_MAX)
+    uri = check_optional_name(uri, "asset uri", ASSET_NAME_MAX)
+    extra_text = None if extra is None else extra_json(extra)
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    with _translated(dialect):
+        rows = dialect.execute(
+            conn, "declare_asset", namespace, {"name": name, "uri": uri, "extra": extra_text}
+        )
+    return int(rows[0].asset_id)
+
+
+def declare_dag(
+    conn: Connection,
+    dag_id: str,
+    condition: conditions.Condition,
+    *,
+    paused: bool | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> None:
+    """Declare consumer ``dag_id`` scheduled on ``condition``, or replace its condition.
+
+    ``condition`` is an asset name, a list (all of), or nested :func:`all_of`/:func:`any_of`.
+    Assets it names that do not exist yet are created. ``paused`` sets the pause state;
+    None keeps it (a new consumer starts unpaused). Atomic in the caller's transaction: a
+    concurrent scheduler pass sees the old condition or the new one. Events already queued
+    for the consumer stay queued and are consumed by its next run.
+    """
+    dag_id = check_dag_id(dag_id)
+    node = conditions.normalize(condition)
+    if paused is not None:
+        check_bool(paused, "paused")
+    namespace = check_namespace(namespace)
+    params = {
+        "dag_id": dag_id,
+        "condition": json.dumps(conditions.to_json(node), separators=(",", ":")),
+        "clauses": json.dumps(conditions.compile_cnf(node), separators=(",", ":")),
+        "paused": paused,
+    }
+    dialect = dialect_for(conn)
+    with _translated(dialect):
+        dialect.execute(conn, "declare_dag", namespace, params)
+
+
+def _set_paused(conn: Connection, dag_id: str, paused: bool, namespace: str) -> None:
+    dag_id = check_dag_id(dag_id)
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    with _translated(dialect):
+        dialect.execute(
+            conn, "set_dag_paused", namespace, {"dag_id": dag_id, "paused": paused}
+        )
+
+
+def pause_dag(conn: Connection, dag_id: str, *, namespace: str = DEFAULT_NAMESPACE) -> None:
+    """Pause a consumer: events that commit while it is paused are not queued for it, and
+    the scheduler creates no run for it. Raises UnknownDag for an unknown id."""
+    _set_paused(conn, dag_id, True, namespace)
+
+
+def unpause_dag(conn: Connection, dag_id: str, *, namespace: str = DEFAULT_NAMESPACE) -> None:
+    """Unpause a consumer. Events that committed while it was paused are not replayed."""
+    _set_paused(conn, dag_id, False, namespace)
+
+
+def register_event(
+    conn: Connection,
+    asset: str,
+    *,
+    extra: Mapping[str, Any] | None = None,
+    source: Source | Mapping[str, Any] | None = None,
+    idempotency_key: str | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> Event:
+    """Register one event for ``asset`` (a name or uri) in the caller's transaction.
+
+    One round trip. The event and one queue row per unpaused consumer of the asset become
+    visible together when the caller commits, and vanish together if it rolls back. With an
+    ``idempotency_key`` (unique per asset), a retry returns the original event with
+    ``created=False`` and queues nothing; reusing the key with a different ``extra`` raises
+    IdempotencyConflict. Raises UnknownAsset when no asset has that name or uri; after a
+    database-side error the caller's transaction must be rolled back.
+    """
+    asset = check_name(asset, "asset", ASSET_NAME_MAX)
+    extra_text = extra_json(extra)
+    src = _source(source)
+    key = check_optional_name(idempotency_key, "idempotency_key", IDEMPOTENCY_KEY_MAX)
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    params = {
+        "asset": asset,
+        "extra": extra_text,
+        "source_dag_id": src.dag_id,
+        "source_task_id": src.task_id,
+        "source_run_id": src.run_id,
+        "source_map_index": src.map_index,
+        "idempotency_key": key,
+    }
+    with _translated(dialect):
+        row = dialect.execute(conn, "register_event", namespace, params)[0]
+    return Event(
+        id=int(row.event_id),
+        asset=asset,
+        asset_id=int(row.asset_id),
+        timestamp=_utc(row.event_timestamp),
+        created=bool(row.created),
+    )
+
+
+def _event_ids(value: Any) -> tuple[int, ...]:
+    if isinstance(value, str):  # MySQL returns the claimed ids as JSON text
+        value = json.loads(value)
+    return tuple(sorted(int(v) for v in value))
+
+
+def schedule(
+    engine: Engine,
+    *,
+    limit: int = 100,
+    namespace: str = DEFAULT_NAMESPACE,
+    max_attempts: int = 8,
+) -> list[Run]:
+    """Run one scheduler pass over at most ``limit`` consumers and return the runs created.
+
+    The pass is a short READ COMMITTED transaction of its own. Each consumer with queued
+    events is locked (skipped if another scheduler holds it), its committed queue rows are
+    claimed, and if its condition holds on them one run consumes exactly those events.
+    Consumers are taken least recently examined first, so repeated calls reach every consumer.
+    Safe to call from any number of threads and processes at once: each (consumer, event)
+    is linked at most once, enforced by a unique constraint. Transient failures (deadlock,
+    serialization failure, lock timeout, claim-guard abort) are rolled back and retried with
+    jittered exponential backoff, up to ``max_attempts`` attempts.
+    """
+    check_int(limit, "limit", 1, 1_000_000)
+    check_int(max_attempts, "max_attempts", 1, 100)
+    namespace = check_namespace(namespace)
+    for attempt in range(1, max_attempts + 1):
+        try:
+            with engine.connect() as raw:
+                conn = raw.execution_options(isolation_level="READ COMMITTED")
+                dialect = dialect_for(conn)
+                with _translated(dialect), conn.begin():
+                    rows = dialect.execute(conn, "schedule_pass", namespace, {"limit": limit})
+        except errors.TransientError as exc:
+            if attempt == max_attempts:
+                raise
+            delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
+            log.warning(
+                "assetq: scheduler pass attempt %d failed (%s %s); retrying in %.0f ms",
+                attempt,
+                exc.code,
+                exc,
+                delay * 1000,
+            )
+            time.sleep(delay)
+            continue
+        runs = [
+            Run(
+                id=int(row.dag_run_id),
+                dag_id=str(row.dag_id),
+                run_id=str(row.run_id),
+                seq=int(row.seq),
+                run_after=_utc(row.run_after),
+                created_at=_utc(row.created_at),
+                event_ids=_event_ids(row.event_ids),
+            )
+            for row in rows
+        ]
+        for run in runs:
+            log.info(
+                "assetq: created run %s of %s consuming %d events",
+                run.run_id,
+                run.dag_id,
+                len(run.event_ids),
+            )
+        return runs
+    raise AssertionError("unreachable")

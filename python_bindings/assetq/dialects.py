@@ -1,0 +1,204 @@
+"""What differs between the engines, in one place.
+
+The public API is written once against :class:`Dialect`; each engine's SQL lives in its own
+folder with the same query names and parameters. What cannot be said in SQL (how a script is
+sent, how a driver reports an error code, which codes are transient) is here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, text
+from sqlalchemy.engine import Row
+from sqlalchemy.exc import DBAPIError
+
+from . import errors, sqlfiles
+
+_AQ_CODE = re.compile(r"\[(AQ\d{3})\]")
+
+#: assetq's own error codes, raised by its routines on both engines.
+_AQ_ERRORS: dict[str, type[errors.AssetqError]] = {
+    "AQ001": errors.UnknownAsset,
+    "AQ002": errors.InvalidArgument,
+    "AQ003": errors.UnknownDag,
+    "AQ004": errors.InvalidCondition,
+    "AQ005": errors.IdempotencyConflict,
+    "AQ900": errors.ClaimGuardAbort,
+}
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """An engine assetq supports, with named capability flags for the real differences."""
+
+    #: Folder under ``sql/`` and the name tests use for the engine.
+    name: str
+    #: Identifier quote character.
+    quote: str
+    #: INSERT/DELETE ... RETURNING is available on every supported server version.
+    supports_returning: bool
+    #: LISTEN/NOTIFY wake-ups are available.
+    supports_notify: bool
+    #: Error codes (as strings) that a retry of the whole transaction can cure.
+    transient_codes: frozenset[str]
+    #: Error codes that mean the input was bad (too long, wrong type, constraint).
+    invalid_input_codes: frozenset[str] = field(default_factory=frozenset)
+
+    def quote_ns(self, namespace: str) -> str:
+        return f"{self.quote}{namespace}{self.quote}"
+
+    def query(self, name: str, namespace: str) -> str:
+        return _rendered_query(self.name, name, self.quote_ns(namespace))
+
+    def execute(
+        self,
+        conn: Connection,
+        name: str,
+        namespace: str,
+        params: Mapping[str, Any] | None = None,
+    ) -> Sequence[Row[Any]]:
+        """Run named query ``name`` and return all its rows (empty when it returns none)."""
+        result = conn.execute(text(self.query(name, namespace)), dict(params or {}))
+        rows: Sequence[Row[Any]] = result.all() if result.returns_rows else []
+        self._drain(conn)
+        return rows
+
+    def _drain(self, conn: Connection) -> None:
+        """Consume result sets a CALL leaves behind (MySQL); nothing on PostgreSQL."""
+
+    def run_script(self, conn: Connection, script: str, namespace: str) -> None:
+        """Execute a packaged script (schema or migration) on ``conn``."""
+        raise NotImplementedError
+
+    def error_code(self, exc: DBAPIError) -> str | None:
+        raise NotImplementedError
+
+    def translate(self, exc: DBAPIError) -> errors.AssetqError:
+        """Turn a driver error into assetq's exception for it, keeping the code."""
+        code = self.error_code(exc)
+        message = _message(exc)
+        found = _AQ_CODE.search(message)
+        if found:
+            code = found.group(1)
+        if code in _AQ_ERRORS:
+            return _AQ_ERRORS[code](message, code=code)
+        if code in self.transient_codes:
+            return errors.TransientError(message, code=code)
+        if code in self.invalid_input_codes:
+            return errors.InvalidArgument(message, code=code)
+        return errors.DatabaseError(message, code=code)
+
+
+def _message(exc: DBAPIError) -> str:
+    orig = exc.orig
+    if orig is None:
+        return str(exc)
+    diag = getattr(orig, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    if primary:
+        hint = getattr(diag, "message_hint", None)
+        detail = getattr(diag, "message_detail", None)
+        parts = [primary]
+        if detail:
+            parts.append(f"Detail: {detail}")
+        if hint:
+            parts.append(f"Hint: {hint}")
+        return " ".join(parts)
+    args = getattr(orig, "args", ())
+    if len(args) >= 2 and isinstance(args[1], str):
+        return args[1]
+    return str(orig)
+
+
+class _PostgreSQL(Dialect):
+    def run_script(self, conn: Connection, script: str, namespace: str) -> None:
+        sql = sqlfiles.render(script, self.quote_ns(namespace))
+        # Straight to the driver: no bind-parameter parsing, so ':' and '%' in PL/pgSQL
+        # bodies are left alone, and psycopg sends a parameterless string as one simple
+        # query, which may hold many statements.
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(sql)
+        finally:
+            cursor.close()
+
+    def error_code(self, exc: DBAPIError) -> str | None:
+        code = getattr(exc.orig, "sqlstate", None)
+        return code if isinstance(code, str) else None
+
+
+class _MySQL(Dialect):
+    def run_script(self, conn: Connection, script: str, namespace: str) -> None:
+        sql = sqlfiles.render(script, self.quote_ns(namespace))
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            for statement in sqlfiles.split_script(sql):
+                cursor.execute(statement)
+                while cursor.nextset():
+                    pass
+        finally:
+            cursor.close()
+
+    def error_code(self, exc: DBAPIError) -> str | None:
+        args = getattr(exc.orig, "args", ())
+        if args and isinstance(args[0], int):
+            return str(args[0])
+        return None
+
+
+POSTGRESQL = _PostgreSQL(
+    name="postgresql",
+    quote='"',
+    supports_returning=True,
+    supports_notify=True,
+    # serialization failure, deadlock, lock not available, query canceled by lock_timeout
+    transient_codes=frozenset({"40001", "40P01", "55P03"}),
+    # string too long, invalid text, NUL/encoding, numeric range, check/not-null/fk violations
+    invalid_input_codes=frozenset(
+        {"22001", "22P02", "22P05", "22021", "22003", "22023", "23502", "23503", "23514"}
+    ),
+)
+
+MYSQL = _MySQL(
+    name="mysql",
+    quote="`",
+    # MariaDB has RETURNING, MySQL 8 does not: the MySQL path uses the common subset.
+    supports_returning=False,
+    supports_notify=False,
+    # deadlock (the transaction was rolled back), lock wait timeout (only the statement was)
+    transient_codes=frozenset({"1213", "1205"}),
+    # data too long, incorrect value, out of range, check constraint, not null, fk
+    invalid_input_codes=frozenset(
+        {"1406", "1366", "1264", "3819", "4025", "1048", "1452", "3140"}
+    ),
+)
+
+
+def dialect_for(conn: Connection) -> Dialect:
+    name = conn.dialect.name
+    if name == "postgresql":
+        return POSTGRESQL
+    if name in ("mysql", "mariadb"):
+        return MYSQL
+    raise errors.AssetqError(
+        f"assetq supports PostgreSQL and MySQL/MariaDB; this connection is {name!r}"
+    )
+
+
+_rendered_cache: dict[tuple[str, str, str], str] = {}
+
+
+def _rendered_query(engine: str, name: str, quoted_ns: str) -> str:
+    key = (engine, name, quoted_ns)
+    sql = _rendered_cache.get(key)
+    if sql is None:
+        try:
+            template = sqlfiles.queries(engine)[name]
+        except KeyError:
+            raise errors.AssetqError(f"no query named {name!r} for {engine}") from None
+        sql = _rendered_cache[key] = sqlfiles.render(template, quoted_ns)
+    return sql

@@ -1,0 +1,69 @@
+"""Exceptions raised by assetq.
+
+Every error that comes from the database carries the database's own code in ``code`` (a
+PostgreSQL SQLSTATE such as ``"AQ001"`` or ``"40P01"``, or a MySQL error number as a string),
+so callers can log it and operators can look it up. assetq's own routines raise codes
+``AQnnn`` on both engines.
+"""
+
+from __future__ import annotations
+
+
+class AssetqError(Exception):
+    """Base class of every assetq error."""
+
+    code: str | None
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class InvalidArgument(AssetqError, ValueError):
+    """A call's argument is malformed or out of range. Nothing was written."""
+
+
+class InvalidArgumentType(InvalidArgument, TypeError):
+    """A call's argument has the wrong Python type. Nothing was sent to the database."""
+
+
+class NameTooLong(InvalidArgument):
+    """A name, id or key is longer than the schema allows."""
+
+
+class InvalidExtra(InvalidArgument):
+    """An ``extra`` is not a JSON object that both engines can store."""
+
+
+class InvalidCondition(InvalidArgument):
+    """A consumer condition is empty, malformed or too complex to compile."""
+
+
+class UnknownAsset(InvalidArgument, LookupError):
+    """No asset has that name or uri (code AQ001)."""
+
+
+class UnknownDag(InvalidArgument, LookupError):
+    """No consumer has that dag id (code AQ003)."""
+
+
+class IdempotencyConflict(AssetqError):
+    """An idempotency key was reused for a different registration (code AQ005)."""
+
+
+class NotInstalled(AssetqError):
+    """The namespace has no assetq schema, or not the version this package needs."""
+
+
+class TransientError(AssetqError):
+    """A failure that a retry of the same transaction can cure: deadlock, serialization
+    failure, lock timeout, or a scheduler pass aborted by its claim guard. The transaction
+    was rolled back."""
+
+
+class ClaimGuardAbort(TransientError):
+    """A scheduler pass deleted fewer queue rows than it claimed and rolled back (AQ900)."""
+
+
+class DatabaseError(AssetqError):
+    """Any other database error, with the database's code and message."""

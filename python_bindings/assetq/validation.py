@@ -1,0 +1,141 @@
+"""Argument checks done before anything is sent to the database.
+
+The database routines check again (a raw SQL caller gets a clear error too), but checking
+here first means bad input never costs a round trip and never touches the caller's
+transaction. The limits are the schema's, identical on both engines.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import InvalidArgument, InvalidArgumentType, InvalidExtra, NameTooLong
+
+ASSET_NAME_MAX = 512
+DAG_ID_MAX = 250
+RUN_ID_MAX = 250
+TASK_ID_MAX = 250
+IDEMPOTENCY_KEY_MAX = 200
+#: Largest ``extra`` accepted, in bytes of its UTF-8 JSON text.
+EXTRA_MAX_BYTES = 65_535
+NAMESPACE_MAX = 63
+
+_DAG_ID = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_NAMESPACE = re.compile(r"^[a-z_][a-z0-9_]*$")
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def _has_bad_text(value: str) -> str | None:
+    if "\x00" in value:
+        return "contains a NUL character"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode (lone surrogate)"
+    return None
+
+
+def check_name(value: object, what: str, limit: int) -> str:
+    """A non-empty string of at most ``limit`` characters, without NUL or surrogates."""
+    if not isinstance(value, str):
+        raise InvalidArgumentType(f"{what} must be a str, got {type(value).__name__}")
+    if value == "":
+        raise InvalidArgument(f"{what} must not be empty")
+    problem = _has_bad_text(value)
+    if problem:
+        raise InvalidArgument(f"{what} {problem}")
+    if len(value) > limit:
+        raise NameTooLong(f"{what} is {len(value)} characters long; the limit is {limit}")
+    return value
+
+
+def check_optional_name(value: object, what: str, limit: int) -> str | None:
+    return None if value is None else check_name(value, what, limit)
+
+
+def check_dag_id(value: object) -> str:
+    dag_id = check_name(value, "dag id", DAG_ID_MAX)
+    if not _DAG_ID.match(dag_id):
+        raise InvalidArgument(
+            f"dag id {dag_id!r} may only contain ASCII letters, digits, '_', '.' and '-'"
+        )
+    return dag_id
+
+
+def check_namespace(value: object) -> str:
+    """A namespace is a lower-case SQL identifier, so it needs no quoting rules per engine."""
+    ns = check_name(value, "namespace", NAMESPACE_MAX)
+    if not _NAMESPACE.match(ns):
+        raise InvalidArgument(
+            f"namespace {ns!r} must start with a lower-case letter or '_' and contain only"
+            " lower-case letters, digits and '_'"
+        )
+    return ns
+
+
+def check_bool(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgumentType(f"{what} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def check_int(value: object, what: str, low: int = _INT32[0], high: int = _INT32[1]) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentType(f"{what} must be an int, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise InvalidArgument(f"{what} must be between {low} and {high}, got {value}")
+    return value
+
+
+def _check_json_value(value: Any, path: str) -> None:
+    if value is None or isinstance(value, bool | str):
+        if isinstance(value, str):
+            problem = _has_bad_text(value)
+            if problem:
+                raise InvalidExtra(f"extra{path} {problem}")
+        return
+    if isinstance(value, int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidExtra(f"extra{path} is {value}, which JSON cannot represent")
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidExtra(
+                    f"extra{path} has a key of type {type(key).__name__}; JSON keys are strings"
+                )
+            problem = _has_bad_text(key)
+            if problem:
+                raise InvalidExtra(f"a key in extra{path} {problem}")
+            _check_json_value(item, f"{path}[{key!r}]")
+        return
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_json_value(item, f"{path}[{index}]")
+        return
+    raise InvalidExtra(f"extra{path} is a {type(value).__name__}, which is not JSON")
+
+
+def extra_json(extra: object) -> str:
+    """Serialize an ``extra`` mapping to JSON text both engines accept, or raise."""
+    if extra is None:
+        return "{}"
+    if not isinstance(extra, Mapping):
+        raise InvalidArgumentType(
+            f"extra must be a mapping (a JSON object), got {type(extra).__name__}"
+        )
+    try:
+        _check_json_value(extra, "")
+    except RecursionError:
+        raise InvalidExtra("extra is nested too deeply") from None
+    text = json.dumps(extra, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    size = len(text.encode("utf-8"))
+    if size > EXTRA_MAX_BYTES:
+        raise InvalidExtra(f"extra is {size} bytes of JSON; the limit is {EXTRA_MAX_BYTES}")
+    return text

@@ -1,0 +1,1 @@
+"""Packaged SQL: sql/<engine>/*.sql ships inside the wheel as assetq.sql."""
