@@ -67,8 +67,10 @@ def _scalar(dialect: Dialect, conn: Connection, name: str, namespace: str) -> in
 
 
 def _prepare(conn: Connection, dialect: Dialect, namespace: str) -> None:
-    dialect.execute(conn, "create_namespace", namespace)
+    # Lock first: two installers racing on CREATE SCHEMA IF NOT EXISTS can both pass the
+    # "not exists" check and one then fails on the catalog's unique index.
     dialect.execute(conn, "lock_namespace", namespace, {"namespace": namespace})
+    dialect.execute(conn, "create_namespace", namespace)
 
 
 def current_revision(conn: Connection, namespace: str = DEFAULT_NAMESPACE) -> str | None:

@@ -1,0 +1,235 @@
+"""Bad input gets a specific exception with a clear message, and nothing is written.
+
+Python-side checks must also send nothing at all: a statement counter on the engine proves
+the database never saw the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+import assetq
+from dbs import TestDatabase
+
+
+@pytest.fixture
+def seeded(db: TestDatabase) -> Iterator[TestDatabase]:
+    with db.engine.begin() as conn:
+        assetq.declare_dag(conn, "consumer", ["orders", "customers"])
+        assetq.register_event(conn, "orders")
+    yield db
+
+
+class StatementCounter:
+    def __init__(self, engine: sa.Engine) -> None:
+        self.count = 0
+        sa.event.listen(engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, *args: Any) -> None:
+        self.count += 1
+
+
+def _deep(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(levels):
+        value = {"x": value}
+    return value
+
+
+def _nested(levels: int) -> Any:
+    value: Any = "a"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def _register(**kw: Any) -> Callable[[sa.Connection], object]:
+    asset = kw.pop("asset", "orders")
+    return lambda conn: assetq.register_event(conn, asset, **kw)
+
+
+def _declare(dag_id: Any, condition: Any, **kw: Any) -> Callable[[sa.Connection], object]:
+    return lambda conn: assetq.declare_dag(conn, dag_id, condition, **kw)
+
+
+# (id, call, expected exception, words the message must contain)
+PYTHON_SIDE: list[tuple[str, Callable[[sa.Connection], object], type[Exception], str]] = [
+    ("asset-not-str", _register(asset=123), assetq.InvalidArgumentType, "must be a str"),
+    ("asset-none", _register(asset=None), assetq.InvalidArgumentType, "must be a str"),
+    ("asset-empty", _register(asset=""), assetq.InvalidArgument, "must not be empty"),
+    ("asset-513-chars", _register(asset="a" * 513), assetq.NameTooLong, "limit is 512"),
+    ("asset-nul", _register(asset="ord\x00ers"), assetq.InvalidArgument, "NUL"),
+    ("asset-surrogate", _register(asset="ord\ud800"), assetq.InvalidArgument, "surrogate"),
+    ("extra-list", _register(extra=[1, 2]), assetq.InvalidArgumentType, "mapping"),
+    ("extra-str", _register(extra='{"a": 1}'), assetq.InvalidArgumentType, "mapping"),
+    ("extra-int-key", _register(extra={1: "a"}), assetq.InvalidExtra, "key of type int"),
+    ("extra-nan", _register(extra={"v": float("nan")}), assetq.InvalidExtra, "JSON cannot"),
+    ("extra-inf", _register(extra={"v": float("inf")}), assetq.InvalidExtra, "JSON cannot"),
+    ("extra-set", _register(extra={"v": {1, 2}}), assetq.InvalidExtra, "not JSON"),
+    ("extra-bytes", _register(extra={"v": b"x"}), assetq.InvalidExtra, "not JSON"),
+    ("extra-nul", _register(extra={"v": "a\x00b"}), assetq.InvalidExtra, "NUL"),
+    ("extra-nul-key", _register(extra={"a\x00": 1}), assetq.InvalidExtra, "NUL"),
+    ("extra-too-big", _register(extra={"v": "x" * 70_000}), assetq.InvalidExtra, "limit"),
+    ("extra-too-deep", _register(extra=_deep(5000)), assetq.InvalidExtra, "deep"),
+    ("key-empty", _register(idempotency_key=""), assetq.InvalidArgument, "empty"),
+    ("key-201", _register(idempotency_key="k" * 201), assetq.NameTooLong, "limit is 200"),
+    ("key-int", _register(idempotency_key=7), assetq.InvalidArgumentType, "must be a str"),
+    ("source-str", _register(source="producer"), assetq.InvalidArgumentType, "Source"),
+    ("source-unknown-key", _register(source={"dag": "x"}), assetq.InvalidArgument, "unknown"),
+    (
+        "source-map-index-bool",
+        _register(source={"map_index": True}),
+        assetq.InvalidArgumentType,
+        "must be an int",
+    ),
+    (
+        "source-map-index-huge",
+        _register(source={"map_index": 2**40}),
+        assetq.InvalidArgument,
+        "between",
+    ),
+    (
+        "source-dag-id-long",
+        _register(source={"dag_id": "d" * 251}),
+        assetq.NameTooLong,
+        "limit is 250",
+    ),
+    ("dag-id-space", _declare("my dag", "orders"), assetq.InvalidArgument, "may only contain"),
+    ("dag-id-slash", _declare("a/b", "orders"), assetq.InvalidArgument, "may only contain"),
+    ("dag-id-quote", _declare("x'; DROP", "orders"), assetq.InvalidArgument, "may only"),
+    ("dag-id-251", _declare("d" * 251, "orders"), assetq.NameTooLong, "limit is 250"),
+    ("dag-id-none", _declare(None, "orders"), assetq.InvalidArgumentType, "must be a str"),
+    ("condition-empty-list", _declare("c", []), assetq.InvalidCondition, "at least one"),
+    ("condition-empty-any", _declare("c", assetq.any_of()), assetq.InvalidCondition, "any_of"),
+    ("condition-int", _declare("c", 5), assetq.InvalidArgumentType, "condition is"),
+    ("condition-dict", _declare("c", {"all_of": ["a"]}), assetq.InvalidArgumentType, "dict"),
+    ("condition-name-long", _declare("c", ["a" * 513]), assetq.NameTooLong, "limit is 512"),
+    ("condition-name-empty", _declare("c", ["a", ""]), assetq.InvalidArgument, "empty"),
+    (
+        "condition-too-deep",
+        _declare("c", _nested(40)),
+        assetq.InvalidCondition,
+        "deeper",
+    ),
+    (
+        "condition-too-complex",
+        _declare(
+            "c",
+            assetq.any_of(*(assetq.all_of(f"a{i}", f"b{i}") for i in range(11))),
+        ),
+        assetq.InvalidCondition,
+        "too complex",
+    ),
+    ("paused-str", _declare("c", "orders", paused="yes"), assetq.InvalidArgumentType, "bool"),
+    (
+        "namespace-upper",
+        lambda conn: assetq.register_event(conn, "orders", namespace="Bad"),
+        assetq.InvalidArgument,
+        "namespace",
+    ),
+    (
+        "namespace-injection",
+        lambda conn: assetq.register_event(conn, "orders", namespace='x"; drop schema x'),
+        assetq.InvalidArgument,
+        "namespace",
+    ),
+    (
+        "pause-bad-id",
+        lambda conn: assetq.pause_dag(conn, "no such"),
+        assetq.InvalidArgument,
+        "may only",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("call", "expected", "words"),
+    [pytest.param(c, e, w, id=i) for i, c, e, w in PYTHON_SIDE],
+)
+def test_bad_argument_is_refused_before_anything_is_sent(
+    seeded: TestDatabase,
+    call: Callable[[sa.Connection], object],
+    expected: type[Exception],
+    words: str,
+) -> None:
+    before = seeded.counts()
+    counter = StatementCounter(seeded.engine)
+    with seeded.engine.connect() as conn:
+        with pytest.raises(expected) as info:
+            call(conn)
+        conn.commit()
+    assert words in str(info.value)
+    assert counter.count == 0, "a statement reached the database"
+    assert seeded.counts() == before
+
+
+# Errors only the database can detect: the transaction is rolled back, nothing remains.
+DATABASE_SIDE: list[tuple[str, Callable[[sa.Connection], object], type[Exception], str]] = [
+    ("unknown-asset", _register(asset="nope"), assetq.UnknownAsset, "AQ001"),
+    (
+        "unknown-dag-pause",
+        lambda conn: assetq.pause_dag(conn, "nobody"),
+        assetq.UnknownDag,
+        "AQ003",
+    ),
+    (
+        "unknown-dag-unpause",
+        lambda conn: assetq.unpause_dag(conn, "nobody"),
+        assetq.UnknownDag,
+        "AQ003",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("call", "expected", "code"),
+    [pytest.param(c, e, w, id=i) for i, c, e, w in DATABASE_SIDE],
+)
+def test_database_side_error_is_typed_and_writes_nothing(
+    seeded: TestDatabase,
+    call: Callable[[sa.Connection], object],
+    expected: type[assetq.AssetqError],
+    code: str,
+) -> None:
+    before = seeded.counts()
+    with pytest.raises(expected) as info, seeded.engine.begin() as conn:
+        # an earlier write in the same transaction must go too
+        assetq.register_event(conn, "customers")
+        call(conn)
+    assert info.value.code == code
+    assert seeded.counts() == before
+
+
+def test_unknown_asset_message_says_what_to_do(seeded: TestDatabase) -> None:
+    with pytest.raises(assetq.UnknownAsset) as info, seeded.engine.begin() as conn:
+        assetq.register_event(conn, "missing_asset")
+    assert "missing_asset" in str(info.value)
+    assert "declare" in str(info.value).lower()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"limit": 0}, assetq.InvalidArgument),
+        ({"limit": "10"}, assetq.InvalidArgumentType),
+        ({"limit": 10.0}, assetq.InvalidArgumentType),
+        ({"max_attempts": 0}, assetq.InvalidArgument),
+        ({"namespace": ""}, assetq.InvalidArgument),
+    ],
+)
+def test_schedule_rejects_bad_arguments(
+    seeded: TestDatabase, kwargs: dict[str, Any], expected: type[Exception]
+) -> None:
+    before = seeded.counts()
+    with pytest.raises(expected):
+        assetq.schedule(seeded.engine, **kwargs)
+    assert seeded.counts() == before
+
+
+def test_calling_an_uninstalled_namespace_fails_cleanly(seeded: TestDatabase) -> None:
+    with pytest.raises(assetq.DatabaseError), seeded.engine.begin() as conn:
+        assetq.register_event(conn, "orders", namespace="not_installed")

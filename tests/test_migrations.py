@@ -1,0 +1,131 @@
+"""Install, upgrade and uninstall through alembic, in a namespace of our own."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import sqlalchemy as sa
+
+import assetq
+from assetq import migrate
+from dbs import Backend, TestDatabase
+from schema_snapshot import snapshot
+
+
+@pytest.fixture
+def second_empty_db(backend: Backend):  # type: ignore[no-untyped-def]
+    database = backend.database(installed=False)
+    yield database
+    backend.drop(database)
+
+
+def test_fresh_install_equals_a_replay_of_every_migration(
+    empty_db: TestDatabase, second_empty_db: TestDatabase
+) -> None:
+    assetq.install(empty_db.engine)  # executes the schema snapshot, stamps head
+    assetq.install(second_empty_db.engine, replay=True)  # runs every revision's SQL
+    fresh, replayed = snapshot(empty_db), snapshot(second_empty_db)
+    assert fresh["relations"], "nothing was installed"
+    assert fresh == replayed
+
+
+def test_install_reports_the_head_revision(empty_db: TestDatabase) -> None:
+    assert assetq.install(empty_db.engine) == assetq.head_revision()
+    with empty_db.engine.connect() as conn:
+        assert assetq.current_revision(conn) == assetq.head_revision()
+        migrate.require_installed(conn, "assetq")
+
+
+def test_install_is_idempotent_and_keeps_data(db: TestDatabase) -> None:
+    with db.engine.begin() as conn:
+        assetq.declare_dag(conn, "consumer", "orders")
+        assetq.register_event(conn, "orders")
+    before = snapshot(db), db.counts()
+    assetq.install(db.engine)
+    assert (snapshot(db), db.counts()) == before
+
+
+def test_uninstall_leaves_nothing_of_ours(db: TestDatabase) -> None:
+    with db.engine.begin() as conn:
+        assetq.declare_dag(conn, "consumer", "orders")
+        assetq.register_event(conn, "orders")
+    assetq.uninstall(db.engine)
+    assert not any(snapshot(db).values())
+    with db.engine.connect() as conn:
+        assert assetq.current_revision(conn) is None
+        with pytest.raises(assetq.NotInstalled):
+            migrate.require_installed(conn, "assetq")
+
+
+def test_uninstall_is_idempotent(db: TestDatabase) -> None:
+    assetq.uninstall(db.engine)
+    assetq.uninstall(db.engine)
+    assetq.uninstall(db.engine, namespace="never_installed")
+
+
+def test_reinstall_after_uninstall_by_replay_gives_the_same_schema(db: TestDatabase) -> None:
+    original = snapshot(db)
+    assetq.uninstall(db.engine)
+    assetq.install(db.engine, replay=True)
+    assert snapshot(db) == original
+
+
+def test_uninstall_keeps_objects_that_are_not_ours(db: TestDatabase) -> None:
+    db.execute("CREATE TABLE {ns}.user_notes (id integer PRIMARY KEY)")
+    assetq.uninstall(db.engine)
+    tables = [r[0] for r in snapshot(db)["relations"] if r[1] in ("r", "BASE TABLE")]
+    assert tables == ["user_notes"]
+
+
+def test_version_table_lives_in_the_namespace_not_the_application_schema(
+    empty_db: TestDatabase,
+) -> None:
+    # The application has its own alembic history in its default schema/database.
+    empty_db.execute("CREATE TABLE alembic_version (version_num varchar(32) NOT NULL)")
+    empty_db.execute("INSERT INTO alembic_version VALUES ('app_rev_1')")
+    assetq.install(empty_db.engine)
+    rows = empty_db.rows("SELECT version_num FROM alembic_version")
+    assert [r[0] for r in rows] == ["app_rev_1"]
+    ours = empty_db.rows("SELECT version_num FROM {ns}.alembic_version")
+    assert [r[0] for r in ours] == [assetq.head_revision()]
+
+
+def test_namespaces_are_independent(empty_db: TestDatabase) -> None:
+    assetq.install(empty_db.engine, namespace="team_a")
+    assetq.install(empty_db.engine, namespace="team_b")
+    with empty_db.engine.begin() as conn:
+        assetq.declare_dag(conn, "consumer", "orders", namespace="team_a")
+        assetq.register_event(conn, "orders", namespace="team_a")
+    (run,) = assetq.schedule(empty_db.engine, namespace="team_a")
+    assert assetq.schedule(empty_db.engine, namespace="team_b") == []
+    assetq.uninstall(empty_db.engine, namespace="team_a")
+    assert not snapshot(empty_db, "team_a")["relations"]
+    assert snapshot(empty_db, "team_b")["relations"]
+    assert run.dag_id == "consumer"
+
+
+def test_concurrent_installs_both_succeed_with_one_schema(empty_db: TestDatabase) -> None:
+    engines = [empty_db.new_engine() for _ in range(3)]
+    barrier = threading.Barrier(len(engines))
+    failures: list[BaseException] = []
+
+    def install(engine: sa.Engine) -> None:
+        barrier.wait(timeout=30)
+        try:
+            assetq.install(engine)
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=install, args=(e,)) for e in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert failures == []
+    with empty_db.engine.connect() as conn:
+        assert assetq.current_revision(conn) == assetq.head_revision()
+        count = conn.execute(
+            sa.text(empty_db.sql("SELECT count(*) FROM {ns}.alembic_version"))
+        ).scalar_one()
+    assert count == 1
