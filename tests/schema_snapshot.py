@@ -89,9 +89,6 @@ def snapshot(db: TestDatabase, namespace: str | None = None) -> dict[str, list[t
 
     with db.engine.connect() as conn:
         return {
-            kind: [
-                tuple(neutral(v) for v in row)
-                for row in conn.execute(sa.text(sql), {"ns": ns})
-            ]
+            kind: [tuple(neutral(v) for v in row) for row in conn.execute(sa.text(sql), {"ns": ns})]
             for kind, sql in queries.items()
         }

@@ -73,11 +73,10 @@ def test_every_queue_row_carries_exactly_the_event_timestamp(db: TestDatabase) -
 def test_rollback_of_the_producer_leaves_no_event_and_no_queue_row(db: TestDatabase) -> None:
     _declare(db, "consumer", "orders")
     before = db.counts()
-    with db.engine.connect() as conn:
-        with conn.begin() as tx:
-            assetq.register_event(conn, "orders")
-            assetq.register_event(conn, "orders", idempotency_key="k")
-            tx.rollback()
+    with db.engine.connect() as conn, conn.begin() as tx:
+        assetq.register_event(conn, "orders")
+        assetq.register_event(conn, "orders", idempotency_key="k")
+        tx.rollback()
     assert db.counts() == before
 
 

@@ -179,9 +179,7 @@ def _set_paused(conn: Connection, dag_id: str, paused: bool, namespace: str) -> 
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
     with _translated(dialect):
-        dialect.execute(
-            conn, "set_dag_paused", namespace, {"dag_id": dag_id, "paused": paused}
-        )
+        dialect.execute(conn, "set_dag_paused", namespace, {"dag_id": dag_id, "paused": paused})
 
 
 def pause_dag(conn: Connection, dag_id: str, *, namespace: str = DEFAULT_NAMESPACE) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from .errors import InvalidArgumentType, InvalidCondition
 from .validation import check_name
@@ -38,7 +38,7 @@ class AnyOf:
     items: tuple[Condition, ...]
 
 
-Condition = Union[str, AllOf, AnyOf, Sequence["Condition"]]
+Condition = str | AllOf | AnyOf | Sequence["Condition"]
 
 
 def all_of(*items: Condition) -> AllOf:

@@ -108,7 +108,7 @@ def _message(exc: DBAPIError) -> str:
         if hint:
             parts.append(f"Hint: {hint}")
         return " ".join(parts)
-    args = getattr(orig, "args", ())
+    args: tuple[object, ...] = tuple(getattr(orig, "args", ()))
     if len(args) >= 2 and isinstance(args[1], str):
         return args[1]
     return str(orig)

@@ -26,7 +26,10 @@ NS_TOKEN = "{{ns}}"
 @functools.cache
 def read(engine: str, relpath: str) -> str:
     """The text of ``sql/<engine>/<relpath>`` from the installed package."""
-    return resources.files("assetq.sql").joinpath(engine, relpath).read_text("utf-8")
+    path = resources.files("assetq.sql").joinpath(engine)
+    for part in relpath.split("/"):
+        path = path.joinpath(part)
+    return path.read_text("utf-8")
 
 
 def parse_queries(text: str) -> dict[str, str]:
