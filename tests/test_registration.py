@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timezone
 
 import pytest
+import sqlalchemy as sa
 
 import assetq
 from dbs import TestDatabase
@@ -159,3 +160,23 @@ def test_source_fields_are_stored(db: TestDatabase) -> None:
         id=event.id,
     )[0]
     assert tuple(row) == ("producer", "load", "manual__1", 3)
+
+
+def test_a_producer_killed_before_commit_leaves_nothing(db: TestDatabase) -> None:
+    _declare(db, "consumer", "orders")
+    before = db.counts()
+    backend_id = (
+        "SELECT pg_backend_pid()" if db.dialect.name == "postgresql" else "SELECT CONNECTION_ID()"
+    )
+    kill = (
+        "SELECT pg_terminate_backend(:pid)"
+        if db.dialect.name == "postgresql"
+        else "KILL CONNECTION :pid"
+    )
+    with db.engine.connect() as producer:
+        pid = producer.execute(sa.text(backend_id)).scalar_one()
+        assetq.register_event(producer, "orders")
+        db.execute(kill, pid=pid)
+        with pytest.raises(sa.exc.DBAPIError):
+            producer.commit()
+    assert db.counts() == before

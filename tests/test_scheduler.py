@@ -300,3 +300,50 @@ def test_claim_guard_rolls_back_a_pass_whose_delete_misses_a_claimed_row(
         assetq.schedule(db.engine, max_attempts=2)
     assert info.value.code == "AQ900"
     assert db.counts() == before  # no run, no link, queue intact
+
+
+def test_a_pass_never_sees_a_half_replaced_condition(db: TestDatabase) -> None:
+    """A re-declare holds the consumer until it commits; a pass meanwhile skips the
+    consumer instead of evaluating a mix of old and new clauses."""
+    _declare(db, "consumer", "orders")
+    _register(db, "orders")
+    with db.engine.connect() as declaring:
+        assetq.declare_dag(declaring, "consumer", ["orders", "customers"])  # not committed
+        assert assetq.schedule(db.engine) == []  # old condition holds, but the row is held
+        declaring.commit()
+    assert assetq.schedule(db.engine) == []  # the new AND is not satisfied
+    _register(db, "customers")
+    (run,) = assetq.schedule(db.engine)
+    assert len(run.event_ids) == 2
+
+
+def test_a_scheduler_connection_killed_mid_pass_loses_and_duplicates_nothing(
+    db: TestDatabase,
+) -> None:
+    """The pass's transaction dies with its connection; the next pass consumes the rows."""
+    _declare(db, "consumer", "orders")
+    events = _register(db, "orders", "orders")
+    pass_sql = db.sql(
+        "SELECT dag_run_id FROM {ns}.schedule_pass(10)"
+        if db.dialect.name == "postgresql"
+        else "CALL {ns}.schedule_pass(10)"
+    )
+    backend_id = (
+        "SELECT pg_backend_pid()" if db.dialect.name == "postgresql" else "SELECT CONNECTION_ID()"
+    )
+    kill = (
+        "SELECT pg_terminate_backend(:pid)"
+        if db.dialect.name == "postgresql"
+        else "KILL CONNECTION :pid"
+    )
+    with db.engine.connect() as victim:
+        victim = victim.execution_options(isolation_level="READ COMMITTED")
+        pid = victim.execute(sa.text(backend_id)).scalar_one()
+        victim.commit()
+        assert len(victim.execute(sa.text(pass_sql)).all()) == 1  # claimed, not committed
+        db.execute(kill, pid=pid)
+        with pytest.raises(sa.exc.DBAPIError):
+            victim.commit()
+    assert db.links() == []
+    (run,) = assetq.schedule(db.engine)
+    assert run.event_ids == tuple(e.id for e in events)

@@ -86,7 +86,9 @@ class Dialect:
             code = found.group(1)
         if code in _AQ_ERRORS:
             return _AQ_ERRORS[code](message, code=code)
-        if code in self.transient_codes:
+        if code in self.transient_codes or exc.connection_invalidated:
+            # A lost connection took its transaction with it: retrying the whole
+            # transaction is safe (and exactly-once, with an idempotency key for producers).
             return errors.TransientError(message, code=code)
         if code in self.invalid_input_codes:
             return errors.InvalidArgument(message, code=code)
