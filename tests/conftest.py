@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dbs import Backend, TestDatabase, postgres_backend
+from dbs import Backend, TestDatabase, backend_for
 
 ALL_ENGINES = ("postgresql",)
 
@@ -59,8 +59,8 @@ _backends: dict[str, Backend] = {}
 def backend(engine_name: str, pytestconfig: pytest.Config) -> Iterator[Backend]:
     """The server for ``engine_name``, started (or reached) once per run."""
     if engine_name not in _backends:
-        if engine_name == "postgresql":
-            _backends[engine_name] = postgres_backend(str(pytestconfig.getoption("--postgres")))
+        choice = str(pytestconfig.getoption(f"--{engine_name.replace('postgresql', 'postgres')}"))
+        _backends[engine_name] = backend_for(engine_name, choice)
     yield _backends[engine_name]
 
 

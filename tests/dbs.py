@@ -256,3 +256,10 @@ def postgres_backend(choice: str) -> PostgresBackend:
         password=url.password if isinstance(url.password, str) else None,
         description=f"PostgreSQL at {url.host}:{url.port}",
     )
+
+
+def backend_for(engine_name: str, choice: str) -> Backend:
+    """The backend for ``engine_name``; ``choice`` is 'local', 'embedded' or a server URL."""
+    if engine_name == "postgresql":
+        return postgres_backend(choice)
+    raise ValueError(f"no test backend for engine {engine_name!r}")
