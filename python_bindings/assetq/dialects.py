@@ -8,12 +8,13 @@ sent, how a driver reports an error code, which codes are transient) is here.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import Row
+from sqlalchemy.engine.result import result_tuple
 from sqlalchemy.exc import DBAPIError
 
 from . import errors, sqlfiles
@@ -133,8 +134,67 @@ class _PostgreSQL(Dialect):
         return code if isinstance(code, str) else None
 
 
+#: Row constructors by result columns, for rows read straight from the DB-API cursor.
+_row_makers: dict[tuple[str, ...], Callable[[Sequence[Any]], Row[Any]]] = {}
+
+
 class _MySQL(Dialect):
+    """MySQL 8.0+ and MariaDB 10.6+, through PyMySQL (or any DB-API driver SQLAlchemy has).
+
+    Nothing here sets the session's time_zone: assetq's routines write UTC_TIMESTAMP(6) into
+    DATETIME(6) columns, and a DATETIME is never converted by the session zone, so every
+    timestamp assetq stores or returns is UTC whatever the connection's time_zone is. A user's
+    engine needs no connect hook.
+    """
+
+    def execute(
+        self,
+        conn: Connection,
+        name: str,
+        namespace: str,
+        params: Mapping[str, Any] | None = None,
+    ) -> Sequence[Row[Any]]:
+        """Run named query ``name``; return its rows after reading every result the server sent.
+
+        A CALL that returns a result set is followed by one more result (the CALL's status),
+        or by an error raised after the rows were sent. SQLAlchemy closes the cursor once the
+        rows are read and the driver then drains the rest, but an error found there is only
+        logged ("Error closing cursor") and the call would seem to succeed. So the rows are
+        read from the DB-API cursor and every further result is read here, where an error
+        still raises, as a DBAPIError like any other.
+        """
+        statement = self.query(name, namespace)
+        bound = dict(params or {})
+        result = conn.execute(text(statement), bound)
+        if not result.returns_rows:
+            # No result set: the server's single reply (status or error) was already read.
+            return []
+        keys = tuple(result.keys())
+        cursor = result.cursor
+        dbapi_error: type[Exception] = conn.dialect.loaded_dbapi.Error
+        try:
+            raw = list(cursor.fetchall())
+            while cursor.nextset():
+                if cursor.description is not None:
+                    raise errors.DatabaseError(
+                        f"{name} returned more than one result set; assetq's routines return one"
+                    )
+        except dbapi_error as exc:
+            raise DBAPIError.instance(
+                statement, bound, exc, dbapi_error, dialect=conn.dialect
+            ) from exc
+        finally:
+            result.close()
+        make_row = _row_makers.get(keys)
+        if make_row is None:
+            make_row = _row_makers[keys] = result_tuple(keys)
+        return [make_row(values) for values in raw]
+
     def run_script(self, conn: Connection, script: str, namespace: str) -> None:
+        # The server takes one statement per call (PyMySQL has multi-statements off) and
+        # DELIMITER is a command of the mysql client: split_script splits as the client does
+        # and sends each routine whole. Straight to the driver, without parameters, so '%' and
+        # ':' in routine bodies are never taken for placeholders.
         sql = sqlfiles.render(script, self.quote_ns(namespace))
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
@@ -146,8 +206,12 @@ class _MySQL(Dialect):
             cursor.close()
 
     def error_code(self, exc: DBAPIError) -> str | None:
-        args = getattr(exc.orig, "args", ())
-        if args and isinstance(args[0], int):
+        orig = exc.orig
+        errno = getattr(orig, "errno", None)  # MariaDB Connector/Python
+        if isinstance(errno, int):
+            return str(errno)
+        args: tuple[object, ...] = tuple(getattr(orig, "args", ()))
+        if args and isinstance(args[0], int):  # PyMySQL and mysqlclient: (errno, message)
             return str(args[0])
         return None
 
@@ -171,12 +235,13 @@ MYSQL = _MySQL(
     # MariaDB has RETURNING, MySQL 8 does not: the MySQL path uses the common subset.
     supports_returning=False,
     supports_notify=False,
-    # deadlock (the transaction was rolled back), lock wait timeout (only the statement was)
-    transient_codes=frozenset({"1213", "1205"}),
+    # 1213 deadlock (the transaction was rolled back), 1205 lock wait timeout (only the
+    # statement was: the caller rolls back the rest), 1020 "record has changed since last read"
+    # (MariaDB >= 11.8 with innodb_snapshot_isolation, at REPEATABLE READ). assetq's own
+    # transient condition, the claim guard, comes as AQ900.
+    transient_codes=frozenset({"1213", "1205", "1020"}),
     # data too long, incorrect value, out of range, check constraint, not null, fk
-    invalid_input_codes=frozenset(
-        {"1406", "1366", "1264", "3819", "4025", "1048", "1452", "3140"}
-    ),
+    invalid_input_codes=frozenset({"1406", "1366", "1264", "3819", "4025", "1048", "1452", "3140"}),
 )
 
 
