@@ -2,10 +2,14 @@
 
 assetq runs alembic programmatically (assetq.install / assetq.uninstall): the caller's
 connection and the namespace arrive in ``config.attributes``. The version table lives inside
-the namespace, so assetq never reads or writes an application's own ``alembic_version``.
+the namespace and has a name of its own (``assetq_alembic_version``), so assetq never reads or
+writes an application's ``alembic_version``, even when a MySQL user installs assetq into the
+application's own database.
 """
 
 from alembic import context
+
+from assetq.migrate import VERSION_TABLE
 
 config = context.config
 connection = config.attributes["connection"]
@@ -13,7 +17,7 @@ namespace = config.attributes["namespace"]
 
 context.configure(
     connection=connection,
-    version_table="alembic_version",
+    version_table=VERSION_TABLE,
     version_table_schema=namespace,
     # PostgreSQL runs all revisions in the caller's single transaction; on MySQL DDL commits
     # implicitly anyway, which is why every MySQL script is written to be re-runnable.

@@ -145,6 +145,7 @@ class _RetryCounter(logging.Handler):
 
 class AssetqAlgorithm:
     name = "assetq"
+    retries = 0  # assetq.schedule retries by itself; counted through its log
 
     def __init__(self, engine: sa.Engine, namespace: str = "assetq") -> None:
         self.engine = engine
@@ -209,6 +210,7 @@ class WindowAlgorithm:
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
+        self.retries = 0
         self.postgres = engine.dialect.name == "postgresql"
 
     def setup(self) -> None:
@@ -259,6 +261,15 @@ class WindowAlgorithm:
         return int(event_id)
 
     def schedule(self) -> list[tuple[str, tuple[int, ...]]]:
+        try:
+            return self._pass()
+        except sa.exc.DBAPIError as exc:
+            if not is_transient(self.engine, exc):
+                raise
+            self.retries += 1  # the pass was rolled back; the next one retries it
+            return []
+
+    def _pass(self) -> list[tuple[str, tuple[int, ...]]]:
         created: list[tuple[str, tuple[int, ...]]] = []
         with self.engine.connect() as raw:
             conn = raw.execution_options(isolation_level="READ COMMITTED")
@@ -332,6 +343,20 @@ class WindowAlgorithm:
 Algorithm = AssetqAlgorithm | WindowAlgorithm
 
 
+def is_transient(engine: sa.Engine, exc: BaseException) -> bool:
+    """A deadlock, lock timeout or lost connection: the transaction is gone, retry it."""
+    if isinstance(exc, assetq.TransientError):
+        return True
+    if not isinstance(exc, sa.exc.DBAPIError):
+        return False
+    dialect = (
+        assetq.dialects.POSTGRESQL
+        if engine.dialect.name == "postgresql"
+        else (assetq.dialects.MYSQL)
+    )
+    return isinstance(dialect.translate(exc), assetq.TransientError)
+
+
 def run_load(
     algorithm: Algorithm,
     *,
@@ -362,24 +387,33 @@ def run_load(
         events // producers + (1 if n < events % producers else 0) for n in range(producers)
     ]
 
+    producer_retries = [0] * producers
+
     def produce(n: int) -> None:
         rng = random.Random(seed * 1000 + n)
         try:
             for _ in range(per_producer[n]):
-                if time.monotonic() > stop_at:
-                    return
                 asset = rng.choice(ASSETS)
-                with algorithm.engine.connect() as conn:
-                    event_id = algorithm.register(conn, asset)
-                    time.sleep(rng.uniform(0, max_hold_ms) / 1000)  # the late commit
-                    if rng.random() < rollback_ratio:
-                        conn.rollback()
-                        with lock:
-                            rolled_back.append(event_id)
-                    else:
-                        conn.commit()
-                        with lock:
-                            committed[event_id] = (asset, time.monotonic())
+                while time.monotonic() < stop_at:
+                    try:
+                        with algorithm.engine.connect() as conn:
+                            event_id = algorithm.register(conn, asset)
+                            time.sleep(rng.uniform(0, max_hold_ms) / 1000)  # the late commit
+                            if rng.random() < rollback_ratio:
+                                conn.rollback()
+                                with lock:
+                                    rolled_back.append(event_id)
+                            else:
+                                conn.commit()
+                                with lock:
+                                    committed[event_id] = (asset, time.monotonic())
+                        break
+                    except Exception as exc:
+                        # A deadlock rolled the registration back: retry it, as a producing
+                        # task would be retried. Anything else is a failure of the run.
+                        if not is_transient(algorithm.engine, exc):
+                            raise
+                        producer_retries[n] += 1
         except BaseException as exc:
             failures.append(exc)
 
@@ -414,7 +448,7 @@ def run_load(
     finally:
         logging.getLogger("assetq").removeHandler(retry_counter)
     report.seconds = time.monotonic() - started
-    report.retries = retry_counter.count
+    report.retries = retry_counter.count + sum(producer_retries) + algorithm.retries
     _verify(algorithm, report, committed, rolled_back, seen_at)
     return report
 

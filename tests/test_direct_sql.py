@@ -71,6 +71,11 @@ CASES: list[tuple[str, tuple[Any, ...], type[assetq.AssetqError]]] = [
     ),
     ("dag-id-empty", ("declare_dag", "", '{"asset":"a"}', '[["a"]]', None), assetq.InvalidArgument),
     (
+        "dag-id-non-ascii",
+        ("declare_dag", "caf\u00e9", '{"asset":"a"}', '[["a"]]', None),
+        assetq.InvalidArgument,
+    ),
+    (
         "dag-id-too-long",
         ("declare_dag", "d" * 251, '{"asset":"a"}', '[["a"]]', None),
         assetq.InvalidArgument,

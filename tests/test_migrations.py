@@ -87,7 +87,7 @@ def test_version_table_lives_in_the_namespace_not_the_application_schema(
     assetq.install(empty_db.engine)
     rows = empty_db.rows("SELECT version_num FROM alembic_version")
     assert [r[0] for r in rows] == ["app_rev_1"]
-    ours = empty_db.rows("SELECT version_num FROM {ns}.alembic_version")
+    ours = empty_db.rows("SELECT version_num FROM {ns}.assetq_alembic_version")
     assert [r[0] for r in ours] == [assetq.head_revision()]
 
 
@@ -126,6 +126,6 @@ def test_concurrent_installs_both_succeed_with_one_schema(empty_db: TestDatabase
     with empty_db.engine.connect() as conn:
         assert assetq.current_revision(conn) == assetq.head_revision()
         count = conn.execute(
-            sa.text(empty_db.sql("SELECT count(*) FROM {ns}.alembic_version"))
+            sa.text(empty_db.sql("SELECT count(*) FROM {ns}.assetq_alembic_version"))
         ).scalar_one()
     assert count == 1

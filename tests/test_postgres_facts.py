@@ -11,11 +11,11 @@ import sqlalchemy as sa
 import assetq
 from dbs import TestDatabase
 
+pytestmark = pytest.mark.engines("postgresql")
+
 
 @pytest.fixture
 def pg(db: TestDatabase) -> TestDatabase:
-    if db.dialect.name != "postgresql":
-        pytest.skip("PostgreSQL lock modes")
     return db
 
 

@@ -20,12 +20,15 @@ from sqlalchemy import Connection, Engine
 
 from . import sqlfiles
 from .dialects import Dialect, dialect_for
-from .errors import NotInstalled
+from .errors import AssetqError, NotInstalled
 from .validation import check_namespace
 
 log = logging.getLogger("assetq")
 
 DEFAULT_NAMESPACE = "assetq"
+#: alembic's version table, inside the namespace. Not "alembic_version": a MySQL user with a
+#: single database installs assetq into the application's database, next to its own.
+VERSION_TABLE = "assetq_alembic_version"
 
 
 def _config(conn: Connection, namespace: str) -> Config:
@@ -66,11 +69,22 @@ def _scalar(dialect: Dialect, conn: Connection, name: str, namespace: str) -> in
     return int(rows[0][0])
 
 
-def _prepare(conn: Connection, dialect: Dialect, namespace: str) -> None:
-    # Lock first: two installers racing on CREATE SCHEMA IF NOT EXISTS can both pass the
-    # "not exists" check and one then fails on the catalog's unique index.
-    dialect.execute(conn, "lock_namespace", namespace, {"namespace": namespace})
-    dialect.execute(conn, "create_namespace", namespace)
+def _lock(conn: Connection, dialect: Dialect, namespace: str) -> None:
+    # Lock before creating the namespace: two installers racing on CREATE SCHEMA IF NOT
+    # EXISTS can both pass the "not exists" check and one then fails on the catalog's index.
+    rows = dialect.execute(conn, "lock_namespace", namespace, {"namespace": namespace})
+    if not rows or rows[0][0] != 1:
+        raise AssetqError(
+            f"timed out waiting for another install or uninstall of namespace {namespace!r};"
+            " try again when it has finished"
+        )
+
+
+def _release(conn: Connection, dialect: Dialect, namespace: str) -> None:
+    # PostgreSQL's lock ends with the transaction. MySQL's is a named lock that outlives it
+    # (every DDL statement commits on its own, so only a session lock can cover an install)
+    # and must be released, or the pooled connection would keep it.
+    dialect.execute(conn, "unlock_namespace", namespace, {"namespace": namespace})
 
 
 def current_revision(conn: Connection, namespace: str = DEFAULT_NAMESPACE) -> str | None:
@@ -80,7 +94,7 @@ def current_revision(conn: Connection, namespace: str = DEFAULT_NAMESPACE) -> st
     if not _scalar(dialect, conn, "version_table_exists", namespace):
         return None
     ctx = MigrationContext.configure(
-        conn, opts={"version_table": "alembic_version", "version_table_schema": namespace}
+        conn, opts={"version_table": VERSION_TABLE, "version_table_schema": namespace}
     )
     return ctx.get_current_revision()
 
@@ -97,16 +111,22 @@ def install(engine: Engine, namespace: str = DEFAULT_NAMESPACE, *, replay: bool 
     namespace = check_namespace(namespace)
     with engine.begin() as conn:
         dialect = dialect_for(conn)
-        _prepare(conn, dialect, namespace)
-        cfg = _config(conn, namespace)
-        fresh = not _scalar(dialect, conn, "version_table_exists", namespace)
-        if fresh and not replay:
-            log.info("assetq: installing schema %s into namespace %s", head_revision(), namespace)
-            dialect.run_script(conn, sqlfiles.read(dialect.name, "schema.sql"), namespace)
-            command.stamp(cfg, "head")
-        else:
-            command.upgrade(cfg, "head")
-        revision = current_revision(conn, namespace)
+        _lock(conn, dialect, namespace)
+        try:
+            dialect.execute(conn, "create_namespace", namespace)
+            cfg = _config(conn, namespace)
+            fresh = not _scalar(dialect, conn, "version_table_exists", namespace)
+            if fresh and not replay:
+                log.info(
+                    "assetq: installing schema %s into namespace %s", head_revision(), namespace
+                )
+                dialect.run_script(conn, sqlfiles.read(dialect.name, "schema.sql"), namespace)
+                command.stamp(cfg, "head")
+            else:
+                command.upgrade(cfg, "head")
+            revision = current_revision(conn, namespace)
+        finally:
+            _release(conn, dialect, namespace)
     assert revision is not None
     return revision
 
@@ -123,20 +143,25 @@ def uninstall(engine: Engine, namespace: str = DEFAULT_NAMESPACE) -> None:
         dialect = dialect_for(conn)
         if not _scalar(dialect, conn, "namespace_exists", namespace):
             return
-        _prepare(conn, dialect, namespace)
-        if _scalar(dialect, conn, "version_table_exists", namespace):
-            command.downgrade(_config(conn, namespace), "base")
-            dialect.execute(conn, "drop_version_table", namespace)
-        left = _scalar(dialect, conn, "namespace_object_count", namespace)
-        if left:
-            log.warning(
-                "assetq: namespace %s still holds %d objects that are not assetq's;"
-                " it was left in place",
-                namespace,
-                left,
-            )
-        else:
-            dialect.execute(conn, "drop_namespace", namespace)
+        _lock(conn, dialect, namespace)
+        try:
+            if _scalar(dialect, conn, "version_table_exists", namespace):
+                command.downgrade(_config(conn, namespace), "base")
+                dialect.execute(conn, "drop_version_table", namespace)
+            # On MySQL the count includes the connection's own database, which is never
+            # dropped: a user with a single database installs assetq into it.
+            left = _scalar(dialect, conn, "namespace_object_count", namespace)
+            if left:
+                log.warning(
+                    "assetq: namespace %s was left in place: it still holds %d objects that are"
+                    " not assetq's, or it is the connection's own database",
+                    namespace,
+                    left,
+                )
+            else:
+                dialect.execute(conn, "drop_namespace", namespace)
+        finally:
+            _release(conn, dialect, namespace)
 
 
 def require_installed(conn: Connection, namespace: str) -> None:

@@ -42,7 +42,11 @@ CREATE SCHEMA IF NOT EXISTS {{ns}}
 
 -- lock_namespace --
 -- Serialize installs and uninstalls of one namespace (held until the transaction ends).
-SELECT pg_advisory_xact_lock(hashtextextended('assetq:' || :namespace, 0))
+SELECT 1 AS locked FROM pg_advisory_xact_lock(hashtextextended('assetq:' || :namespace, 0))
+
+-- unlock_namespace --
+-- Nothing to do: the transaction-level lock of lock_namespace ends with the transaction.
+SELECT 1 AS released
 
 -- namespace_exists --
 -- 1 when the namespace exists.
@@ -52,11 +56,11 @@ SELECT count(*) AS n FROM pg_namespace WHERE nspname = :namespace
 -- 1 when alembic's version table exists in the namespace.
 SELECT count(*) AS n
   FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
- WHERE s.nspname = :namespace AND c.relname = 'alembic_version' AND c.relkind = 'r'
+ WHERE s.nspname = :namespace AND c.relname = 'assetq_alembic_version' AND c.relkind = 'r'
 
 -- drop_version_table --
 -- Remove alembic's version table after a downgrade to base.
-DROP TABLE IF EXISTS {{ns}}.alembic_version
+DROP TABLE IF EXISTS {{ns}}.assetq_alembic_version
 
 -- namespace_object_count --
 -- How many objects (tables, routines, types) are left in the namespace.

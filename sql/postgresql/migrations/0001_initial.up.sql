@@ -31,7 +31,7 @@ CREATE TABLE {{ns}}.dag (
     last_scheduled_at timestamptz,
     created_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
     updated_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
-    CONSTRAINT dag_id_format CHECK (dag_id ~ '^[[:alnum:]_.-]+$')
+    CONSTRAINT dag_id_format CHECK (dag_id ~ '^[A-Za-z0-9_.-]+$')
 );
 
 -- Which consumers an event of an asset fans out to. Keyed by asset first: that is the
@@ -257,7 +257,7 @@ CREATE FUNCTION {{ns}}.declare_dag(
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 BEGIN
-    IF p_dag_id IS NULL OR p_dag_id !~ '^[[:alnum:]_.-]+$' OR length(p_dag_id) > 250 THEN
+    IF p_dag_id IS NULL OR p_dag_id !~ '^[A-Za-z0-9_.-]+$' OR length(p_dag_id) > 250 THEN
         RAISE EXCEPTION 'invalid dag id %: use 1 to 250 letters, digits, "_", "." or "-"',
                 quote_nullable(p_dag_id)
             USING ERRCODE = 'AQ002';
