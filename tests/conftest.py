@@ -61,7 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    for name in ("db", "empty_db", "backend"):
+    for name in ("db", "empty_db", "backend", "engine_name"):
         if name in metafunc.fixturenames:
             engines = _engines(metafunc.config)
             only = metafunc.definition.get_closest_marker("engines")

