@@ -180,7 +180,11 @@ class _MySQL(Dialect):
                         f"{name} returned more than one result set; assetq's routines return one"
                     )
         except dbapi_error as exc:
-            lost = conn.dialect.is_disconnect(exc, conn.connection.dbapi_connection, cursor)
+            lost = conn.dialect.is_disconnect(
+                exc,  # type: ignore[arg-type]  # a DB-API Error, typed loosely above
+                conn.connection.dbapi_connection,
+                cursor,
+            )
             raise DBAPIError.instance(
                 statement,
                 bound,
