@@ -79,17 +79,30 @@ def test_a_pass_whose_snapshot_predates_its_lock_aborts_instead_of_claiming(
 
 
 def test_the_pass_runs_at_read_committed_whatever_the_engine_default(my: TestDatabase) -> None:
+    """schedule() makes READ COMMITTED the level of the pass's own transaction, as its first
+    statement. (MariaDB shows a one-transaction SET TRANSACTION in no variable, so the proof
+    is the statement order; the stale-snapshot test above shows what RR would do.)"""
     engine = my.new_engine(isolation_level="REPEATABLE READ")
-    seen: list[Any] = []
+    statements: list[str] = []
+
+    @sa.event.listens_for(engine, "begin")
+    def began(conn: sa.Connection) -> None:
+        statements.append("BEGIN")
 
     @sa.event.listens_for(engine, "before_cursor_execute")
     def record(conn: sa.Connection, cursor: Any, statement: str, *args: Any) -> None:
-        if "schedule_pass" in statement:
-            seen.append(conn.get_isolation_level())
+        statements.append(" ".join(statement.split()))
+
+    @sa.event.listens_for(engine, "commit")
+    def committed(conn: sa.Connection) -> None:
+        statements.append("COMMIT")
 
     _setup(my)
     assert len(assetq.schedule(engine)) == 1
-    assert seen == ["READ COMMITTED"]
+    begin = statements.index("BEGIN")
+    assert statements[begin + 1] == "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
+    assert statements[begin + 2].startswith("CALL ") and "schedule_pass" in statements[begin + 2]
+    assert statements[begin + 3] == "COMMIT"
 
 
 # -- the lock row -----------------------------------------------------------------------------

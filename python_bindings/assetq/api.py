@@ -9,11 +9,12 @@ and nothing is written.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import random
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -27,6 +28,8 @@ from .dialects import Dialect, dialect_for
 from .migrate import DEFAULT_NAMESPACE
 from .validation import (
     ASSET_NAME_MAX,
+    BATCH_MAX_BYTES,
+    BATCH_MAX_EVENTS,
     DAG_ID_MAX,
     IDEMPOTENCY_KEY_MAX,
     RUN_ID_MAX,
@@ -64,6 +67,17 @@ class Event:
     timestamp: datetime
     #: False when an idempotency key matched an earlier registration, which was returned.
     created: bool
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """One event to register with :func:`register_events`: the arguments of
+    :func:`register_event`, as an item of a batch."""
+
+    asset: str
+    extra: Mapping[str, Any] | None = None
+    source: Source | Mapping[str, Any] | None = None
+    idempotency_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -237,6 +251,125 @@ def register_event(
     )
 
 
+_NEW_EVENT_KEYS = frozenset({"asset", "extra", "source", "idempotency_key"})
+
+
+def _new_event(item: object) -> NewEvent:
+    if isinstance(item, NewEvent):
+        return item
+    if isinstance(item, Mapping):
+        unknown = set(item) - _NEW_EVENT_KEYS
+        if unknown:
+            raise errors.InvalidArgument(
+                f"unknown keys {sorted(unknown)}; use asset, extra, source, idempotency_key"
+            )
+        if "asset" not in item:
+            raise errors.InvalidArgument("the asset is missing")
+        return NewEvent(**item)
+    raise errors.InvalidArgumentType(
+        f"must be an assetq.NewEvent or a mapping, got {type(item).__name__}"
+    )
+
+
+def _batch_item(item: object) -> tuple[str, str]:
+    """Check one item of a batch; return its asset and its JSON object for the routine."""
+    new = _new_event(item)
+    asset = check_name(new.asset, "asset", ASSET_NAME_MAX)
+    extra_text = extra_json(new.extra)
+    src = _source(new.source)
+    key = check_optional_name(new.idempotency_key, "idempotency_key", IDEMPOTENCY_KEY_MAX)
+    # Built from already serialized parts: extra is not serialized twice, and keys left at
+    # their default are not sent at all.
+    parts = [f'"asset":{_json_text(asset)}']
+    if extra_text != "{}":
+        parts.append(f'"extra":{extra_text}')
+    for name, value in (
+        ("source_dag_id", src.dag_id),
+        ("source_task_id", src.task_id),
+        ("source_run_id", src.run_id),
+        ("idempotency_key", key),
+    ):
+        if value is not None:
+            parts.append(f'"{name}":{_json_text(value)}')
+    if src.map_index != -1:
+        parts.append(f'"source_map_index":{src.map_index}')
+    return asset, "{" + ",".join(parts) + "}"
+
+
+def _json_text(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def register_events(
+    conn: Connection,
+    events: Iterable[NewEvent | Mapping[str, Any]],
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> list[Event]:
+    """Register a batch of events in the caller's transaction, in one round trip.
+
+    ``events`` holds :class:`NewEvent` items (or mappings with the same keys), at most
+    10,000 and 8 MiB of JSON per call; several calls in one transaction are atomic together.
+    Returns one :class:`Event` per item, in input order. Each item has the guarantees of
+    :func:`register_event`: it and its queue rows become visible when the caller commits, and
+    its idempotency key makes a retry return the original event (``created=False``). Items
+    with the same asset and key are one event, as retries would be.
+
+    All or nothing: every item is checked before anything is sent (an error names the item),
+    and if any item fails in the database (an unknown asset, a key reused with another extra)
+    the call raises and none of the batch remains once the caller rolls back. On an
+    autocommit connection the call is its own transaction. The events of one batch share one
+    timestamp. On PostgreSQL the whole batch is fanned out by one statement; on MySQL/MariaDB
+    per event, by the row-level trigger.
+    """
+    if isinstance(events, str | bytes | Mapping) or not isinstance(events, Iterable):
+        raise errors.InvalidArgumentType(
+            f"events must be a sequence of assetq.NewEvent items, got {type(events).__name__}"
+        )
+    items = list(itertools.islice(events, BATCH_MAX_EVENTS + 1))
+    if len(items) > BATCH_MAX_EVENTS:
+        raise errors.InvalidArgument(
+            f"a batch holds at most {BATCH_MAX_EVENTS} events; split it into several calls"
+            " (in one transaction they are still atomic together)"
+        )
+    namespace = check_namespace(namespace)
+    assets: list[str] = []
+    texts: list[str] = []
+    for number, item in enumerate(items, start=1):
+        try:
+            asset, item_text = _batch_item(item)
+        except errors.InvalidArgument as exc:
+            raise type(exc)(f"event {number} of the batch: {exc}", code=exc.code) from None
+        assets.append(asset)
+        texts.append(item_text)
+    if not items:
+        return []
+    payload = "[" + ",".join(texts) + "]"
+    size = len(payload.encode("utf-8"))
+    if size > BATCH_MAX_BYTES:
+        raise errors.InvalidArgument(
+            f"the batch is {size} bytes of JSON; the limit is {BATCH_MAX_BYTES}: split it into"
+            " several calls (in one transaction they are still atomic together)"
+        )
+    dialect = dialect_for(conn)
+    with _translated(dialect), dialect.atomic(conn):
+        rows = dialect.execute(conn, "register_events", namespace, {"events": payload})
+    if [int(row.item_no) for row in rows] != list(range(1, len(items) + 1)):
+        raise errors.DatabaseError(
+            f"register_events returned {len(rows)} rows for {len(items)} events, or out of order"
+        )
+    return [
+        Event(
+            id=int(row.event_id),
+            asset=asset,
+            asset_id=int(row.asset_id),
+            timestamp=_utc(row.event_timestamp),
+            created=bool(row.created),
+        )
+        for asset, row in zip(assets, rows, strict=True)
+    ]
+
+
 def _event_ids(value: Any) -> tuple[int, ...]:
     if isinstance(value, str):  # MySQL returns the claimed ids as JSON text
         value = json.loads(value)
@@ -266,10 +399,14 @@ def schedule(
     namespace = check_namespace(namespace)
     for attempt in range(1, max_attempts + 1):
         try:
-            with engine.connect() as raw:
-                conn = raw.execution_options(isolation_level="READ COMMITTED")
+            with engine.connect() as conn:
                 dialect = dialect_for(conn)
                 with _translated(dialect), conn.begin():
+                    # READ COMMITTED for this transaction only, as its first statement. Not
+                    # execution_options(isolation_level=...): that sets the session level and
+                    # resets it when the connection goes back to the pool, an extra round trip
+                    # that, on a connection the server cut, raised a raw driver error.
+                    dialect.execute(conn, "scheduler_transaction", namespace)
                     rows = dialect.execute(conn, "schedule_pass", namespace, {"limit": limit})
         except errors.TransientError as exc:
             if attempt == max_attempts:

@@ -12,6 +12,10 @@
 CALL {{ns}}.register_event(:asset, :extra, :source_dag_id, :source_task_id, :source_run_id,
                            :source_map_index, :idempotency_key)
 
+-- register_events --
+-- Register a batch of events (a JSON array) in the caller's transaction; one row per item.
+CALL {{ns}}.register_events(:events)
+
 -- declare_asset --
 -- Create an asset, or update the uri/extra of an existing one; returns its id.
 CALL {{ns}}.declare_asset(:name, :uri, :extra)
@@ -23,6 +27,11 @@ CALL {{ns}}.declare_dag(:dag_id, :condition, :clauses, :paused)
 -- set_dag_paused --
 -- Pause or unpause a consumer.
 CALL {{ns}}.set_dag_paused(:dag_id, :paused)
+
+-- scheduler_transaction --
+-- First statement of a scheduler pass's transaction: the pass must run at READ COMMITTED
+-- (see schedule_pass in schema.sql), whatever the session's default level is.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED
 
 -- schedule_pass --
 -- One scheduler pass over at most :limit consumers; returns the runs it created.

@@ -15,6 +15,11 @@ SELECT event_id, asset_id, event_timestamp, created
         p_source_map_index => :source_map_index,
         p_idempotency_key => :idempotency_key)
 
+-- register_events --
+-- Register a batch of events (a JSON array) in the caller's transaction; one row per item.
+SELECT item_no, event_id, asset_id, event_timestamp, created
+  FROM {{ns}}.register_events(p_events => CAST(:events AS jsonb))
+
 -- declare_asset --
 -- Create an asset, or update the uri/extra of an existing one; returns its id.
 SELECT {{ns}}.declare_asset(p_name => :name, p_uri => :uri, p_extra => CAST(:extra AS jsonb)) AS asset_id
@@ -30,6 +35,11 @@ SELECT {{ns}}.declare_dag(
 -- set_dag_paused --
 -- Pause or unpause a consumer.
 SELECT {{ns}}.set_dag_paused(p_dag_id => :dag_id, p_paused => :paused)
+
+-- scheduler_transaction --
+-- First statement of a scheduler pass's transaction: the pass must run at READ COMMITTED
+-- (see schedule_pass in schema.sql), whatever the session's default level is.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED
 
 -- schedule_pass --
 -- One scheduler pass over at most :limit consumers; returns the runs it created.
