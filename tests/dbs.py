@@ -66,6 +66,27 @@ TABLES = (
 
 _counter = itertools.count()
 
+#: The few statements tests send that differ between engines, in one place, so tests ask for
+#: them by name instead of branching on the engine.
+ENGINE_SQL: dict[str, dict[str, str]] = {
+    "postgresql": {
+        # a direct call of the pass, bypassing assetq.schedule()
+        "schedule_pass": "SELECT * FROM {ns}.schedule_pass(:limit)",
+        "backend_id": "SELECT pg_backend_pid()",
+        "kill": "SELECT pg_terminate_backend(:pid)",
+        # hold a consumer the way a pass does
+        "lock_consumer": "SELECT dag_id FROM {ns}.dag WHERE dag_id = :dag_id FOR NO KEY UPDATE",
+        "lock_timeout_2s": "SET lock_timeout = '2s'",
+    },
+    "mysql": {
+        "schedule_pass": "CALL {ns}.schedule_pass(:limit)",
+        "backend_id": "SELECT CONNECTION_ID()",
+        "kill": "KILL CONNECTION :pid",
+        "lock_consumer": "SELECT dag_id FROM {ns}.dag_lock WHERE dag_id = :dag_id FOR UPDATE",
+        "lock_timeout_2s": "SET innodb_lock_wait_timeout = 2",
+    },
+}
+
 
 def unique_name(prefix: str) -> str:
     """A database name no other test or concurrent run uses."""
@@ -96,6 +117,16 @@ class TestDatabase:
     def sql(self, statement: str) -> str:
         """``statement`` with ``{ns}`` replaced by the quoted namespace."""
         return statement.replace("{ns}", self.dialect.quote_ns(self.namespace))
+
+    def engine_sql(self, name: str) -> sa.TextClause:
+        """The engine's version of statement ``name`` from :data:`ENGINE_SQL`."""
+        return sa.text(self.sql(ENGINE_SQL[self.dialect.name][name]))
+
+    def kill(self, conn: Connection) -> None:
+        """Kill ``conn``'s server session from another connection, as an operator would."""
+        pid = conn.execute(self.engine_sql("backend_id")).scalar_one()
+        with self.engine.begin() as killer:
+            killer.execute(self.engine_sql("kill"), {"pid": pid})
 
     def rows(self, statement: str, **params: Any) -> list[sa.Row[Any]]:
         with self.engine.connect() as conn:

@@ -165,18 +165,9 @@ def test_source_fields_are_stored(db: TestDatabase) -> None:
 def test_a_producer_killed_before_commit_leaves_nothing(db: TestDatabase) -> None:
     _declare(db, "consumer", "orders")
     before = db.counts()
-    backend_id = (
-        "SELECT pg_backend_pid()" if db.dialect.name == "postgresql" else "SELECT CONNECTION_ID()"
-    )
-    kill = (
-        "SELECT pg_terminate_backend(:pid)"
-        if db.dialect.name == "postgresql"
-        else "KILL CONNECTION :pid"
-    )
     with db.engine.connect() as producer:
-        pid = producer.execute(sa.text(backend_id)).scalar_one()
         assetq.register_event(producer, "orders")
-        db.execute(kill, pid=pid)
+        db.kill(producer)
         with pytest.raises(sa.exc.DBAPIError):
             producer.commit()
     assert db.counts() == before

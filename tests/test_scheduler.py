@@ -83,15 +83,11 @@ def test_event_committed_during_a_pass_stays_for_the_next_pass(db: TestDatabase)
     """A pass holds a consumer (claimed, not yet committed) while a producer commits."""
     _declare(db, "consumer", "orders")
     (first_event,) = _register(db, "orders")
-    pass_sql = db.sql(
-        "SELECT dag_run_id, event_ids FROM {ns}.schedule_pass(10)"
-        if db.dialect.name == "postgresql"
-        else "CALL {ns}.schedule_pass(10)"
-    )
+    pass_sql = db.engine_sql("schedule_pass").bindparams(limit=10)
     with db.engine.connect() as scheduler:
         scheduler = scheduler.execution_options(isolation_level="READ COMMITTED")
         scheduler.begin()
-        claimed = scheduler.execute(sa.text(pass_sql)).all()
+        claimed = scheduler.execute(pass_sql).all()
         assert len(claimed) == 1
         (late_event,) = _register(db, "orders")  # commits while the pass is open
         scheduler.commit()
@@ -108,12 +104,7 @@ def test_second_scheduler_skips_a_consumer_held_by_the_first(db: TestDatabase) -
         first = first.execution_options(isolation_level="READ COMMITTED")
         first.begin()
         # Hold only "held": lock its consumer as the pass does, without consuming.
-        lock_sql = (
-            "SELECT dag_id FROM {ns}.dag WHERE dag_id = 'held' FOR NO KEY UPDATE"
-            if db.dialect.name == "postgresql"
-            else "SELECT dag_id FROM {ns}.dag_lock WHERE dag_id = 'held' FOR UPDATE"
-        )
-        first.execute(sa.text(db.sql(lock_sql))).all()
+        first.execute(db.engine_sql("lock_consumer"), {"dag_id": "held"}).all()
         runs = assetq.schedule(db.engine)  # must not wait for `first`
         assert [r.dag_id for r in runs] == ["free"]
         first.rollback()
@@ -124,21 +115,12 @@ def test_second_scheduler_skips_a_consumer_held_by_the_first(db: TestDatabase) -
 def test_a_scheduler_holding_a_consumer_does_not_block_its_producers(db: TestDatabase) -> None:
     _declare(db, "consumer", "orders")
     _register(db, "orders")
-    pass_sql = db.sql(
-        "SELECT dag_run_id FROM {ns}.schedule_pass(10)"
-        if db.dialect.name == "postgresql"
-        else "CALL {ns}.schedule_pass(10)"
-    )
-    timeout_sql = (
-        "SET lock_timeout = '2s'"
-        if db.dialect.name == "postgresql"
-        else "SET innodb_lock_wait_timeout = 2"
-    )
+    pass_sql = db.engine_sql("schedule_pass").bindparams(limit=10)
     with db.engine.connect() as scheduler, db.engine.connect() as producer:
         scheduler = scheduler.execution_options(isolation_level="READ COMMITTED")
         scheduler.begin()
-        assert len(scheduler.execute(sa.text(pass_sql)).all()) == 1
-        producer.execute(sa.text(timeout_sql))
+        assert len(scheduler.execute(pass_sql).all()) == 1
+        producer.execute(db.engine_sql("lock_timeout_2s"))
         # Raises a lock timeout if the pass's locks block the producer.
         event = assetq.register_event(producer, "orders")
         producer.commit()
@@ -323,25 +305,11 @@ def test_a_scheduler_connection_killed_mid_pass_loses_and_duplicates_nothing(
     """The pass's transaction dies with its connection; the next pass consumes the rows."""
     _declare(db, "consumer", "orders")
     events = _register(db, "orders", "orders")
-    pass_sql = db.sql(
-        "SELECT dag_run_id FROM {ns}.schedule_pass(10)"
-        if db.dialect.name == "postgresql"
-        else "CALL {ns}.schedule_pass(10)"
-    )
-    backend_id = (
-        "SELECT pg_backend_pid()" if db.dialect.name == "postgresql" else "SELECT CONNECTION_ID()"
-    )
-    kill = (
-        "SELECT pg_terminate_backend(:pid)"
-        if db.dialect.name == "postgresql"
-        else "KILL CONNECTION :pid"
-    )
+    pass_sql = db.engine_sql("schedule_pass").bindparams(limit=10)
     with db.engine.connect() as victim:
         victim = victim.execution_options(isolation_level="READ COMMITTED")
-        pid = victim.execute(sa.text(backend_id)).scalar_one()
-        victim.commit()
-        assert len(victim.execute(sa.text(pass_sql)).all()) == 1  # claimed, not committed
-        db.execute(kill, pid=pid)
+        assert len(victim.execute(pass_sql).all()) == 1  # claimed, not committed
+        db.kill(victim)
         with pytest.raises(sa.exc.DBAPIError):
             victim.commit()
     assert db.links() == []
