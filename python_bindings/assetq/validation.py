@@ -23,6 +23,11 @@ IDEMPOTENCY_KEY_MAX = 200
 #: Largest ``extra`` accepted, in bytes of its UTF-8 JSON text.
 EXTRA_MAX_BYTES = 65_535
 NAMESPACE_MAX = 63
+#: Most events one :func:`assetq.register_events` call takes (the routines refuse more too).
+BATCH_MAX_EVENTS = 10_000
+#: Most bytes of JSON one batch may send: below MariaDB's default max_allowed_packet (16 MiB),
+#: with room for the escaping the driver adds to the statement.
+BATCH_MAX_BYTES = 8 * 1024 * 1024
 
 _DAG_ID = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _NAMESPACE = re.compile(r"^[a-z_][a-z0-9_]*$")
