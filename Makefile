@@ -5,7 +5,8 @@
 #                (or on $ASSETQ_DATABASE_URL when set); DEMO_ARGS="--producers 8" etc.
 #   make test    lint, then the whole pytest suite; PYTEST_ARGS="-k scheduler -x" etc.
 #   make lint    ruff and mypy (strict)
-#   make bench   registration throughput, benchmarks/register.py; BENCH_ARGS="--seconds 1"
+#   make bench   the benchmark report (docs/benchmarks.md and its plots), benchmarks/bench.py;
+#                BENCH_ARGS="--quick" for a smoke run
 #   make clean   remove .venv and build leftovers
 
 PYTHON ?= python3
@@ -42,7 +43,7 @@ pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/register.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/bench.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache

@@ -398,6 +398,9 @@ class _PrivateMySQLServer(MySQLServer):
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
                 "--skip-name-resolve",
+                # its own temporary directory: concurrent runs on one machine collided on
+                # temporary tables in the shared /tmp
+                f"--tmpdir={self.workdir}",
             ]
         else:  # MySQL 8: the server initializes its own data directory
             init = [str(server), "--no-defaults", "--initialize-insecure", f"--datadir={datadir}"]

@@ -52,6 +52,10 @@ def _register(**kw: Any) -> Callable[[sa.Connection], object]:
     return lambda conn: assetq.register_event(conn, asset, **kw)
 
 
+def _batch(events: Any) -> Callable[[sa.Connection], object]:
+    return lambda conn: assetq.register_events(conn, events)
+
+
 def _declare(dag_id: Any, condition: Any, **kw: Any) -> Callable[[sa.Connection], object]:
     return lambda conn: assetq.declare_dag(conn, dag_id, condition, **kw)
 
@@ -97,6 +101,53 @@ PYTHON_SIDE: list[tuple[str, Callable[[sa.Connection], object], type[Exception],
         _register(source={"dag_id": "d" * 251}),
         assetq.NameTooLong,
         "limit is 250",
+    ),
+    ("batch-str", _batch("orders"), assetq.InvalidArgumentType, "sequence of assetq.NewEvent"),
+    ("batch-mapping", _batch({"asset": "orders"}), assetq.InvalidArgumentType, "sequence"),
+    ("batch-none", _batch(None), assetq.InvalidArgumentType, "sequence"),
+    ("batch-item-str", _batch(["orders"]), assetq.InvalidArgumentType, "event 1 of the batch"),
+    (
+        "batch-item-unknown-key",
+        _batch([{"asset": "orders"}, {"asset": "orders", "key": "k"}]),
+        assetq.InvalidArgument,
+        "event 2 of the batch: unknown keys ['key']",
+    ),
+    ("batch-item-no-asset", _batch([{"extra": {}}]), assetq.InvalidArgument, "asset is missing"),
+    (
+        "batch-item-asset-empty",
+        _batch([assetq.NewEvent("orders"), assetq.NewEvent("")]),
+        assetq.InvalidArgument,
+        "event 2 of the batch: asset must not be empty",
+    ),
+    (
+        "batch-item-extra-nan",
+        _batch([{"asset": "orders", "extra": {"v": float("nan")}}]),
+        assetq.InvalidExtra,
+        "event 1 of the batch",
+    ),
+    (
+        "batch-item-key-long",
+        _batch([{"asset": "orders", "idempotency_key": "k" * 201}]),
+        assetq.NameTooLong,
+        "limit is 200",
+    ),
+    (
+        "batch-item-source-bad",
+        _batch([{"asset": "orders", "source": {"map_index": "1"}}]),
+        assetq.InvalidArgumentType,
+        "must be an int",
+    ),
+    (
+        "batch-too-many",
+        _batch([{"asset": "orders"}] * (assetq.BATCH_MAX_EVENTS + 1)),
+        assetq.InvalidArgument,
+        "at most 10000 events",
+    ),
+    (
+        "batch-too-big",
+        _batch([{"asset": "orders", "extra": {"v": "x" * 60_000}}] * 200),
+        assetq.InvalidArgument,
+        "bytes of JSON",
     ),
     ("dag-id-space", _declare("my dag", "orders"), assetq.InvalidArgument, "may only contain"),
     ("dag-id-slash", _declare("a/b", "orders"), assetq.InvalidArgument, "may only contain"),
@@ -170,6 +221,12 @@ def test_bad_argument_is_refused_before_anything_is_sent(
 # Errors only the database can detect: the transaction is rolled back, nothing remains.
 DATABASE_SIDE: list[tuple[str, Callable[[sa.Connection], object], type[Exception], str]] = [
     ("unknown-asset", _register(asset="nope"), assetq.UnknownAsset, "AQ001"),
+    (
+        "unknown-asset-in-a-batch",
+        _batch([{"asset": "orders"}, {"asset": "nope"}]),
+        assetq.UnknownAsset,
+        "AQ001",
+    ),
     (
         "unknown-dag-pause",
         lambda conn: assetq.pause_dag(conn, "nobody"),

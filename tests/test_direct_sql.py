@@ -3,6 +3,7 @@ checks in front) gets a clear, typed error and the database is left unchanged.""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from dbs import TestDatabase
 # parameters in the same order.
 SIGNATURES = {
     "register_event": ("text", "jsonb", "text", "text", "text", "integer", "text"),
+    "register_events": ("jsonb",),
     "declare_asset": ("text", "text", "jsonb"),
     "declare_dag": ("text", "jsonb", "jsonb", "boolean"),
     "set_dag_paused": ("text", "boolean"),
@@ -49,6 +51,10 @@ def _event(asset: Any = "orders", extra: Any = "{}", key: Any = None, **src: Any
     )
 
 
+def _batch(*items: Any) -> tuple[str, str]:
+    return ("register_events", json.dumps(list(items)))
+
+
 CASES: list[tuple[str, tuple[Any, ...], type[assetq.AssetqError]]] = [
     ("unknown-asset", _event(asset="nope"), assetq.UnknownAsset),
     ("null-asset", _event(asset=None), assetq.UnknownAsset),
@@ -60,6 +66,33 @@ CASES: list[tuple[str, tuple[Any, ...], type[assetq.AssetqError]]] = [
     ("source-task-id-too-long", _event(task_id="t" * 251), assetq.InvalidArgument),
     ("key-too-long", _event(key="k" * 201), assetq.InvalidArgument),
     ("key-empty", _event(key=""), assetq.InvalidArgument),
+    ("batch-null", ("register_events", None), assetq.InvalidArgument),
+    ("batch-not-array", ("register_events", '{"asset": "orders"}'), assetq.InvalidArgument),
+    ("batch-invalid-json", ("register_events", "[{"), assetq.InvalidArgument),
+    ("batch-too-many", _batch(*[{"asset": "orders"}] * 10_001), assetq.InvalidArgument),
+    ("batch-item-not-object", _batch({"asset": "orders"}, "orders"), assetq.InvalidArgument),
+    ("batch-extra-array", _batch({"asset": "orders", "extra": [1]}), assetq.InvalidArgument),
+    ("batch-unknown-asset", _batch({"asset": "orders"}, {"asset": "nope"}), assetq.UnknownAsset),
+    ("batch-no-asset", _batch({"asset": "orders"}, {"extra": {}}), assetq.UnknownAsset),
+    (
+        "batch-key-too-long",
+        _batch({"asset": "orders", "idempotency_key": "k" * 201}),
+        assetq.InvalidArgument,
+    ),
+    ("batch-key-empty", _batch({"asset": "orders", "idempotency_key": ""}), assetq.InvalidArgument),
+    (
+        "batch-source-too-long",
+        _batch({"asset": "orders"}, {"asset": "orders", "source_dag_id": "d" * 251}),
+        assetq.InvalidArgument,
+    ),
+    (
+        "batch-key-with-two-extras",
+        _batch(
+            {"asset": "orders", "idempotency_key": "k", "extra": {"a": 1}},
+            {"asset": "orders", "idempotency_key": "k", "extra": {"a": 2}},
+        ),
+        assetq.IdempotencyConflict,
+    ),
     ("asset-extra-array", ("declare_asset", "x", None, "[1]"), assetq.InvalidArgument),
     ("asset-name-empty", ("declare_asset", "", None, None), assetq.InvalidArgument),
     ("asset-name-too-long", ("declare_asset", "n" * 513, None, None), assetq.InvalidArgument),

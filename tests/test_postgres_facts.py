@@ -9,6 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 import assetq
+import history
 from dbs import TestDatabase
 
 pytestmark = pytest.mark.engines("postgresql")
@@ -58,51 +59,67 @@ def test_the_pass_runs_at_read_committed_whatever_the_engine_default(pg: TestDat
     assert seen == ["READ COMMITTED"]
 
 
-def test_scheduler_statements_never_scan_event_or_run_history(pg: TestDatabase) -> None:
+HISTORY_TABLES = ("asset_event", "dag_run", "dagrun_asset_event")
+
+
+@pytest.mark.parametrize(
+    "large", [200_000, pytest.param(1_000_000, marks=pytest.mark.slow, id="1M")]
+)
+def test_scheduler_statements_never_scan_event_or_run_history(pg: TestDatabase, large: int) -> None:
     """The pass touches history tables only by key: no sequential scan of asset_event,
-    dag_run or dagrun_asset_event with 20,000 consumed events and 5,000 runs of history."""
-    history = [
-        "INSERT INTO {ns}.asset_event (id, asset_id)"
-        " SELECT g, a.id FROM {ns}.asset a, generate_series(1, 20000) g",
-        "INSERT INTO {ns}.dag_run (id, dag_id, run_id, seq, run_after)"
-        " SELECT g, 'consumer', 'old__' || g, g, now() FROM generate_series(1, 5000) g",
-        "INSERT INTO {ns}.dagrun_asset_event (dag_run_id, asset_event_id, dag_id)"
-        " SELECT (g + 3) / 4, g, 'consumer' FROM generate_series(1, 20000) g",
-        "UPDATE {ns}.dag SET last_run_seq = 5000",
-        "DELETE FROM {ns}.asset_dag_run_queue",
-        "SELECT setval(pg_get_serial_sequence('{ns}.asset_event', 'id'), 20000)",
-        "SELECT setval(pg_get_serial_sequence('{ns}.dag_run', 'id'), 5000)",
-    ]
+    dag_run or dagrun_asset_event, and the same index reads of them with 10,000 and with
+    ``large`` consumed events of history (tests/history.py), for the same 50 pending rows."""
     with pg.engine.begin() as conn:
         assetq.declare_dag(conn, "consumer", "orders")
-        for statement in history:
-            conn.execute(sa.text(pg.sql(statement)))
-    pg.execute("ANALYZE")
-    with pg.engine.begin() as conn:
-        assetq.register_event(conn, "orders")
+        assetq.declare_dag(conn, "other", "orders")
+    history.add_history(pg.engine, 10_000)
+    small = _history_reads_of_a_pass(pg)
+    history.add_history(pg.engine, large - 10_000)
+    assert pg.scalar("SELECT count(*) FROM {ns}.dagrun_asset_event") == large + 100
+    big = _history_reads_of_a_pass(pg)
+    assert all(small[t]["seq_scan"] == 0 for t in HISTORY_TABLES), small
+    # At most one key lookup per link made (100: 50 events, two consumers), whatever the history.
+    assert all(small[t]["idx_tup_fetch"] <= 100 for t in HISTORY_TABLES), small
+    assert big == small
 
+
+def _history_reads_of_a_pass(pg: TestDatabase) -> dict[str, dict[str, int]]:
+    """Reads of the history tables by one pass over 50 events queued for two consumers."""
+    with pg.engine.begin() as conn:
+        assetq.register_events(conn, [{"asset": "orders"}] * 50)
     stats = (
-        "SELECT relname, seq_scan FROM pg_stat_user_tables WHERE schemaname = 'assetq'"
-        " AND relname IN ('asset_event', 'dag_run', 'dagrun_asset_event')"
+        "SELECT relname, seq_scan, idx_scan, idx_tup_fetch FROM pg_stat_user_tables"
+        " WHERE schemaname = 'assetq' AND relname IN :tables"
     )
     with pg.engine.connect() as conn:
         # One connection for the pass and the readings: statistics are per backend until
         # flushed, and pg_stat_force_next_flush() flushes only its own backend's.
-        def seq_scans() -> dict[str, int]:
+        def reads() -> dict[str, dict[str, int]]:
             if _has_force_flush(pg):  # flushes at the end of this transaction
                 conn.execute(sa.text("SELECT pg_stat_force_next_flush()"))
                 conn.commit()
             conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
-            rows = conn.execute(sa.text(stats)).all()
+            query = sa.text(stats).bindparams(sa.bindparam("tables", expanding=True))
+            rows = conn.execute(query, {"tables": list(HISTORY_TABLES)}).all()
             conn.commit()
-            return {r[0]: int(r[1]) for r in rows}
+            return {
+                r[0]: {
+                    "seq_scan": int(r[1]),
+                    "idx_scan": int(r[2] or 0),
+                    "idx_tup_fetch": int(r[3] or 0),
+                }
+                for r in rows
+            }
 
-        before = seq_scans()
+        before = reads()
         runs = conn.execute(sa.text(pg.sql("SELECT * FROM {ns}.schedule_pass(100)"))).all()
         conn.commit()
-        after = seq_scans()
-    assert len(runs) == 1
-    assert after == before
+        after = reads()
+    assert len(runs) == 2 and all(len(r.event_ids) == 50 for r in runs)
+    return {
+        table: {key: after[table][key] - before[table][key] for key in after[table]}
+        for table in HISTORY_TABLES
+    }
 
 
 def _has_force_flush(db: TestDatabase) -> bool:

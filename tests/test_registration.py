@@ -171,3 +171,21 @@ def test_a_producer_killed_before_commit_leaves_nothing(db: TestDatabase) -> Non
         with pytest.raises(sa.exc.DBAPIError):
             producer.commit()
     assert db.counts() == before
+
+
+def test_on_an_autocommit_connection_one_call_commits_the_event_with_its_queue_rows(
+    db: TestDatabase,
+) -> None:
+    """The cheapest way to register one event by itself: one round trip, still atomic (one
+    writing statement, its trigger included)."""
+    _declare(db, "a_consumer", "orders")
+    _declare(db, "b_consumer", "orders")
+    with db.engine.connect() as raw:
+        conn = raw.execution_options(isolation_level="AUTOCOMMIT")
+        event = assetq.register_event(conn, "orders")
+        # Seen from another connection before this one does anything else.
+        queued = db.rows(
+            "SELECT target_dag_id FROM {ns}.asset_dag_run_queue WHERE asset_event_id = :id",
+            id=event.id,
+        )
+    assert sorted(r.target_dag_id for r in queued) == ["a_consumer", "b_consumer"]

@@ -2,15 +2,24 @@
 
     assetq [--url URL] [--namespace NS] [-v] COMMAND [options]
 
-Commands: ``demo``, ``install``, ``uninstall``; ``assetq COMMAND --help`` tells more. The
-database URL comes from ``--url`` or the environment variable ``ASSETQ_DATABASE_URL``
-(``postgresql://...`` and ``mysql://...`` get the drivers assetq ships with: psycopg 3 and
-PyMySQL). The namespace comes from ``--namespace`` or ``ASSETQ_NAMESPACE``. Both options are
-accepted before or after the command.
+Commands: ``install``, ``upgrade``, ``uninstall``, ``scheduler``, ``status``, ``doctor``,
+``purge``, ``grant``, ``demo``; ``assetq COMMAND --help`` tells more. The database URL comes
+from ``--url`` or the environment variable ``ASSETQ_DATABASE_URL`` (``postgresql://...`` and
+``mysql://...`` get the drivers assetq ships with: psycopg 3 and PyMySQL). The namespace comes
+from ``--namespace`` or ``ASSETQ_NAMESPACE``. Both options are accepted before or after the
+command. ``status``, ``doctor``, ``purge`` and ``scheduler`` print JSON with ``--json``
+(``scheduler``: one object per run created, one per line), for machines.
 
-Exit codes: 0 success; 1 an assetq or database error (the message is printed), or a demo
-whose verification failed; 2 a usage error (bad option, missing URL, refused confirmation);
-130 interrupted.
+Exit codes:
+
+- 0: success; ``scheduler`` also when stopped by SIGTERM or SIGINT (it finishes the current
+  pass first);
+- 1: an assetq or database error (the message is printed), ``doctor`` found a problem (each
+  with its fix), ``upgrade``/``status``/``scheduler`` on a namespace where assetq is not
+  installed, or a demo whose verification failed;
+- 2: a usage error (bad option, missing URL, refused confirmation);
+- 130: interrupted (a second SIGINT/SIGTERM stops ``scheduler`` in the middle of a pass,
+  which then rolls back).
 
 To add a command, write a function ``(args) -> exit code`` whose docstring is its help text
 and add a :class:`Command` for it to ``COMMANDS``.
@@ -20,18 +29,26 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import logging
 import os
+import re
+import signal
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from types import FrameType
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
-from . import __version__, migrate
-from .errors import AssetqError, InvalidArgument
+from . import __version__, migrate, ops
+from .errors import AssetqError, InvalidArgument, NotInstalled
 from .validation import check_namespace
 
 URL_ENV = "ASSETQ_DATABASE_URL"
@@ -231,6 +248,443 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    """Upgrade assetq in the namespace to this package's schema revision (alembic upgrade,
+    revision by revision, data kept). Unlike install it refuses a namespace where assetq is
+    not installed, so a typo in --namespace or --url cannot create a new one."""
+    url = _require_url(args)
+    namespace = args.resolved_namespace
+    engine = _engine(url)
+    try:
+        with engine.connect() as conn:
+            before = migrate.current_revision(conn, namespace)
+        if before is None:
+            raise NotInstalled(
+                f"assetq is not installed in namespace {namespace!r} of {_shown(url)}:"
+                " use `assetq install`"
+            )
+        after = migrate.install(engine, namespace)
+    finally:
+        engine.dispose()
+    what = f"schema {after} already installed" if before == after else f"{before} -> {after}"
+    print(f"assetq: upgraded namespace {namespace!r} of {_shown(url)}: {what}")
+    return EXIT_OK
+
+
+# -- scheduler -----------------------------------------------------------------------------
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _json_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--json", action="store_true", help=f"print {what} as JSON")
+
+
+def _scheduler_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--limit", type=_positive, default=100, help="consumers per pass (default 100)"
+    )
+    parser.add_argument(
+        "--poll-interval",
+        type=_positive_float,
+        default=5.0,
+        metavar="SECONDS",
+        help="longest wait between two passes when idle (default 5; on PostgreSQL a"
+        " notification ends the wait as soon as events are queued)",
+    )
+    parser.add_argument(
+        "--no-listen",
+        action="store_true",
+        help="poll only, never LISTEN for wake-ups (PostgreSQL)",
+    )
+    parser.add_argument(
+        "--summary-interval",
+        type=_positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="log a summary every SECONDS (default 60)",
+    )
+    parser.add_argument(
+        "--max-passes", type=_positive, help="stop after this many passes (default: never)"
+    )
+    _json_option(parser, "each run created, one JSON object per line on stdout")
+
+
+@contextmanager
+def _graceful_stop(stop: threading.Event) -> Iterator[None]:
+    """SIGTERM and SIGINT set ``stop`` (the current pass finishes); a second one raises
+    KeyboardInterrupt at once (exit code 130)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        logging.getLogger("assetq").warning(
+            "assetq scheduler: %s received: stopping after the current pass"
+            " (send it again to stop at once)",
+            signal.Signals(signum).name,
+        )
+        stop.set()
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set in the main thread (tests run main() in one)
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _run_json(run: Any) -> str:
+    return json.dumps(
+        {
+            "id": run.id,
+            "dag_id": run.dag_id,
+            "run_id": run.run_id,
+            "seq": run.seq,
+            "run_after": run.run_after.isoformat(),
+            "created_at": run.created_at.isoformat(),
+            "event_ids": list(run.event_ids),
+        }
+    )
+
+
+def cmd_scheduler(args: argparse.Namespace) -> int:
+    """Run scheduler passes until stopped: each consumer whose condition holds on its
+    queued events gets a run. Any number of schedulers may run at once, on any machines.
+
+    On PostgreSQL the scheduler LISTENs on the namespace's channel and passes as soon as a
+    producer's transaction that queued events commits; it still polls every
+    --poll-interval seconds. On MySQL/MariaDB it polls. Errors (a database restart, lost
+    connections) are logged once with their code and retried with exponential backoff; the
+    scheduler never exits on its own. SIGTERM or SIGINT stops it after the current pass
+    (exit 0); a second signal stops it at once (exit 130). Logs each run created and a
+    summary every --summary-interval seconds on stderr (-v: more)."""
+    from .scheduler import run_scheduler
+
+    url = _require_url(args)
+    namespace = args.resolved_namespace
+    logging.getLogger("assetq").setLevel(
+        logging.DEBUG if getattr(args, "verbose", False) else logging.INFO
+    )
+    engine = _engine(url)
+    stop = threading.Event()
+    try:
+        with engine.connect() as conn:
+            revision = migrate.current_revision(conn, namespace)
+        if revision is None:
+            raise NotInstalled(
+                f"assetq is not installed in namespace {namespace!r} of {_shown(url)}:"
+                " run `assetq install` first"
+            )
+        if revision != migrate.head_revision():
+            logging.getLogger("assetq").warning(
+                "assetq scheduler: namespace %s holds schema %s, this package expects %s;"
+                " run `assetq upgrade`",
+                namespace,
+                revision,
+                migrate.head_revision(),
+            )
+        on_run = None
+        if args.json:
+
+            def on_run(run: Any) -> None:
+                print(_run_json(run), flush=True)
+
+        with _graceful_stop(stop):
+            run_scheduler(
+                engine,
+                namespace=namespace,
+                limit=args.limit,
+                poll_interval=args.poll_interval,
+                stop_event=stop,
+                on_run=on_run,
+                max_passes=args.max_passes,
+                listen=not args.no_listen,
+                summary_interval=args.summary_interval,
+            )
+    finally:
+        engine.dispose()
+    return EXIT_OK
+
+
+# -- status --------------------------------------------------------------------------------
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _age(value: timedelta | None) -> str:
+    if value is None:
+        return "-"
+    seconds = value.total_seconds()
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Show the schema revision and, per consumer: paused or not, events queued, age of the
+    oldest queued event, runs in the last hour, total runs and when the last run was
+    created. Reads the dag_queue_status view (see docs/operations.md to chart it)."""
+    url = _require_url(args)
+    namespace = args.resolved_namespace
+    engine = _engine(url)
+    try:
+        with engine.connect() as conn:
+            revision = migrate.current_revision(conn, namespace)
+            if revision is None:
+                raise NotInstalled(
+                    f"assetq is not installed in namespace {namespace!r} of {_shown(url)}"
+                )
+            consumers = ops.status(conn, namespace)
+    finally:
+        engine.dispose()
+    head = migrate.head_revision()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "namespace": namespace,
+                    "revision": revision,
+                    "head": head,
+                    "consumers": [
+                        {
+                            "dag_id": c.dag_id,
+                            "paused": c.paused,
+                            "queued_events": c.queued_events,
+                            "oldest_queued_at": _iso(c.oldest_queued_at),
+                            "oldest_queued_age_seconds": None
+                            if c.oldest_queued_age is None
+                            else c.oldest_queued_age.total_seconds(),
+                            "runs_last_hour": c.runs_last_hour,
+                            "runs_total": c.runs_total,
+                            "last_run_at": _iso(c.last_run_at),
+                            "last_scheduled_at": _iso(c.last_scheduled_at),
+                        }
+                        for c in consumers
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return EXIT_OK
+    behind = "" if revision == head else f" (this package expects {head}: assetq upgrade)"
+    print(f"assetq namespace {namespace!r} of {_shown(url)}: schema {revision}{behind}")
+    queued = sum(c.queued_events for c in consumers)
+    print(f"{len(consumers)} consumers; {queued} queued (events waiting, counted per consumer)")
+    if not consumers:
+        return EXIT_OK
+    header = ("dag_id", "state", "queued", "oldest", "runs/1h", "runs", "last run (UTC)")
+    table = [
+        (
+            c.dag_id,
+            "paused" if c.paused else "active",
+            str(c.queued_events),
+            _age(c.oldest_queued_age),
+            str(c.runs_last_hour),
+            str(c.runs_total),
+            c.last_run_at.strftime("%Y-%m-%d %H:%M:%S") if c.last_run_at else "-",
+        )
+        for c in consumers
+    ]
+    widths = [max(len(row[i]) for row in (header, *table)) for i in range(len(header))]
+    for row in (header, *table):
+        cells = [
+            v.ljust(w) if i == 0 else v.rjust(w)
+            for i, (v, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        print("  ".join(cells).rstrip())
+    return EXIT_OK
+
+
+# -- doctor --------------------------------------------------------------------------------
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Check the installation: schema at this package's revision; every routine, trigger,
+    view and table present (triggers enabled); the routines granted to roles running with
+    their owner's rights and that owner suitable; the server's isolation and time zone
+    defaults (reported; not problems: assetq sets what it needs itself); what the connected
+    account may do. Read-only. Exits 1 when it finds a problem, printing how to fix each."""
+    url = _require_url(args)
+    engine = _engine(url)
+    try:
+        report = ops.doctor(engine, namespace=args.resolved_namespace)
+    finally:
+        engine.dispose()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "ok": report.ok,
+                    "namespace": report.namespace,
+                    "server": report.server,
+                    "revision": report.revision,
+                    "head": report.head,
+                    "checks": [asdict(c) for c in report.checks],
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(f"assetq doctor: namespace {report.namespace!r} of {_shown(url)} ({report.server})")
+        for check in report.checks:
+            print(f"  {check.severity:<7} {check.name}: {check.detail}")
+            if check.fix:
+                print(f"          fix: {check.fix}")
+        problems = sum(c.severity == "problem" for c in report.checks)
+        print("no problems found" if report.ok else f"{problems} problem(s) found")
+    return EXIT_OK if report.ok else EXIT_ERROR
+
+
+# -- purge ---------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _duration(text: str) -> timedelta:
+    match = _DURATION.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"not a duration: {text!r}; write a number and a unit, e.g. 30d, 12h, 90m, 45s, 2w"
+        )
+    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+
+
+def _purge_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--older-than",
+        type=_duration,
+        required=True,
+        metavar="DURATION",
+        help="delete history older than this: 30d, 12h, 90m, 45s, 2w",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=_positive,
+        default=1000,
+        help="rows per transaction (default 1000; smaller holds locks shorter)",
+    )
+    _json_option(parser, "the result")
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    """Delete history older than --older-than: runs created before the cutoff with their
+    links, then events from before it that are consumed (no consumer still has them queued,
+    no remaining run links them). Queued events are never deleted, however old. Works in
+    small batches, each its own short transaction, so producers and schedulers keep going;
+    safe to run while they do (e.g. from cron). Deleting an event frees its idempotency
+    key: keep the retention longer than any producer's retry horizon."""
+    url = _require_url(args)
+    engine = _engine(url)
+    try:
+        result = ops.purge(
+            engine,
+            older_than=args.older_than,
+            batch_size=args.batch_size,
+            namespace=args.resolved_namespace,
+        )
+    finally:
+        engine.dispose()
+    if args.json:
+        data = asdict(result)
+        data["cutoff"] = result.cutoff.isoformat()
+        print(json.dumps(data))
+    else:
+        print(
+            f"assetq: purged {result.runs_deleted} runs and {result.events_deleted} events"
+            f" from before {result.cutoff.isoformat()}; {result.events_examined} old events"
+            f" examined, those kept are still queued or linked to a kept run;"
+            f" {result.batches} batches"
+        )
+    return EXIT_OK
+
+
+# -- grant ---------------------------------------------------------------------------------
+
+
+def _grant_arguments(parser: argparse.ArgumentParser) -> None:
+    for access, what in (
+        ("producer", "may register events, nothing else"),
+        ("scheduler", "may run scheduler passes, nothing else"),
+        ("reader", "may read every table and the status view, never write"),
+    ):
+        parser.add_argument(
+            f"--{access}",
+            action="append",
+            default=[],
+            metavar="ROLE",
+            help=f"existing role (MySQL: account user@host) that {what}; repeatable",
+        )
+    parser.add_argument(
+        "--revoke",
+        action="append",
+        default=[],
+        metavar="ROLE",
+        help="take every kind of assetq access away from this role; repeatable",
+    )
+
+
+def _grantees(values: list[str], url: sa.URL) -> list[ops.Grantee]:
+    if url.get_backend_name() not in ("mysql", "mariadb"):
+        return list(values)
+    # A MySQL account is user@host; a bare user means user@'%'.
+    result: list[ops.Grantee] = []
+    for value in values:
+        user, at, host = value.rpartition("@")
+        result.append((user, host) if at and user else value)
+    return result
+
+
+def cmd_grant(args: argparse.Namespace) -> int:
+    """Give existing roles (MySQL: accounts) exactly one kind of access to the namespace:
+    --producer may only register events, --scheduler may only run scheduler passes,
+    --reader may only read. Producers and schedulers get no right on any table: they call
+    routines that run with their owner's rights (PostgreSQL: SECURITY DEFINER with a pinned
+    search_path; MySQL: SQL SECURITY DEFINER). Run it as the account that installed
+    assetq; create the roles first (CREATE ROLE ... LOGIN / CREATE USER ...). Grant again
+    after an upgrade. --revoke takes all of it away."""
+    url = _require_url(args)
+    namespace = args.resolved_namespace
+    if not (args.producer or args.scheduler or args.reader or args.revoke):
+        raise UsageError("name at least one role: --producer, --scheduler, --reader or --revoke")
+    engine = _engine(url)
+    try:
+        if args.revoke:
+            ops.revoke_roles(engine, _grantees(args.revoke, url), namespace=namespace)
+        ops.grant_roles(
+            engine,
+            producer=_grantees(args.producer, url),
+            scheduler=_grantees(args.scheduler, url),
+            reader=_grantees(args.reader, url),
+            namespace=namespace,
+        )
+    finally:
+        engine.dispose()
+    for access in ops.ACCESS_KINDS:
+        for role in getattr(args, access):
+            print(f"assetq: {role} may now act as {access} in namespace {namespace!r}")
+    for role in args.revoke:
+        print(f"assetq: {role} has no assetq access in namespace {namespace!r} any more")
+    return EXIT_OK
+
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         "demo",
@@ -240,11 +694,34 @@ COMMANDS: tuple[Command, ...] = (
         default_namespace="assetq_demo",
     ),
     Command("install", "install or upgrade assetq in a database", cmd_install),
+    Command("upgrade", "upgrade an installed assetq to this package's schema", cmd_upgrade),
     Command(
         "uninstall",
         "remove assetq and all its data from a database",
         cmd_uninstall,
         _uninstall_arguments,
+    ),
+    Command(
+        "scheduler",
+        "run scheduler passes until stopped (woken by NOTIFY on PostgreSQL)",
+        cmd_scheduler,
+        _scheduler_arguments,
+    ),
+    Command(
+        "status",
+        "show queue depth, oldest queued event and recent runs per consumer",
+        cmd_status,
+        lambda p: _json_option(p, "the status"),
+    ),
+    Command(
+        "doctor",
+        "check the installation; exit 1 with a fix for each problem",
+        cmd_doctor,
+        lambda p: _json_option(p, "the checks"),
+    ),
+    Command("purge", "delete consumed history older than a cutoff", cmd_purge, _purge_arguments),
+    Command(
+        "grant", "give roles producer, scheduler or reader access", cmd_grant, _grant_arguments
     ),
 )
 
@@ -279,7 +756,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="assetq",
         description="assetq: asset-triggered scheduling inside PostgreSQL and MySQL/MariaDB.",
-        epilog="exit codes: 0 success, 1 assetq or database error, 2 usage error, 130 interrupted",
+        epilog="exit codes: 0 success, 1 assetq or database error (or doctor found a problem),"
+        " 2 usage error, 130 interrupted",
         parents=[_common_options()],
     )
     parser.add_argument("--version", action="version", version=f"assetq {__version__}")

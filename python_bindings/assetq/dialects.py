@@ -8,11 +8,12 @@ sent, how a driver reports an error code, which codes are transient) is here.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Engine, TextClause, text
 from sqlalchemy.engine import Row
 from sqlalchemy.engine.result import result_tuple
 from sqlalchemy.exc import DBAPIError
@@ -55,6 +56,21 @@ class Dialect:
     def query(self, name: str, namespace: str) -> str:
         return _rendered_query(self.name, name, self.quote_ns(namespace))
 
+    def statement(self, name: str, namespace: str) -> TextClause:
+        """Named query ``name`` as a statement, built once per namespace: text() parses the
+        bind parameters of its SQL each time it is called, a cost on every registration."""
+        key = (self.name, name, namespace)
+        statement = _statement_cache.get(key)
+        if statement is None:
+            statement = _statement_cache[key] = text(self.query(name, namespace))
+        return statement
+
+    @contextmanager
+    def atomic(self, conn: Connection) -> Iterator[None]:
+        """Make a routine call with several writing statements atomic on an autocommit
+        connection too. PostgreSQL: a function is one statement, so it already is."""
+        yield
+
     def execute(
         self,
         conn: Connection,
@@ -63,7 +79,7 @@ class Dialect:
         params: Mapping[str, Any] | None = None,
     ) -> Sequence[Row[Any]]:
         """Run named query ``name`` and return all its rows (empty when it returns none)."""
-        result = conn.execute(text(self.query(name, namespace)), dict(params or {}))
+        result = conn.execute(self.statement(name, namespace), dict(params or {}))
         rows: Sequence[Row[Any]] = result.all() if result.returns_rows else []
         self._drain(conn)
         return rows
@@ -165,7 +181,7 @@ class _MySQL(Dialect):
         """
         statement = self.query(name, namespace)
         bound = dict(params or {})
-        result = conn.execute(text(statement), bound)
+        result = conn.execute(self.statement(name, namespace), bound)
         if not result.returns_rows:
             # No result set: the server's single reply (status or error) was already read.
             return []
@@ -199,6 +215,45 @@ class _MySQL(Dialect):
         if make_row is None:
             make_row = _row_makers[keys] = result_tuple(keys)
         return [make_row(values) for values in raw]
+
+    @contextmanager
+    def atomic(self, conn: Connection) -> Iterator[None]:
+        """Under autocommit every statement inside a procedure commits on its own, so a
+        procedure that writes row by row would not be atomic: on an autocommit connection the
+        call gets a transaction of its own (through the driver: PyMySQL's begin())."""
+        dbapi_connection = conn.connection.dbapi_connection
+        assert dbapi_connection is not None  # a Connection in use always has one
+        try:
+            autocommit = bool(conn.dialect.detect_autocommit_setting(dbapi_connection))
+        except (AttributeError, NotImplementedError):  # SQLAlchemy < 2.1, other drivers
+            get_autocommit = getattr(dbapi_connection, "get_autocommit", None)
+            autocommit = bool(get_autocommit()) if get_autocommit is not None else False
+        if not autocommit:
+            yield
+            return
+        begin = getattr(dbapi_connection, "begin", None)
+        if begin is None:
+            raise errors.AssetqError(
+                "this MySQL driver cannot open a transaction on an autocommit connection:"
+                " call assetq inside a transaction (engine.begin())"
+            )
+        dbapi_error: type[Exception] = conn.dialect.loaded_dbapi.Error
+
+        def driver(call: Callable[[], object], what: str) -> None:
+            try:
+                call()
+            except dbapi_error as exc:  # as a DBAPIError, like every other driver error
+                raise DBAPIError.instance(
+                    what, None, exc, dbapi_error, dialect=conn.dialect
+                ) from exc
+
+        driver(begin, "BEGIN")
+        try:
+            yield
+        except BaseException:
+            driver(dbapi_connection.rollback, "ROLLBACK")
+            raise
+        driver(dbapi_connection.commit, "COMMIT")
 
     def run_script(self, conn: Connection, script: str, namespace: str) -> None:
         # The server takes one statement per call (PyMySQL has multi-statements off) and
@@ -256,6 +311,18 @@ MYSQL = _MySQL(
 )
 
 
+def dialect_of(engine: Engine) -> Dialect:
+    """The dialect of ``engine``, known without connecting."""
+    name = engine.dialect.name
+    if name == "postgresql":
+        return POSTGRESQL
+    if name in ("mysql", "mariadb"):
+        return MYSQL
+    raise errors.AssetqError(
+        f"assetq supports PostgreSQL and MySQL/MariaDB; this engine is {name!r}"
+    )
+
+
 def dialect_for(conn: Connection) -> Dialect:
     name = conn.dialect.name
     if name == "postgresql":
@@ -268,6 +335,7 @@ def dialect_for(conn: Connection) -> Dialect:
 
 
 _rendered_cache: dict[tuple[str, str, str], str] = {}
+_statement_cache: dict[tuple[str, str, str], TextClause] = {}
 
 
 def _rendered_query(engine: str, name: str, quoted_ns: str) -> str:

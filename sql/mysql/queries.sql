@@ -80,3 +80,78 @@ SELECT (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = :nam
 -- Drop the (empty) database. MySQL has no RESTRICT: DROP DATABASE drops whatever is inside,
 -- so assetq.uninstall runs this only after namespace_object_count found nothing.
 DROP DATABASE IF EXISTS {{ns}}
+
+-- listen --
+-- MySQL has no LISTEN/NOTIFY: never sent (Dialect.supports_notify is false); schedulers poll.
+SELECT 0 AS listening
+
+-- dag_queue_status --
+-- One row per consumer from the dag_queue_status view: queue depth, oldest queued, recent runs.
+SELECT dag_id, is_paused, queued_events, oldest_queued_at, oldest_queued_age_seconds,
+       runs_last_hour, last_run_at, runs_total, last_scheduled_at
+  FROM {{ns}}.dag_queue_status
+ ORDER BY dag_id
+
+-- purge_cutoff --
+-- The cutoff of a purge: the server's current UTC time minus :seconds (one clock for every batch).
+SELECT UTC_TIMESTAMP(6) - INTERVAL CAST(ROUND(:seconds * 1000000) AS SIGNED) MICROSECOND AS cutoff
+
+-- purge_runs --
+-- Delete one batch of runs created before :older_than, with their links.
+CALL {{ns}}.purge_runs(:older_than, :batch_size)
+
+-- purge_events --
+-- Examine the next batch of events before :older_than after the cursor; delete the consumed ones.
+CALL {{ns}}.purge_events(:older_than, :batch_size, :after_timestamp, :after_id)
+
+-- grant_access --
+-- Give an existing account one kind of access: producer, scheduler or reader.
+CALL {{ns}}.grant_access(:access, :grantee, :host)
+
+-- revoke_access --
+-- Take every kind of access grant_access gave an account away again.
+CALL {{ns}}.revoke_access(:grantee, :host)
+
+-- namespace_objects --
+-- Every table, view, routine and trigger in the namespace as (kind, name, detail). MySQL
+-- cannot disable a trigger: they are always enabled.
+SELECT CASE t.TABLE_TYPE WHEN 'VIEW' THEN 'view' ELSE 'table' END AS kind,
+       t.TABLE_NAME AS name, NULL AS detail
+  FROM information_schema.TABLES t
+ WHERE t.TABLE_SCHEMA = :namespace
+UNION ALL
+SELECT 'routine', r.ROUTINE_NAME, NULL
+  FROM information_schema.ROUTINES r
+ WHERE r.ROUTINE_SCHEMA = :namespace
+UNION ALL
+SELECT 'trigger', g.TRIGGER_NAME, 'enabled'
+  FROM information_schema.TRIGGERS g
+ WHERE g.TRIGGER_SCHEMA = :namespace
+ ORDER BY 1, 2
+
+-- routine_security --
+-- Per routine: whose rights it runs with (DEFINER or INVOKER), its definer, whether that is a
+-- superuser (NULL: MySQL cannot tell) and its pinned settings (none on MySQL).
+SELECT r.ROUTINE_NAME AS name, r.SECURITY_TYPE AS security, r.DEFINER AS owner,
+       NULL AS owner_is_superuser, NULL AS config
+  FROM information_schema.ROUTINES r
+ WHERE r.ROUTINE_SCHEMA = :namespace
+ ORDER BY 1
+
+-- account_exists --
+-- 1 when the 'user@host' account (PostgreSQL: the role) exists. Needs SELECT on mysql.user.
+SELECT COUNT(*) AS n FROM mysql.user u WHERE CONCAT(u.User, '@', u.Host) = :account
+
+-- server_settings --
+-- Server facts doctor reports, as (name, value): the defaults a new session gets.
+-- MySQL 8 / MariaDB: MySQL 8 calls the isolation variable transaction_isolation, MariaDB
+-- before 11.1 tx_isolation; SHOW lists whichever exists (SELECT @@x fails on the other).
+SHOW GLOBAL VARIABLES
+ WHERE Variable_name IN ('version', 'tx_isolation', 'transaction_isolation', 'time_zone',
+                         'system_time_zone')
+
+-- current_privileges --
+-- What the connected account may do with assetq (each NULL where the engine cannot tell:
+-- MySQL keeps routine privileges in mysql.procs_priv, which few accounts may read).
+SELECT CURRENT_USER() AS account, NULL AS can_register, NULL AS can_schedule,
+       NULL AS can_read_status

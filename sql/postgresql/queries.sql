@@ -84,3 +84,90 @@ SELECT (SELECT count(*) FROM pg_class c JOIN pg_namespace s ON s.oid = c.relname
 -- drop_namespace --
 -- Drop the (empty) namespace; RESTRICT so an object someone else put there is never dropped.
 DROP SCHEMA IF EXISTS {{ns}} RESTRICT
+
+-- listen --
+-- Subscribe this session to the namespace's wake-up channel (trigger asset_dag_run_queue_notify).
+LISTEN {{ns}}
+
+-- dag_queue_status --
+-- One row per consumer from the dag_queue_status view: queue depth, oldest queued, recent runs.
+SELECT dag_id, is_paused, queued_events, oldest_queued_at, oldest_queued_age_seconds,
+       runs_last_hour, last_run_at, runs_total, last_scheduled_at
+  FROM {{ns}}.dag_queue_status
+ ORDER BY dag_id
+
+-- purge_cutoff --
+-- The cutoff of a purge: the server's current time minus :seconds (one clock for every batch).
+SELECT clock_timestamp() - make_interval(secs => CAST(:seconds AS double precision)) AS cutoff
+
+-- purge_runs --
+-- Delete one batch of runs created before :older_than, with their links.
+SELECT deleted FROM {{ns}}.purge_runs(p_older_than => :older_than, p_batch_size => :batch_size)
+
+-- purge_events --
+-- Examine the next batch of events before :older_than after the cursor; delete the consumed ones.
+SELECT deleted, examined, last_timestamp, last_id
+  FROM {{ns}}.purge_events(
+        p_older_than => :older_than,
+        p_batch_size => :batch_size,
+        p_after_timestamp => :after_timestamp,
+        p_after_id => :after_id)
+
+-- grant_access --
+-- Give an existing role one kind of access: producer, scheduler or reader.
+SELECT {{ns}}.grant_access(p_access => :access, p_grantee => :grantee, p_host => :host)
+
+-- revoke_access --
+-- Take every kind of access grant_access gave a role away again.
+SELECT {{ns}}.revoke_access(p_grantee => :grantee, p_host => :host)
+
+-- namespace_objects --
+-- Every table, view, routine and trigger in the namespace as (kind, name, detail); a trigger's
+-- detail says whether it is enabled (ALTER TABLE ... DISABLE TRIGGER silences it).
+SELECT CASE c.relkind WHEN 'v' THEN 'view' ELSE 'table' END AS kind, c.relname AS name,
+       NULL AS detail
+  FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
+ WHERE s.nspname = :namespace AND c.relkind IN ('r', 'p', 'v')
+UNION ALL
+SELECT 'routine', p.proname, NULL
+  FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace
+ WHERE s.nspname = :namespace
+UNION ALL
+SELECT 'trigger', t.tgname, CASE t.tgenabled WHEN 'D' THEN 'disabled' ELSE 'enabled' END
+  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+  JOIN pg_namespace s ON s.oid = c.relnamespace
+ WHERE s.nspname = :namespace AND NOT t.tgisinternal
+ ORDER BY 1, 2
+
+-- routine_security --
+-- Per routine: whose rights it runs with (DEFINER or INVOKER), its owner (MySQL: definer),
+-- whether that owner is a superuser, and its pinned settings ('' when none; MySQL: NULL,
+-- it has no such thing).
+SELECT p.proname AS name,
+       CASE WHEN p.prosecdef THEN 'DEFINER' ELSE 'INVOKER' END AS security,
+       r.rolname AS owner,
+       r.rolsuper AS owner_is_superuser,
+       coalesce(array_to_string(p.proconfig, '; '), '') AS config
+  FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace
+  JOIN pg_roles r ON r.oid = p.proowner
+ WHERE s.nspname = :namespace
+ ORDER BY 1
+
+-- account_exists --
+-- 1 when the role (MySQL: the 'user@host' account) exists.
+SELECT count(*) AS n FROM pg_roles WHERE rolname = :account
+
+-- server_settings --
+-- Server facts doctor reports, as (name, value).
+SELECT name, setting AS value
+  FROM pg_settings
+ WHERE name IN ('server_version', 'default_transaction_isolation', 'TimeZone')
+ ORDER BY name
+
+-- current_privileges --
+-- What the connected role may do with assetq (each NULL where the engine cannot tell).
+SELECT current_user AS account,
+       has_function_privilege('{{ns}}.register_event(text, jsonb, text, text, text, integer, text)',
+                              'EXECUTE') AS can_register,
+       has_function_privilege('{{ns}}.schedule_pass(integer)', 'EXECUTE') AS can_schedule,
+       has_table_privilege('{{ns}}.dag_queue_status', 'SELECT') AS can_read_status

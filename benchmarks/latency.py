@@ -1,0 +1,350 @@
+"""Event -> run latency of the long-running scheduler (assetq.run_scheduler), both engines.
+
+    python benchmarks/latency.py                 # about 2 minutes on 2 cores
+    python benchmarks/latency.py --seconds 3     # shorter rounds
+
+Latency of an event: from the moment its producer's COMMIT returned to the moment the
+scheduler's pass that consumed it had committed and handed the run to ``on_run``. Both
+instants are read from one monotonic clock: producers and the scheduler are threads of this
+process, each with its own connection. Every consumer is scheduled on one asset of its own,
+so every event makes a run of its own consumer.
+
+Scenarios, each a round of ``--seconds`` seconds, for each engine:
+
+idle   one producer registers an event every 50-150 ms (random), so the scheduler waits
+       between events: the latency is the wake-up's.
+load   ``--producers`` threads register events back to back, each its own transaction;
+       the scheduler passes back to back.
+
+Wake-ups: PostgreSQL with LISTEN/NOTIFY (and ``--poll-interval`` as the safety net), and
+PostgreSQL polling only, for comparison; MySQL/MariaDB polls every ``--poll-interval``
+seconds. Polling latency is about half the poll interval at idle, by construction.
+
+Producer cost of the wake-up (PostgreSQL): registration throughput with the notification
+trigger enabled and disabled, at 1 and ``--producers`` threads, rounds interleaved.
+
+Servers: PostgreSQL at ``--postgres`` (default: the local server, postgres@127.0.0.1:5432) in
+a database created for the run and dropped after; MariaDB/MySQL on a throw-away server
+started from this machine's mariadbd/mysqld (tests/dbs.py), or at ``--mysql URL`` (a
+dedicated test server: see tests/dbs.py). Needs the test extra (``pip install -e '.[test]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import random
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+import assetq
+from assetq import sqlfiles
+from assetq.dialects import POSTGRESQL
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+#: tests/dbs.py: disposable databases and throw-away MariaDB servers (not a typed package).
+dbs: Any = importlib.import_module("dbs")
+
+CONSUMERS = 4
+
+
+@dataclass(frozen=True)
+class Result:
+    engine: str
+    wakeup: str
+    scenario: str
+    events: int
+    seconds: float
+    latencies_ms: list[float]
+
+    def row(self) -> str:
+        lat = sorted(self.latencies_ms)
+        if not lat:
+            return f"{self.engine:<10} | {self.wakeup:<7} | {self.scenario:<5} | no events"
+        p50 = statistics.median(lat)
+        p99 = lat[min(len(lat) - 1, round(0.99 * (len(lat) - 1)))]
+        return (
+            f"{self.engine:<10} | {self.wakeup:<7} | {self.scenario:<5} | {self.events:>7,} |"
+            f" {self.events / self.seconds:>8,.0f} | {p50:>8.1f} | {p99:>8.1f} | {lat[-1]:>8.1f}"
+        )
+
+
+HEADER = (
+    "engine     | wake-up | load  |  events | events/s |  p50 ms |  p99 ms |  max ms\n"
+    "-----------|---------|-------|---------|----------|---------|---------|---------"
+)
+
+
+def _setup(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        for i in range(CONSUMERS):
+            assetq.declare_dag(conn, f"consumer_{i}", f"asset_{i}")
+
+
+def measure(
+    engine: sa.Engine,
+    *,
+    engine_name: str,
+    listen: bool,
+    scenario: str,
+    seconds: float,
+    producers: int,
+    poll_interval: float,
+) -> Result:
+    """One round: producers for ``seconds``, one scheduler; then the backlog is drained."""
+    committed: dict[int, float] = {}
+    consumed: dict[int, float] = {}
+    lock = threading.Lock()
+    stop_producing = threading.Event()
+    stop_scheduler = threading.Event()
+    failures: list[BaseException] = []
+
+    def on_run(run: assetq.Run) -> None:
+        now = time.monotonic()
+        with lock:
+            for event_id in run.event_ids:
+                consumed[event_id] = now
+
+    def schedule() -> None:
+        try:
+            assetq.run_scheduler(
+                engine,
+                stop_event=stop_scheduler,
+                on_run=on_run,
+                poll_interval=poll_interval,
+                listen=listen,
+                summary_interval=3600,
+            )
+        except BaseException as exc:
+            failures.append(exc)
+
+    def produce(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            while not stop_producing.is_set():
+                with engine.connect() as conn:
+                    event = assetq.register_event(conn, f"asset_{rng.randrange(CONSUMERS)}")
+                    conn.commit()
+                    now = time.monotonic()
+                with lock:
+                    committed[event.id] = now
+                if scenario == "idle":
+                    stop_producing.wait(rng.uniform(0.05, 0.15))
+        except BaseException as exc:
+            failures.append(exc)
+
+    scheduler = threading.Thread(target=schedule)
+    scheduler.start()
+    time.sleep(0.5)  # the scheduler is up and waiting
+    threads = [
+        threading.Thread(target=produce, args=(seed,))
+        for seed in range(1 if scenario == "idle" else producers)
+    ]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop_producing.set()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - started
+    deadline = time.monotonic() + poll_interval * 3 + 30
+    while time.monotonic() < deadline and not failures:
+        with lock:
+            if set(committed) <= set(consumed):
+                break
+        time.sleep(0.01)
+    stop_scheduler.set()
+    scheduler.join()
+    if failures:
+        raise failures[0]
+    missing = set(committed) - set(consumed)
+    if missing:
+        raise RuntimeError(f"{len(missing)} events were not consumed")
+    latencies = [(consumed[e] - committed[e]) * 1000 for e in committed]
+    return Result(
+        engine_name,
+        "notify" if listen else "poll",
+        scenario,
+        len(committed),
+        elapsed,
+        latencies,
+    )
+
+
+def producer_cost(
+    engine: sa.Engine, seconds: float, producers: int, repetitions: int
+) -> list[tuple[str, int, list[float], list[float]]]:
+    """Registration events/s with the PostgreSQL notification trigger on and off, in
+    interleaved rounds, with durable commits and with synchronous_commit off. Returns
+    (commit mode, threads, on, off) per row."""
+    queries = sqlfiles.parse_queries((HERE / "sql" / "latency.postgresql.sql").read_text("utf-8"))
+
+    def sql(name: str) -> sa.TextClause:
+        return sa.text(sqlfiles.render(queries[name], POSTGRESQL.quote_ns(dbs.NAMESPACE)))
+
+    def set_trigger(enabled: bool) -> None:
+        with engine.begin() as conn:
+            conn.execute(sql("enable_notify" if enabled else "disable_notify"))
+
+    def throughput(threads: int, durable: bool) -> float:
+        count = [0] * threads
+        stop = threading.Event()
+
+        def work(i: int) -> None:
+            with engine.connect() as conn:
+                if not durable:
+                    conn.execute(sql("async_commit"))
+                    conn.commit()
+                while not stop.is_set():
+                    assetq.register_event(conn, f"asset_{i % CONSUMERS}")
+                    conn.commit()
+                    count[i] += 1
+                if not durable:  # back to the server's default before the pool reuses it
+                    conn.invalidate()
+
+        workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+        for w in workers:
+            w.start()
+        time.sleep(seconds)
+        stop.set()
+        for w in workers:
+            w.join()
+        return sum(count) / seconds
+
+    results = []
+    for durable in (True, False):
+        for threads in (1, producers):
+            on: list[float] = []
+            off: list[float] = []
+            for _ in range(repetitions):
+                for enabled, into in ((True, on), (False, off)):
+                    set_trigger(enabled)
+                    into.append(throughput(threads, durable))
+            set_trigger(True)
+            results.append(("durable" if durable else "async", threads, on, off))
+    return results
+
+
+def _postgres(url_text: str) -> tuple[Any, Any]:
+    url = sa.engine.make_url(url_text)
+    backend = dbs.PostgresBackend(
+        host=url.host or "127.0.0.1",
+        port=url.port or 5432,
+        user=url.username or "postgres",
+        password=url.password if isinstance(url.password, str) else None,
+        description="PostgreSQL",
+    )
+    return backend, backend.database(installed=True)
+
+
+def _mysql(choice: str) -> tuple[Any, Any]:
+    backend = dbs.mysql_backend(choice)
+    return backend, backend.database(installed=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of a round")
+    parser.add_argument("--producers", type=int, default=4, help="producer threads under load")
+    parser.add_argument(
+        "--poll-interval", type=float, default=1.0, help="scheduler poll interval, seconds"
+    )
+    parser.add_argument("--repetitions", type=int, default=3, help="rounds of the producer cost")
+    parser.add_argument("--engines", default="postgresql,mysql")
+    parser.add_argument(
+        "--figures",
+        default="latency,cost",
+        help="which figures: latency, cost (the wake-up's producer cost), or both",
+    )
+    parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--mysql", default="private", help="'private' or a server URL")
+    args = parser.parse_args(argv)
+
+    rounds: list[tuple[str, bool, Callable[[], tuple[Any, Any]]]] = []
+    figures = set(args.figures.split(","))
+    if not figures <= {"latency", "cost"}:
+        parser.error(f"unknown figures {sorted(figures - {'latency', 'cost'})}")
+    for name in args.engines.split(","):
+        if name == "postgresql":
+            rounds.append(("postgresql", True, lambda: _postgres(args.postgres)))
+            if "latency" in figures:
+                rounds.append(("postgresql", False, lambda: _postgres(args.postgres)))
+        elif name == "mysql" and "latency" in figures:
+            rounds.append(("mysql", False, lambda: _mysql(args.mysql)))
+        elif name != "mysql":
+            parser.error(f"unknown engine {name!r}")
+
+    results: list[Result] = []
+    cost: list[tuple[str, int, list[float], list[float]]] = []
+    for engine_name, listen, make in rounds:
+        backend, database = make()
+        engine = backend.create_engine(database.url, pool_size=args.producers + 4)
+        try:
+            _setup(engine)
+            for scenario in ("idle", "load") if "latency" in figures else ():
+                result = measure(
+                    engine,
+                    engine_name=engine_name,
+                    listen=listen,
+                    scenario=scenario,
+                    seconds=args.seconds,
+                    producers=args.producers,
+                    poll_interval=args.poll_interval,
+                )
+                print(result.row(), file=sys.stderr, flush=True)
+                results.append(result)
+            if engine_name == "postgresql" and listen and "cost" in figures:
+                cost = producer_cost(
+                    engine, min(args.seconds, 2.0), args.producers, args.repetitions
+                )
+        finally:
+            engine.dispose()
+            backend.drop(database)
+            backend.close()
+
+    if results:
+        print(
+            f"Event -> run latency; {args.seconds:g} s rounds, poll interval"
+            f" {args.poll_interval:g} s, idle: 1 producer, an event every 50-150 ms; load:"
+            f" {args.producers} producers back to back; 1 scheduler; {CONSUMERS} consumers.\n"
+        )
+        print(HEADER)
+        for result in results:
+            print(result.row())
+    if cost:
+        print(
+            "\nProducer cost of the wake-up trigger (PostgreSQL), registration events/s,"
+            f" median (min-max) of {args.repetitions} interleaved rounds of"
+            f" {min(args.seconds, 2.0):g} s; durable: synchronous_commit on (the server's"
+            " default here), async: off for the producers' sessions:\n"
+        )
+        print("commits | threads | trigger on          | trigger off         | ratio on/off")
+        print("--------|---------|---------------------|---------------------|-----------------")
+        for mode, threads, on, off in cost:
+            ratios = [a / b for a, b in zip(on, off, strict=True)]
+
+            def fmt(values: list[float]) -> str:
+                return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
+
+            print(
+                f"{mode:<7} | {threads:>7} | {fmt(on):<19} | {fmt(off):<19} |"
+                f" {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

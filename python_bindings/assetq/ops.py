@@ -1,0 +1,657 @@
+"""Operating assetq: status, retention, health checks and least-privilege access.
+
+:func:`status` reads the ``dag_queue_status`` view in the caller's transaction. :func:`purge`
+deletes history in small batches, each a short transaction of its own. :func:`doctor`
+checks an installation and says how to fix what it finds. :func:`grant_roles` and
+:func:`revoke_roles` give existing database roles (MySQL: accounts) exactly one kind of
+access. All SQL is in ``sql/<engine>/queries.sql`` and the routines of migration 0003.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from importlib import resources
+from typing import Any, Literal
+
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from . import errors, migrate, sqlfiles
+from .api import _translated, _utc
+from .dialects import Dialect, dialect_for
+from .migrate import DEFAULT_NAMESPACE
+from .validation import check_int, check_namespace
+
+log = logging.getLogger("assetq")
+
+
+# -- status ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DagStatus:
+    """One consumer as the ``dag_queue_status`` view shows it. Times are UTC."""
+
+    dag_id: str
+    paused: bool
+    #: Events queued for the consumer and not consumed yet.
+    queued_events: int
+    #: Timestamp of the oldest queued event, None when nothing is queued.
+    oldest_queued_at: datetime | None
+    #: How long the oldest queued event has waited, by the server's clock.
+    oldest_queued_age: timedelta | None
+    #: Runs created in the last hour (runs already purged are not counted).
+    runs_last_hour: int
+    #: When the newest run still in the history was created.
+    last_run_at: datetime | None
+    #: Runs ever created for the consumer (its run sequence; purging keeps it).
+    runs_total: int
+    #: When a scheduler pass last examined the consumer.
+    last_scheduled_at: datetime | None
+
+
+def _optional_utc(value: datetime | None) -> datetime | None:
+    return None if value is None else _utc(value)
+
+
+def status(conn: Connection, namespace: str = DEFAULT_NAMESPACE) -> list[DagStatus]:
+    """Every consumer of ``namespace`` with its queue depth, oldest queued event and recent
+    runs, ordered by dag id. A read in the caller's transaction; the view it reads,
+    ``dag_queue_status``, is documented in docs/operations.md for dashboards."""
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    with _translated(dialect):
+        rows = dialect.execute(conn, "dag_queue_status", namespace)
+    return [
+        DagStatus(
+            dag_id=str(row.dag_id),
+            paused=bool(row.is_paused),
+            queued_events=int(row.queued_events),
+            oldest_queued_at=_optional_utc(row.oldest_queued_at),
+            oldest_queued_age=None
+            if row.oldest_queued_age_seconds is None
+            else timedelta(seconds=float(row.oldest_queued_age_seconds)),
+            runs_last_hour=int(row.runs_last_hour),
+            last_run_at=_optional_utc(row.last_run_at),
+            runs_total=int(row.runs_total),
+            last_scheduled_at=_optional_utc(row.last_scheduled_at),
+        )
+        for row in rows
+    ]
+
+
+# -- purge ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PurgeResult:
+    """What :func:`purge` deleted."""
+
+    #: Runs and events from before this moment (UTC, the server's clock) were candidates.
+    cutoff: datetime
+    runs_deleted: int
+    events_deleted: int
+    #: Old events looked at; those still queued or linked to a kept run were kept.
+    events_examined: int
+    #: Transactions committed.
+    batches: int
+
+
+#: Codes of a foreign-key refusal to delete a referenced row: a purge batch met an event that
+#: was queued after its test (only a raw INSERT into the queue can do that). Retried: the
+#: retry sees the queue row and keeps the event.
+_FK_REFUSED = frozenset({"23503", "1451"})
+
+
+def _batch(
+    engine: Engine, query: str, namespace: str, params: dict[str, Any], max_attempts: int
+) -> Any:
+    """Run one purge batch in a READ COMMITTED transaction of its own; retry what a retry
+    cures. Returns the batch's single row."""
+    for attempt in range(1, max_attempts + 1):
+        try:
+            with engine.connect() as conn:
+                dialect = dialect_for(conn)
+                with _translated(dialect), conn.begin():
+                    # The same first statement as a scheduler pass: READ COMMITTED for this
+                    # transaction, so every read is fresh and a plain read locks nothing.
+                    dialect.execute(conn, "scheduler_transaction", namespace)
+                    return dialect.execute(conn, query, namespace, params)[0]
+        except errors.AssetqError as exc:
+            retry = isinstance(exc, errors.TransientError) or exc.code in _FK_REFUSED
+            if not retry or attempt == max_attempts:
+                raise
+            delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
+            log.warning(
+                "assetq: purge batch attempt %d failed (%s %s); retrying in %.0f ms",
+                attempt,
+                exc.code,
+                exc,
+                delay * 1000,
+            )
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def purge(
+    engine: Engine,
+    *,
+    older_than: timedelta,
+    batch_size: int = 1000,
+    namespace: str = DEFAULT_NAMESPACE,
+    max_attempts: int = 8,
+) -> PurgeResult:
+    """Delete history older than ``older_than``: runs created before the cutoff with their
+    links, then events from before the cutoff that nobody waits for any more (no queue row)
+    and no kept run consumed (no link). A queued event is never deleted, however old.
+
+    Works in batches of at most ``batch_size`` rows, each a short transaction of its own,
+    so it never holds locks for long; rows another transaction holds are skipped (SKIP
+    LOCKED) rather than waited for. Safe to run while producers and schedulers work, and
+    from several processes (they skip each other's batches). Deleting an event frees its
+    idempotency key: keep ``older_than`` longer than any producer's retry horizon.
+    """
+    if not isinstance(older_than, timedelta):
+        raise errors.InvalidArgumentType(
+            f"older_than must be a datetime.timedelta, got {type(older_than).__name__}"
+        )
+    if older_than < timedelta(0):
+        raise errors.InvalidArgument(f"older_than must not be negative, got {older_than}")
+    check_int(batch_size, "batch_size", 1, 100_000)
+    check_int(max_attempts, "max_attempts", 1, 100)
+    namespace = check_namespace(namespace)
+
+    with engine.connect() as conn:
+        dialect = dialect_for(conn)
+        with _translated(dialect):
+            rows = dialect.execute(
+                conn, "purge_cutoff", namespace, {"seconds": older_than.total_seconds()}
+            )
+    # Passed back as the driver returned it: aware on PostgreSQL, naive UTC on MySQL.
+    cutoff = rows[0].cutoff
+
+    batches = runs_deleted = 0
+    while True:
+        row = _batch(
+            engine,
+            "purge_runs",
+            namespace,
+            {"older_than": cutoff, "batch_size": batch_size},
+            max_attempts,
+        )
+        batches += 1
+        runs_deleted += int(row.deleted)
+        if int(row.deleted) == 0:  # none left, or only runs someone else holds
+            break
+
+    events_deleted = events_examined = 0
+    after_timestamp: Any = None
+    after_id: int | None = None
+    while True:
+        row = _batch(
+            engine,
+            "purge_events",
+            namespace,
+            {
+                "older_than": cutoff,
+                "batch_size": batch_size,
+                "after_timestamp": after_timestamp,
+                "after_id": after_id,
+            },
+            max_attempts,
+        )
+        batches += 1
+        events_deleted += int(row.deleted)
+        events_examined += int(row.examined)
+        if int(row.examined) < batch_size:
+            break
+        after_timestamp, after_id = row.last_timestamp, int(row.last_id)
+
+    result = PurgeResult(
+        cutoff=_utc(cutoff),
+        runs_deleted=runs_deleted,
+        events_deleted=events_deleted,
+        events_examined=events_examined,
+        batches=batches,
+    )
+    log.info(
+        "assetq: purged %d runs and %d of %d events older than %s in %d batches",
+        runs_deleted,
+        events_deleted,
+        events_examined,
+        result.cutoff.isoformat(),
+        batches,
+    )
+    return result
+
+
+# -- grant ----------------------------------------------------------------------------------
+
+#: A role (PostgreSQL) or account (MySQL): a name, or (user, host) for a MySQL account.
+#: A bare name on MySQL means the account ``name@'%'``.
+Grantee = str | tuple[str, "str | None"]
+
+ACCESS_KINDS = ("producer", "scheduler", "reader")
+
+
+def _grantee(value: object) -> tuple[str, str | None]:
+    if isinstance(value, str):
+        name, host = value, None
+    elif (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and (value[1] is None or isinstance(value[1], str))
+    ):
+        name, host = value
+    else:
+        raise errors.InvalidArgumentType(
+            f"a grantee is a role name or a (user, host) pair, got {value!r}"
+        )
+    if not name or "\x00" in name or len(name) > 128:
+        raise errors.InvalidArgument(f"invalid role name {name!r}")
+    if host is not None and (not host or "\x00" in host or len(host) > 255):
+        raise errors.InvalidArgument(f"invalid host {host!r}")
+    return name, host
+
+
+def _grantees(value: Grantee | Iterable[Grantee] | None) -> list[tuple[str, str | None]]:
+    if value is None:
+        return []
+    if isinstance(value, (str, tuple)):
+        return [_grantee(value)]
+    return [_grantee(v) for v in value]
+
+
+def grant_roles(
+    engine: Engine,
+    *,
+    producer: Grantee | Iterable[Grantee] | None = None,
+    scheduler: Grantee | Iterable[Grantee] | None = None,
+    reader: Grantee | Iterable[Grantee] | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> None:
+    """Give existing roles (MySQL: accounts) one kind of access each to ``namespace``.
+
+    - producer: may register events (``register_event``, ``register_events``) and nothing
+      else: no right on any table.
+    - scheduler: may run scheduler passes (``schedule`` / ``run_scheduler``) and nothing else.
+    - reader: may read every table and the ``dag_queue_status`` view, never write.
+
+    The routines run with their owner's (MySQL: definer's) rights, so producers and
+    schedulers need no table rights. Call it as the account that installed assetq. One
+    transaction on PostgreSQL; idempotent. Grant again after an upgrade that adds tables (a
+    reader's SELECT covers the tables that exist when it is granted).
+    """
+    namespace = check_namespace(namespace)
+    plan = [
+        (access, grantee)
+        for access, value in (("producer", producer), ("scheduler", scheduler), ("reader", reader))
+        for grantee in _grantees(value)
+    ]
+    with engine.begin() as conn:
+        dialect = dialect_for(conn)
+        with _translated(dialect):
+            for access, (name, host) in plan:
+                dialect.execute(
+                    conn,
+                    "grant_access",
+                    namespace,
+                    {"access": access, "grantee": name, "host": host},
+                )
+                log.info("assetq: granted %s access to %s", access, name)
+
+
+def revoke_roles(
+    engine: Engine, grantees: Grantee | Iterable[Grantee], *, namespace: str = DEFAULT_NAMESPACE
+) -> None:
+    """Take away every kind of access :func:`grant_roles` gave these roles. Idempotent."""
+    namespace = check_namespace(namespace)
+    plan = _grantees(grantees)
+    with engine.begin() as conn:
+        dialect = dialect_for(conn)
+        with _translated(dialect):
+            for name, host in plan:
+                dialect.execute(conn, "revoke_access", namespace, {"grantee": name, "host": host})
+                log.info("assetq: revoked access of %s", name)
+
+
+# -- doctor ---------------------------------------------------------------------------------
+
+Severity = Literal["ok", "note", "problem"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One finding of :func:`doctor`."""
+
+    name: str
+    severity: Severity
+    detail: str
+    #: What to do about a problem (empty otherwise).
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    namespace: str
+    server: str
+    revision: str | None
+    head: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No check found a problem (notes are information only)."""
+        return not any(c.severity == "problem" for c in self.checks)
+
+
+#: Triggers an operator may disable on purpose: the wake-up (schedulers then only poll).
+OPTIONAL_TRIGGERS = frozenset({"asset_dag_run_queue_notify"})
+
+#: Routines granted to producer and scheduler roles: they must run with their owner's rights.
+DEFINER_ROUTINES = ("register_event", "register_events", "schedule_pass")
+
+_CREATE = re.compile(
+    r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:SQL\s+SECURITY\s+\w+\s+)?"
+    r"(TABLE|VIEW|FUNCTION|PROCEDURE|TRIGGER)\s+(?:IF\s+NOT\s+EXISTS\s+)?"
+    r"(?:\{\{ns\}\}\.)?(\w+)"
+)
+_KIND = {
+    "TABLE": "table",
+    "VIEW": "view",
+    "FUNCTION": "routine",
+    "PROCEDURE": "routine",
+    "TRIGGER": "trigger",
+}
+
+
+def expected_objects(engine_name: str) -> set[tuple[str, str]]:
+    """(kind, name) of every table, view, routine and trigger a fresh install creates, read
+    from the packaged schema snapshot (helpers named ``_assetq_*`` live only during a script)."""
+    text = sqlfiles.read(engine_name, "schema.sql")
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+    return {
+        (_KIND[kind], name)
+        for kind, name in _CREATE.findall(code)
+        if not name.startswith("_assetq") and name != "assetq_alembic_version"
+    }
+
+
+def _schema_file(engine_name: str) -> str:
+    """Where the installed package keeps the schema snapshot (for fix-it messages)."""
+    return str(resources.files("assetq.sql").joinpath(engine_name).joinpath("schema.sql"))
+
+
+def _settings(dialect: Dialect, conn: Connection, namespace: str) -> dict[str, str]:
+    rows = dialect.execute(conn, "server_settings", namespace)
+    # SHOW on MySQL names its columns Variable_name and Value: read them by position.
+    pairs = [tuple(row) for row in rows]
+    return {str(pair[0]): str(pair[1]) for pair in pairs}
+
+
+def _revision_check(revision: str | None, head: str, namespace: str) -> Check:
+    if revision is None:
+        return Check(
+            "revision",
+            "problem",
+            f"assetq is not installed in namespace {namespace!r}",
+            "run `assetq install` (or assetq.install(engine)) with the owner's account",
+        )
+    if revision == head:
+        return Check("revision", "ok", f"schema {revision}, this package's head")
+    script = ScriptDirectory(str(resources.files("assetq.migrations")))
+    known = {rev.revision for rev in script.walk_revisions()}
+    if revision in known:
+        return Check(
+            "revision",
+            "problem",
+            f"schema {revision} is older than this package's {head}",
+            "run `assetq upgrade` (or assetq.install(engine)) to upgrade it",
+        )
+    return Check(
+        "revision",
+        "problem",
+        f"schema {revision} is newer than this package knows (head {head})",
+        "upgrade the assetq package to the version that installed it",
+    )
+
+
+def _object_checks(
+    dialect: Dialect, conn: Connection, namespace: str, revision: str | None
+) -> list[Check]:
+    rows = dialect.execute(conn, "namespace_objects", namespace, {"namespace": namespace})
+    present = {(str(r.kind), str(r.name)) for r in rows}
+    disabled = sorted(str(r.name) for r in rows if r.kind == "trigger" and r.detail == "disabled")
+    expected = expected_objects(dialect.name)
+    checks: list[Check] = []
+    missing = sorted(expected - present)
+    where = _schema_file(dialect.name)
+    for kind, name in missing:
+        why = {
+            "asset_event_fan_out": ": events are not queued for any consumer (I1)",
+            "asset_dag_run_queue_notify": ": schedulers are not woken, they only poll",
+        }.get(name, "")
+        checks.append(
+            Check(
+                f"{kind} {name}",
+                "problem",
+                f"{kind} {name} is missing from namespace {namespace!r}"
+                f" (expected at revision {revision}){why}",
+                f"recreate it with its CREATE statement from {where}, as the owner; or"
+                " reinstall into a new namespace",
+            )
+        )
+    for name in disabled:
+        if name in OPTIONAL_TRIGGERS:
+            checks.append(
+                Check(
+                    f"trigger {name}",
+                    "note",
+                    f"trigger {name} is disabled: schedulers are not woken, they poll"
+                    " (a choice: it spares durable producers the commit-time cost of NOTIFY)",
+                )
+            )
+            continue
+        checks.append(
+            Check(
+                f"trigger {name}",
+                "problem",
+                f"trigger {name} is disabled",
+                f"ALTER TABLE ... ENABLE TRIGGER {name} (the table is in {namespace!r})",
+            )
+        )
+    if not missing and not set(disabled) - OPTIONAL_TRIGGERS:
+        checks.append(
+            Check(
+                "objects",
+                "ok",
+                f"all {len(expected)} tables, views, routines and triggers present"
+                + (", triggers enabled" if dialect.supports_notify else ""),
+            )
+        )
+    extra = sorted(
+        f"{k} {n}"
+        for k, n in present - expected
+        if not n.startswith("_assetq") and n != "assetq_alembic_version"
+    )
+    if extra:
+        checks.append(Check("other objects", "note", "not assetq's: " + ", ".join(extra)))
+    return checks
+
+
+def _security_checks(dialect: Dialect, conn: Connection, namespace: str) -> list[Check]:
+    rows = {
+        str(r.name): r
+        for r in dialect.execute(conn, "routine_security", namespace, {"namespace": namespace})
+    }
+    checks: list[Check] = []
+    wrong = []
+    for name in DEFINER_ROUTINES:
+        row = rows.get(name)
+        if row is None:
+            continue  # reported as missing already
+        # config is NULL where the engine pins no settings (MySQL).
+        pinned = row.config is None or "search_path=pg_catalog, pg_temp" in str(row.config)
+        if row.security != "DEFINER" or not pinned:
+            wrong.append(name)
+    if wrong:
+        checks.append(
+            Check(
+                "routine security",
+                "problem",
+                f"{', '.join(wrong)} must run with the owner's rights"
+                " (SECURITY DEFINER, search_path pinned to pg_catalog, pg_temp on PostgreSQL):"
+                " roles given access have no table rights",
+                "someone altered them; reinstall, or restore the ALTER FUNCTION/ALTER"
+                f" PROCEDURE statements of {_schema_file(dialect.name)}",
+            )
+        )
+    else:
+        checks.append(
+            Check(
+                "routine security",
+                "ok",
+                f"{', '.join(DEFINER_ROUTINES)} run with their owner's rights",
+            )
+        )
+    owners = sorted({str(r.owner) for r in rows.values()})
+    superuser = any(bool(r.owner_is_superuser) for r in rows.values())
+    detail = f"routines owned by {', '.join(owners)}" if owners else "no routines"
+    if superuser:
+        checks.append(
+            Check(
+                "routine owner",
+                "note",
+                detail + " (a superuser): the SECURITY DEFINER routines run as a superuser;"
+                " a dedicated owner role that owns only the namespace is safer",
+            )
+        )
+    elif owners:
+        checks.append(Check("routine owner", "ok", detail))
+    for owner in owners:
+        try:
+            with conn.begin_nested():
+                found = dialect.execute(conn, "account_exists", namespace, {"account": owner})
+        except DBAPIError:
+            checks.append(
+                Check(
+                    "routine owner",
+                    "note",
+                    f"cannot tell whether the definer {owner} exists (no right to read the"
+                    " account list); if it was dropped, every call fails",
+                )
+            )
+            continue
+        if not int(found[0][0]):
+            checks.append(
+                Check(
+                    "routine owner",
+                    "problem",
+                    f"the routines' definer {owner} does not exist: every call fails",
+                    f"create the account {owner} again (with rights on the namespace), or"
+                    " reinstall as an existing account",
+                )
+            )
+    return checks
+
+
+def _privilege_check(dialect: Dialect, conn: Connection, namespace: str) -> Check:
+    row = dialect.execute(conn, "current_privileges", namespace)[0]
+    if row.can_register is None:
+        return Check(
+            "privileges",
+            "note",
+            f"connected as {row.account}; routine privileges are not visible to every"
+            " account on this engine (see SHOW GRANTS)",
+        )
+    can = [
+        what
+        for what, yes in (
+            ("register events", row.can_register),
+            ("run scheduler passes", row.can_schedule),
+            ("read status", row.can_read_status),
+        )
+        if yes
+    ]
+    return Check(
+        "privileges",
+        "ok" if can else "note",
+        f"connected as {row.account}, who may "
+        + (", ".join(can) if can else "do nothing with assetq here"),
+    )
+
+
+def _server_checks(settings: dict[str, str]) -> list[Check]:
+    checks: list[Check] = []
+    isolation = settings.get("transaction_isolation") or settings.get("tx_isolation")
+    if isolation is not None:  # MySQL / MariaDB
+        rc = isolation.upper().replace("-", " ") == "READ COMMITTED"
+        checks.append(
+            Check(
+                "isolation",
+                "ok" if rc else "note",
+                f"server default isolation {isolation}"
+                + (
+                    ""
+                    if rc
+                    else "; not a problem: assetq runs every scheduler pass and purge batch at"
+                    " READ COMMITTED itself (a raw CALL schedule_pass at REPEATABLE READ is"
+                    " refused with AQ900)"
+                ),
+            )
+        )
+        zone = settings.get("time_zone", "?")
+        system = settings.get("system_time_zone", "")
+        checks.append(
+            Check(
+                "time zone",
+                "ok",
+                f"server time_zone {zone}"
+                + (f" (system {system})" if zone == "SYSTEM" and system else "")
+                + "; not a problem: assetq writes UTC_TIMESTAMP(6), whatever the zone",
+            )
+        )
+    else:
+        default = settings.get("default_transaction_isolation", "?")
+        checks.append(
+            Check(
+                "isolation",
+                "ok",
+                f"default isolation {default}; assetq runs its passes at READ COMMITTED",
+            )
+        )
+    return checks
+
+
+def doctor(engine: Engine, *, namespace: str = DEFAULT_NAMESPACE) -> DoctorReport:
+    """Check the installation in ``namespace``: schema at this package's revision, every
+    routine, trigger, view and table present (triggers enabled), the granted routines
+    running with their owner's rights, the owner suitable, the server's settings, and what
+    the connected account may do. Read-only. ``report.ok`` is False when a check found a
+    problem; each problem says how to fix it."""
+    namespace = check_namespace(namespace)
+    head = migrate.head_revision()
+    with engine.connect() as conn:
+        dialect = dialect_for(conn)
+        with _translated(dialect):
+            settings = _settings(dialect, conn, namespace)
+            server = settings.get("version") or f"PostgreSQL {settings.get('server_version')}"
+            revision = migrate.current_revision(conn, namespace)
+            checks = [_revision_check(revision, head, namespace)]
+            if revision is not None:
+                checks += _object_checks(dialect, conn, namespace, revision)
+                checks += _security_checks(dialect, conn, namespace)
+                if not any(c.severity == "problem" for c in checks):
+                    checks.append(_privilege_check(dialect, conn, namespace))
+            checks += _server_checks(settings)
+    return DoctorReport(
+        namespace=namespace, server=server, revision=revision, head=head, checks=checks
+    )

@@ -1,0 +1,316 @@
+"""The long-running scheduler: :func:`run_scheduler`, behind ``assetq scheduler``.
+
+A loop of :func:`assetq.schedule` passes. After a pass that created runs it passes again at
+once (more may be waiting); otherwise it waits for a wake-up or for ``poll_interval``. On
+PostgreSQL the wake-up is a notification: migration 0003's trigger on the queue sends one on
+the namespace's channel when a producer's transaction that queued events commits, and the
+loop LISTENs on a connection of its own. It still polls: a notification sent while the
+listening connection was down is simply missed, and the poll catches up. MySQL has no
+notifications: the loop polls.
+
+Errors never end the loop: it backs off (exponentially, capped, with jitter) and tries again,
+logging each error once (with its code) until a pass succeeds again. Stopping is graceful: the
+``stop_event`` is looked at between passes, never during one, so a pass always commits or
+rolls back whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from . import api, errors
+from .dialects import Dialect, dialect_of
+from .migrate import DEFAULT_NAMESPACE
+from .validation import check_int, check_namespace
+
+log = logging.getLogger("assetq")
+
+#: Longest stretch the loop waits without looking at its stop event, seconds.
+_STOP_CHECK = 0.25
+
+
+@dataclass
+class SchedulerStats:
+    """What a :func:`run_scheduler` call did."""
+
+    #: Passes attempted (failed ones included).
+    passes: int = 0
+    #: Runs created, and the events they consumed.
+    runs: int = 0
+    events: int = 0
+    #: Passes that failed (after :func:`assetq.schedule`'s own retries).
+    errors: int = 0
+    #: Waits ended by a notification rather than the poll interval (PostgreSQL).
+    wakeups: int = 0
+
+
+def _error_code(exc: BaseException) -> str | None:
+    if isinstance(exc, errors.AssetqError):
+        return exc.code
+    if isinstance(exc, DBAPIError):
+        orig = exc.orig
+        sqlstate = getattr(orig, "sqlstate", None)
+        if isinstance(sqlstate, str):
+            return sqlstate
+        args = getattr(orig, "args", ())
+        if args and isinstance(args[0], int):
+            return str(args[0])
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class _Listener:
+    """A connection of its own that LISTENs on the namespace's channel (PostgreSQL).
+
+    Taken from the engine (so it gets the engine's connect arguments and hooks), detached
+    from its pool (it is never handed to anyone else) and switched to autocommit (LISTEN in
+    a transaction would only take effect at commit).
+    """
+
+    def __init__(self, engine: Engine, dialect: Dialect, namespace: str) -> None:
+        self._engine = engine
+        self._dialect = dialect
+        self._namespace = namespace
+        self._raw: Any = None
+        self._driver: Any = None
+        self._failed_once = False
+
+    @property
+    def connected(self) -> bool:
+        return self._driver is not None
+
+    def connect(self) -> None:
+        raw = self._engine.raw_connection()
+        try:
+            driver: Any = raw.driver_connection  # the psycopg connection; read before detach
+            raw.detach()
+            driver.autocommit = True
+            driver.execute(self._dialect.query("listen", self._namespace))
+        except BaseException:
+            raw.close()
+            raise
+        self._raw, self._driver = raw, driver
+        if self._failed_once:
+            log.warning("assetq scheduler: listening for wake-ups again")
+            self._failed_once = False
+        else:
+            log.debug("assetq scheduler: listening on channel %s", self._namespace)
+
+    def lost(self, exc: BaseException) -> None:
+        if not self._failed_once:
+            log.warning(
+                "assetq scheduler: no wake-up connection (%s); polling until it is back",
+                _first_line(exc),
+            )
+            self._failed_once = True
+        self.close()
+
+    def wait(self, timeout: float, stop: threading.Event) -> bool:
+        """Wait up to ``timeout`` seconds for a notification; True when one came. Returns
+        early (False) when ``stop`` is set."""
+        deadline = time.monotonic() + timeout
+        driver = self._driver
+        while not stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            woken = False
+            for _ in driver.notifies(timeout=min(remaining, _STOP_CHECK), stop_after=1):
+                woken = True
+            if woken:
+                # Others that arrived meanwhile are for the same pass.
+                for _ in driver.notifies(timeout=0):
+                    pass
+                return True
+        return False
+
+    def close(self) -> None:
+        raw, driver = self._raw, self._driver
+        self._raw = self._driver = None
+        if raw is not None:
+            try:
+                raw.close()  # detached: closes the DB-API connection
+                driver.close()  # psycopg: a no-op when closed already
+            except Exception:  # a dead connection may fail to close; it is gone anyway
+                log.debug("assetq scheduler: closing the wake-up connection failed", exc_info=True)
+
+
+class _ErrorLog:
+    """Logs each error once with its code, not once per retry, and the recovery."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self._last: tuple[str, str | None, str] | None = None
+
+    def failed(self, exc: BaseException, delay: float) -> None:
+        self.failures += 1
+        code = _error_code(exc)
+        key = (type(exc).__name__, code, _first_line(exc))
+        if key != self._last:
+            self._last = key
+            log.error(
+                "assetq scheduler: pass failed: %s [%s] %s; retrying with backoff (first in"
+                " %.1f s); the same error is not logged again until a pass succeeds",
+                key[0],
+                code or "no code",
+                key[2],
+                delay,
+            )
+        else:
+            log.debug("assetq scheduler: pass failed again (%d in a row)", self.failures)
+
+    def succeeded(self) -> None:
+        if self.failures:
+            log.warning("assetq scheduler: recovered after %d failed passes", self.failures)
+        self.failures = 0
+        self._last = None
+
+
+def run_scheduler(
+    engine: Engine,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+    limit: int = 100,
+    poll_interval: float = 5.0,
+    stop_event: threading.Event | None = None,
+    on_run: Callable[[api.Run], None] | None = None,
+    on_pass: Callable[[list[api.Run]], None] | None = None,
+    max_passes: int | None = None,
+    listen: bool = True,
+    summary_interval: float = 60.0,
+    backoff_initial: float = 0.5,
+    backoff_max: float = 30.0,
+) -> SchedulerStats:
+    """Run scheduler passes until ``stop_event`` is set (or ``max_passes`` passes were made)
+    and return what was done.
+
+    Each pass is :func:`assetq.schedule` over at most ``limit`` consumers. After a pass that
+    created runs the next one starts at once; otherwise the loop waits ``poll_interval``
+    seconds, or less when woken: on PostgreSQL (``listen=True``) a notification sent at the
+    commit of a producer that queued events starts the next pass at once. Safe to run in
+    any number of threads and processes at once, like :func:`assetq.schedule`.
+
+    ``on_run`` is called with each run created, after its pass committed; ``on_pass`` with
+    the list of runs of each successful pass. An exception they raise ends the loop and
+    propagates (the runs are committed already). Any other error is logged once with its
+    code and retried after a backoff that doubles from ``backoff_initial`` up to
+    ``backoff_max`` seconds. The stop event is looked at between passes: a pass in progress
+    always finishes. A summary (passes, runs, events, errors) is logged every
+    ``summary_interval`` seconds at INFO level, each run created at INFO level too.
+    """
+    check_int(limit, "limit", 1, 1_000_000)
+    if max_passes is not None:
+        check_int(max_passes, "max_passes", 0, 2**62)
+    for value, what in (
+        (poll_interval, "poll_interval"),
+        (summary_interval, "summary_interval"),
+        (backoff_initial, "backoff_initial"),
+        (backoff_max, "backoff_max"),
+    ):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise errors.InvalidArgument(f"{what} must be a positive number of seconds")
+    namespace = check_namespace(namespace)
+    stop = stop_event if stop_event is not None else threading.Event()
+
+    # From the engine, without connecting: a database that is down at start is an error the
+    # loop backs off from, like any other.
+    dialect = dialect_of(engine)
+    listener = _Listener(engine, dialect, namespace) if listen and dialect.supports_notify else None
+
+    stats = SchedulerStats()
+    window = SchedulerStats()
+    error_log = _ErrorLog()
+    started = last_summary = time.monotonic()
+    log.info(
+        "assetq scheduler: started on namespace %s (%s, limit %d, %s)",
+        namespace,
+        dialect.name,
+        limit,
+        f"woken by NOTIFY, polling every {poll_interval:g} s"
+        if listener is not None
+        else f"polling every {poll_interval:g} s",
+    )
+    try:
+        while not stop.is_set() and (max_passes is None or stats.passes < max_passes):
+            if listener is not None and not listener.connected:
+                try:
+                    listener.connect()  # before the pass: nothing committed after it is missed
+                except Exception as exc:  # psycopg's own errors, not SQLAlchemy's, come from here
+                    listener.lost(exc)
+
+            stats.passes += 1
+            window.passes += 1
+            try:
+                runs = api.schedule(engine, limit=limit, namespace=namespace)
+            except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
+                stats.errors += 1
+                window.errors += 1
+                delay = min(backoff_max, backoff_initial * 2 ** min(error_log.failures, 30))
+                delay *= random.uniform(0.5, 1.0)  # schedulers that failed together spread out
+                error_log.failed(exc, delay)
+                stop.wait(delay)
+                continue
+            error_log.succeeded()
+            for run in runs:
+                stats.runs += 1
+                window.runs += 1
+                stats.events += len(run.event_ids)
+                window.events += len(run.event_ids)
+                if on_run is not None:
+                    on_run(run)
+            if on_pass is not None:
+                on_pass(runs)
+
+            now = time.monotonic()
+            if now - last_summary >= summary_interval:
+                log.info(
+                    "assetq scheduler: %d passes, %d runs, %d events consumed, %d errors,"
+                    " %d wake-ups in the last %.0f s",
+                    window.passes,
+                    window.runs,
+                    window.events,
+                    window.errors,
+                    window.wakeups,
+                    now - last_summary,
+                )
+                window = SchedulerStats()
+                last_summary = now
+
+            if runs or stop.is_set() or (max_passes is not None and stats.passes >= max_passes):
+                continue
+            if listener is not None and listener.connected:
+                try:
+                    woken = listener.wait(poll_interval, stop)
+                except Exception as exc:  # the connection broke: poll until it is back
+                    listener.lost(exc)
+                    continue
+                if woken:
+                    stats.wakeups += 1
+                    window.wakeups += 1
+            else:
+                stop.wait(poll_interval)
+    finally:
+        if listener is not None:
+            listener.close()
+        log.info(
+            "assetq scheduler: stopped after %d passes, %d runs, %d events, %d errors in %.0f s",
+            stats.passes,
+            stats.runs,
+            stats.events,
+            stats.errors,
+            time.monotonic() - started,
+        )
+    return stats

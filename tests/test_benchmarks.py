@@ -1,0 +1,54 @@
+"""benchmarks/bench.py cannot rot: every figure runs, tiny, on each engine, and the report
+(page, plots, raw figures) is written. Timing decides nothing here."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from dbs import TestDatabase
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module("bench")
+
+
+def test_every_figure_runs_and_the_report_is_written(
+    db: TestDatabase, bench: ModuleType, tmp_path: Path
+) -> None:
+    cfg = dataclasses.replace(
+        bench.QUICK,
+        threads=(1, 2),
+        seconds=0.1,
+        batch_size=20,
+        batch_seconds=0.1,
+        consumers=6,
+        assets=3,
+        pending_events=2,
+        history=(200, 400),
+        run_sizes=(10, 100),
+    )
+    report = bench.new_report("pytest", cfg)
+    results = bench.run_engine(bench.Target(db.engine), cfg, list(bench.FIGURES))
+    bench.add_engine(report, db.engine_name, "test server", {}, results)
+    bench.finish_report(report, 1.0)
+    importlib.import_module("report").write(report, tmp_path)
+
+    page = (tmp_path / "benchmarks.md").read_text()
+    assert "## Targets" in page and "Scheduler pass against history" in page
+    for plot in ("registration", "batch", "pass", "large_run"):
+        assert (tmp_path / "benchmarks" / f"{plot}.png").stat().st_size > 0
+        assert f"benchmarks/{plot}.png" in page
+    figures = json.loads((tmp_path / "benchmarks.json").read_text())["engines"][db.engine_name]
+    assert set(figures) >= set(bench.FIGURES)
+    assert figures["pass"]["queued_rows"] == 4  # 2 pending events x 2 consumers per asset

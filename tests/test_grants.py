@@ -1,0 +1,242 @@
+"""Least privilege (assetq.grant_roles, `assetq grant`): each role logs in and does what its
+access allows, and nothing else: no table rights, no other role's routines.
+
+PostgreSQL roles are cluster-wide: the ones made here are named aqo_<kind>_<pid>_<n> and
+dropped at teardown. MySQL accounts live on the test's own server and are dropped too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+import assetq
+from dbs import TestDatabase, unique_name
+
+KINDS = ("producer", "scheduler", "reader", "nobody")
+
+#: Permission denied: PostgreSQL's SQLSTATE; MySQL's table, routine and database errors.
+DENIED = {"42501", "1142", "1143", "1370", "1044"}
+
+#: How each engine creates and drops a login and names it to grant_roles.
+ACCOUNTS: dict[str, dict[str, str]] = {
+    "postgresql": {
+        "create": 'CREATE ROLE "{name}" LOGIN',
+        "drop": 'DROP OWNED BY "{name}"; DROP ROLE "{name}"',
+    },
+    "mysql": {
+        "create": "CREATE USER '{name}'@'{host}' IDENTIFIED BY 'aqo-test'",
+        "drop": "DROP USER '{name}'@'{host}'",
+    },
+}
+
+
+@dataclass
+class Login:
+    name: str
+    grantee: assetq.ops.Grantee
+    engine: sa.Engine
+
+
+@pytest.fixture
+def logins(db: TestDatabase) -> Iterator[dict[str, Login]]:
+    """One login per kind; every kind but "nobody" has been granted its access."""
+    sql = ACCOUNTS[db.engine_name]
+    host = "localhost" if "unix_socket" in db.url.query else "%"
+    made: dict[str, Login] = {}
+    try:
+        for kind in KINDS:
+            name = unique_name(f"aqo_{kind}")
+            for statement in sql["create"].format(name=name, host=host).split("; "):
+                db.execute(statement)
+            if db.engine_name == "mysql":
+                # No database: the account has no right on the application's. (URL is a
+                # NamedTuple; set() cannot clear a field.)
+                url = db.url.set(username=name, password="aqo-test")._replace(database=None)
+                grantee: assetq.ops.Grantee = (name, host)
+            else:
+                url = db.url.set(username=name)
+                grantee = name
+            made[kind] = Login(name, grantee, sa.create_engine(url))
+        assetq.grant_roles(
+            db.engine,
+            producer=made["producer"].grantee,
+            scheduler=made["scheduler"].grantee,
+            reader=made["reader"].grantee,
+        )
+        yield made
+    finally:
+        for login in made.values():
+            login.engine.dispose()
+            for statement in sql["drop"].format(name=login.name, host=host).split("; "):
+                db.execute(statement)
+
+
+def _code(exc: BaseException, db: TestDatabase) -> str | None:
+    if isinstance(exc, assetq.AssetqError):
+        return exc.code
+    assert isinstance(exc, sa.exc.DBAPIError)
+    return db.dialect.error_code(exc)
+
+
+def _denied(db: TestDatabase, action: Callable[[], Any]) -> None:
+    with pytest.raises((assetq.AssetqError, sa.exc.DBAPIError)) as caught:
+        action()
+    assert _code(caught.value, db) in DENIED, caught.value
+
+
+def _sql(db: TestDatabase, login: Login, statement: str) -> Callable[[], Any]:
+    def run() -> Any:
+        with login.engine.begin() as conn:
+            return conn.execute(sa.text(db.sql(statement))).all()
+
+    return run
+
+
+def _register(login: Login) -> Callable[[], Any]:
+    def run() -> Any:
+        with login.engine.begin() as conn:
+            return assetq.register_event(conn, "orders")
+
+    return run
+
+
+def _register_batch(login: Login) -> Callable[[], Any]:
+    def run() -> Any:
+        with login.engine.begin() as conn:
+            return assetq.register_events(conn, [assetq.NewEvent("orders")])
+
+    return run
+
+
+def _schedule(login: Login) -> Callable[[], Any]:
+    return lambda: assetq.schedule(login.engine, max_attempts=1)
+
+
+def _status(login: Login) -> Callable[[], Any]:
+    def run() -> Any:
+        with login.engine.connect() as conn:
+            return assetq.status(conn)
+
+    return run
+
+
+def _declare(login: Login) -> Callable[[], Any]:
+    def run() -> Any:
+        with login.engine.begin() as conn:
+            assetq.declare_dag(conn, "intruder", "orders")
+
+    return run
+
+
+@pytest.fixture
+def consumer(db: TestDatabase) -> None:
+    with db.engine.begin() as conn:
+        assetq.declare_dag(conn, "report", "orders")
+
+
+def test_a_producer_registers_events_and_can_do_nothing_else(
+    db: TestDatabase, logins: dict[str, Login], consumer: None
+) -> None:
+    producer = logins["producer"]
+    event = _register(producer)()
+    (item,) = _register_batch(producer)()
+    assert db.scalar("SELECT count(*) FROM {ns}.asset_dag_run_queue") == 2
+    assert event.created and item.created
+    _denied(db, _schedule(producer))
+    _denied(db, _status(producer))
+    _denied(db, _declare(producer))
+    _denied(db, _sql(db, producer, "SELECT count(*) FROM {ns}.asset_event"))
+    _denied(db, _sql(db, producer, "INSERT INTO {ns}.asset_event (asset_id) VALUES (1)"))
+    _denied(db, _sql(db, producer, "DELETE FROM {ns}.asset_dag_run_queue"))
+
+
+def test_a_scheduler_runs_passes_and_can_do_nothing_else(
+    db: TestDatabase, logins: dict[str, Login], consumer: None
+) -> None:
+    with db.engine.begin() as conn:
+        event = assetq.register_event(conn, "orders")
+    scheduler = logins["scheduler"]
+    (run,) = _schedule(scheduler)()
+    assert run.event_ids == (event.id,)
+    stats = assetq.run_scheduler(scheduler.engine, max_passes=1)  # LISTEN needs no right
+    assert stats.errors == 0
+    _denied(db, _register(scheduler))
+    _denied(db, _register_batch(scheduler))
+    _denied(db, _status(scheduler))
+    _denied(db, _sql(db, scheduler, "SELECT count(*) FROM {ns}.dag_run"))
+    _denied(db, _sql(db, scheduler, "DELETE FROM {ns}.asset_dag_run_queue"))
+    _denied(db, _sql(db, scheduler, "UPDATE {ns}.dag_run SET state = 'running'"))
+
+
+def test_a_reader_reads_everything_and_writes_nothing(
+    db: TestDatabase, logins: dict[str, Login], consumer: None
+) -> None:
+    with db.engine.begin() as conn:
+        assetq.register_event(conn, "orders")
+    reader = logins["reader"]
+    (shown,) = _status(reader)()
+    assert (shown.dag_id, shown.queued_events) == ("report", 1)
+    assert _sql(db, reader, "SELECT count(*) FROM {ns}.asset_event")() == [(1,)]
+    _denied(db, _register(reader))
+    _denied(db, _schedule(reader))
+    _denied(db, _sql(db, reader, "DELETE FROM {ns}.asset_dag_run_queue"))
+    _denied(db, _sql(db, reader, "UPDATE {ns}.dag SET is_paused = TRUE"))
+    assert db.scalar("SELECT count(*) FROM {ns}.asset_dag_run_queue") == 1
+
+
+def test_a_role_given_nothing_can_do_nothing(
+    db: TestDatabase, logins: dict[str, Login], consumer: None
+) -> None:
+    """PostgreSQL lets PUBLIC execute new functions: assetq revokes that."""
+    nobody = logins["nobody"]
+    for action in (_register(nobody), _schedule(nobody), _status(nobody), _declare(nobody)):
+        _denied(db, action)
+
+
+def test_revoking_takes_the_access_away(
+    db: TestDatabase, logins: dict[str, Login], consumer: None
+) -> None:
+    producer = logins["producer"]
+    _register(producer)()
+    assetq.revoke_roles(db.engine, producer.grantee)
+    assetq.revoke_roles(db.engine, producer.grantee)  # idempotent
+    _denied(db, _register(producer))
+
+
+def test_granting_to_an_account_that_does_not_exist_is_refused(db: TestDatabase) -> None:
+    with pytest.raises(assetq.InvalidArgument, match="does not exist"):
+        assetq.grant_roles(db.engine, producer="aqo_no_such_role")
+
+
+def test_grant_command(db: TestDatabase, logins: dict[str, Login]) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSETQ_")}
+    env["ASSETQ_DATABASE_URL"] = db.url.render_as_string(hide_password=False)
+    grantee = logins["nobody"].grantee
+    role = grantee if isinstance(grantee, str) else "@".join(str(p) for p in grantee)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "assetq", "grant", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+
+    done = run("--reader", role)
+    assert done.returncode == 0, done.stderr
+    assert "may now act as reader" in done.stdout
+    assert _status(logins["nobody"])() == []
+    revoked = run("--revoke", role)
+    assert revoked.returncode == 0, revoked.stderr
+    _denied(db, _status(logins["nobody"]))
+    assert run().returncode == 2

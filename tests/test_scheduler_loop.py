@@ -1,0 +1,324 @@
+"""The long-running scheduler (assetq.run_scheduler, `assetq scheduler`): passes until stopped,
+finishes the pass it is in, survives errors, and on PostgreSQL wakes on NOTIFY.
+
+Every test is deterministic: the loop is bounded by max_passes or stopped through its stop
+event, and waits have generous timeouts that only catch a hang. The one timing assertion, the
+NOTIFY wake-up, compares "seconds" against a 30-second poll interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+import assetq
+from assetq import api
+from dbs import TestDatabase
+
+
+def _declare(db: TestDatabase, dag_id: str, condition: assetq.Condition) -> None:
+    with db.engine.begin() as conn:
+        assetq.declare_dag(conn, dag_id, condition)
+
+
+def _register(db: TestDatabase, *assets: str) -> list[assetq.Event]:
+    with db.engine.begin() as conn:
+        return [assetq.register_event(conn, a) for a in assets]
+
+
+class _Loop:
+    """run_scheduler in a thread, with events a test can wait for."""
+
+    def __init__(self, db: TestDatabase, **kwargs: Any) -> None:
+        self.stop = threading.Event()
+        self.runs: queue.Queue[assetq.Run] = queue.Queue()
+        self.first_pass = threading.Event()
+        self.stats: assetq.SchedulerStats | None = None
+        self.error: BaseException | None = None
+
+        def on_pass(runs: list[assetq.Run]) -> None:
+            self.first_pass.set()
+
+        def target() -> None:
+            try:
+                self.stats = assetq.run_scheduler(
+                    db.engine,
+                    namespace=db.namespace,
+                    stop_event=self.stop,
+                    on_run=self.runs.put,
+                    on_pass=on_pass,
+                    **kwargs,
+                )
+            except BaseException as exc:  # reported by finish()
+                self.error = exc
+
+        self.thread = threading.Thread(target=target, daemon=True)
+        self.thread.start()
+
+    def finish(self) -> assetq.SchedulerStats:
+        self.stop.set()
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive(), "the scheduler did not stop"
+        if self.error is not None:
+            raise self.error
+        assert self.stats is not None
+        return self.stats
+
+
+def test_the_loop_consumes_what_is_queued_and_returns_its_stats(db: TestDatabase) -> None:
+    _declare(db, "consumer", "orders")
+    events = _register(db, "orders", "orders", "orders")
+    runs: list[assetq.Run] = []
+    stats = assetq.run_scheduler(db.engine, max_passes=2, poll_interval=0.01, on_run=runs.append)
+    assert [r.event_ids for r in runs] == [tuple(e.id for e in events)]
+    assert (stats.passes, stats.runs, stats.events, stats.errors) == (2, 1, 3, 0)
+
+
+def test_stopping_lets_the_current_pass_finish(db: TestDatabase) -> None:
+    """The stop event is set while the pass is handing out its runs: the pass still commits
+    and reports every run it created, then the loop ends without starting another."""
+    for dag_id in ("first", "second", "third"):
+        _declare(db, dag_id, "orders")
+    (event,) = _register(db, "orders")
+    stop = threading.Event()
+    seen: list[str] = []
+
+    def on_run(run: assetq.Run) -> None:
+        seen.append(run.dag_id)
+        stop.set()
+
+    stats = assetq.run_scheduler(db.engine, stop_event=stop, on_run=on_run, poll_interval=30)
+    assert sorted(seen) == ["first", "second", "third"]
+    assert stats.passes == 1
+    assert db.links() == sorted((d, event.id) for d in ("first", "second", "third"))
+
+
+def test_an_idle_loop_picks_up_a_registration_by_polling(db: TestDatabase) -> None:
+    _declare(db, "consumer", "orders")
+    loop = _Loop(db, poll_interval=0.05, listen=False)
+    try:
+        assert loop.first_pass.wait(timeout=60)
+        (event,) = _register(db, "orders")
+        run = loop.runs.get(timeout=60)
+    finally:
+        stats = loop.finish()
+    assert run.event_ids == (event.id,)
+    assert stats.wakeups == 0
+
+
+@pytest.mark.engines("postgresql")
+def test_a_notification_wakes_an_idle_scheduler_long_before_its_poll(db: TestDatabase) -> None:
+    """With a 30 s poll interval, a registration is consumed within seconds: the commit of
+    the producer notifies the scheduler listening on the namespace's channel."""
+    assert db.dialect.supports_notify
+    _declare(db, "consumer", "orders")
+    loop = _Loop(db, poll_interval=30)
+    try:
+        assert loop.first_pass.wait(timeout=60)  # listening, and now waiting
+        started = time.monotonic()
+        (event,) = _register(db, "orders")
+        run = loop.runs.get(timeout=20)  # a hang here means no wake-up: the poll is 30 s
+        waited = time.monotonic() - started
+    finally:
+        stats = loop.finish()
+    assert run.event_ids == (event.id,)
+    assert stats.wakeups >= 1
+    assert waited < 20
+
+
+@pytest.mark.engines("postgresql")
+def test_a_transaction_that_queues_events_sends_one_notification_at_commit(
+    db: TestDatabase,
+) -> None:
+    """At most one notification per transaction (PostgreSQL folds identical ones), none for a
+    rollback, none when nothing was queued. A marker on another channel, committed after,
+    proves that nothing else came: notifications arrive in commit order."""
+    _declare(db, "first", "orders")
+    _declare(db, "second", "orders")
+    with db.engine.begin() as conn:
+        assetq.declare_asset(conn, "unconsumed")
+    url = db.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(url, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{db.namespace}"')
+        listener.execute("LISTEN aqo_marker")
+
+        with db.engine.begin() as conn:  # three events, two consumers: six queue rows
+            for _ in range(3):
+                assetq.register_event(conn, "orders")
+            assetq.register_events(conn, [assetq.NewEvent("orders"), assetq.NewEvent("orders")])
+        with db.engine.connect() as conn:  # rolled back
+            assetq.register_event(conn, "orders")
+            conn.rollback()
+        _register(db, "unconsumed")  # queues nothing
+        with db.engine.begin() as conn:
+            conn.exec_driver_sql("NOTIFY aqo_marker")
+
+        channels = []
+        for note in listener.notifies(timeout=30):
+            channels.append(note.channel)
+            if note.channel == "aqo_marker":
+                break
+    assert channels == [db.namespace, "aqo_marker"]
+
+
+def test_errors_are_logged_once_with_their_code_and_the_loop_recovers(
+    db: TestDatabase, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _declare(db, "consumer", "orders")
+    (event,) = _register(db, "orders")
+    real_schedule = api.schedule
+    failures = iter(range(3))
+
+    def flaky(*args: Any, **kwargs: Any) -> list[assetq.Run]:
+        if next(failures, None) is not None:
+            raise assetq.DatabaseError("server is restarting", code="57P03")
+        return real_schedule(*args, **kwargs)
+
+    monkeypatch.setattr(api, "schedule", flaky)
+    runs: list[assetq.Run] = []
+    with caplog.at_level(logging.INFO, logger="assetq"):
+        stats = assetq.run_scheduler(
+            db.engine, max_passes=4, on_run=runs.append, backoff_initial=0.001, poll_interval=0.01
+        )
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert "57P03" in errors[0].getMessage()
+    assert any("recovered after 3 failed passes" in r.getMessage() for r in caplog.records)
+    assert (stats.passes, stats.errors) == (4, 3)
+    assert [r.event_ids for r in runs] == [(event.id,)]
+
+
+def test_a_namespace_without_assetq_is_an_error_the_loop_survives(
+    db: TestDatabase, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="assetq"):
+        stats = assetq.run_scheduler(
+            db.engine, namespace="aq_missing", max_passes=3, backoff_initial=0.001
+        )
+    assert (stats.passes, stats.errors, stats.runs) == (3, 3, 0)
+    (record,) = caplog.records
+    assert "pass failed" in record.getMessage()
+
+
+def test_an_exception_of_on_run_ends_the_loop_and_the_run_stays_committed(
+    db: TestDatabase,
+) -> None:
+    _declare(db, "consumer", "orders")
+    (event,) = _register(db, "orders")
+
+    def on_run(run: assetq.Run) -> None:
+        raise RuntimeError("the caller's bug")
+
+    with pytest.raises(RuntimeError, match="the caller's bug"):
+        assetq.run_scheduler(db.engine, on_run=on_run, poll_interval=30)
+    assert db.links() == [("consumer", event.id)]
+
+
+def test_bad_arguments_are_refused_before_anything_runs(db: TestDatabase) -> None:
+    with pytest.raises(assetq.InvalidArgument):
+        assetq.run_scheduler(db.engine, poll_interval=0, max_passes=1)
+    with pytest.raises(assetq.InvalidArgument):
+        assetq.run_scheduler(db.engine, limit=0, max_passes=1)
+    with pytest.raises(assetq.InvalidArgument):
+        assetq.run_scheduler(db.engine, namespace="Bad-Name", max_passes=1)
+
+
+# -- the command --------------------------------------------------------------------------
+
+
+def _pump(stream: Any, lines: queue.Queue[str]) -> None:
+    for line in stream:
+        lines.put(line)
+
+
+@pytest.fixture
+def scheduler_process(db: TestDatabase) -> Iterator[Any]:
+    """Starts `python -m assetq scheduler` with the given arguments; its stdout and stderr
+    lines are read into queues; the process is killed at teardown if still running."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(*args: str) -> tuple[subprocess.Popen[str], queue.Queue[str], queue.Queue[str]]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ASSETQ_")}
+        env["ASSETQ_DATABASE_URL"] = db.url.render_as_string(hide_password=False)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "assetq", "scheduler", *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        started.append(process)
+        out: queue.Queue[str] = queue.Queue()
+        err: queue.Queue[str] = queue.Queue()
+        for stream, lines in ((process.stdout, out), (process.stderr, err)):
+            threading.Thread(target=_pump, args=(stream, lines), daemon=True).start()
+        return process, out, err
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _wait_for_line(lines: queue.Queue[str], text: str, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        seen.append(line)
+        if text in line:
+            return line
+    raise AssertionError(f"no line with {text!r} within {timeout} s; got {seen}")
+
+
+def test_sigterm_stops_the_scheduler_command_with_exit_code_0(
+    db: TestDatabase, scheduler_process: Any
+) -> None:
+    import json
+
+    _declare(db, "consumer", "orders")
+    (event,) = _register(db, "orders")
+    process, out, err = scheduler_process("--poll-interval", "30", "--json")
+    run = json.loads(_wait_for_line(out, '"dag_id"'))
+    assert (run["dag_id"], run["event_ids"]) == ("consumer", [event.id])
+    _wait_for_line(err, "started on namespace")
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 0
+    _wait_for_line(err, "stopped after")
+
+
+def test_the_scheduler_command_refuses_a_namespace_without_assetq(
+    db: TestDatabase, scheduler_process: Any
+) -> None:
+    process, _, err = scheduler_process("--namespace", "aq_missing")
+    assert process.wait(timeout=60) == 1
+    _wait_for_line(err, "not installed")
+
+
+def test_a_database_that_is_down_at_start_is_an_error_the_loop_backs_off_from(
+    db: TestDatabase,
+) -> None:
+    url = db.url.set(host="127.0.0.1", port=1).difference_update_query(["unix_socket", "host"])
+    engine = sa.create_engine(url)  # nothing listens on port 1
+    try:
+        stats = assetq.run_scheduler(engine, max_passes=2, backoff_initial=0.001)
+    finally:
+        engine.dispose()
+    assert (stats.passes, stats.errors) == (2, 2)
