@@ -14,7 +14,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -378,6 +378,46 @@ def _event_ids(value: Any) -> tuple[int, ...]:
     return tuple(sorted(int(v) for v in value))
 
 
+def read_committed_transaction(
+    engine: Engine,
+    query: str,
+    namespace: str,
+    params: Mapping[str, Any],
+    what: str,
+    max_attempts: int,
+    retry_codes: frozenset[str] = frozenset(),
+) -> Sequence[Any]:
+    """Run named query ``query`` in a short READ COMMITTED transaction of its own and return
+    its rows; roll back and retry, with jittered exponential backoff, what a retry cures
+    (TransientError, or an error whose code is in ``retry_codes``)."""
+    for attempt in range(1, max_attempts + 1):
+        try:
+            with engine.connect() as conn:
+                dialect = dialect_for(conn)
+                with _translated(dialect), conn.begin():
+                    # READ COMMITTED for this transaction only, as its first statement. Not
+                    # execution_options(isolation_level=...): that sets the session level and
+                    # resets it when the connection goes back to the pool, an extra round trip
+                    # that, on a connection the server cut, raised a raw driver error.
+                    dialect.execute(conn, "scheduler_transaction", namespace)
+                    return dialect.execute(conn, query, namespace, params)
+        except errors.AssetqError as exc:
+            retry = isinstance(exc, errors.TransientError) or exc.code in retry_codes
+            if not retry or attempt == max_attempts:
+                raise
+            delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
+            log.warning(
+                "assetq: %s attempt %d failed (%s %s); retrying in %.0f ms",
+                what,
+                attempt,
+                exc.code,
+                exc,
+                delay * 1000,
+            )
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
 def schedule(
     engine: Engine,
     *,
@@ -399,48 +439,26 @@ def schedule(
     check_int(limit, "limit", 1, 1_000_000)
     check_int(max_attempts, "max_attempts", 1, 100)
     namespace = check_namespace(namespace)
-    for attempt in range(1, max_attempts + 1):
-        try:
-            with engine.connect() as conn:
-                dialect = dialect_for(conn)
-                with _translated(dialect), conn.begin():
-                    # READ COMMITTED for this transaction only, as its first statement. Not
-                    # execution_options(isolation_level=...): that sets the session level and
-                    # resets it when the connection goes back to the pool, an extra round trip
-                    # that, on a connection the server cut, raised a raw driver error.
-                    dialect.execute(conn, "scheduler_transaction", namespace)
-                    rows = dialect.execute(conn, "schedule_pass", namespace, {"limit": limit})
-        except errors.TransientError as exc:
-            if attempt == max_attempts:
-                raise
-            delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
-            log.warning(
-                "assetq: scheduler pass attempt %d failed (%s %s); retrying in %.0f ms",
-                attempt,
-                exc.code,
-                exc,
-                delay * 1000,
-            )
-            time.sleep(delay)
-            continue
-        runs = [
-            Run(
-                id=int(row.dag_run_id),
-                dag_id=str(row.dag_id),
-                run_id=str(row.run_id),
-                seq=int(row.seq),
-                run_after=_utc(row.run_after),
-                created_at=_utc(row.created_at),
-                event_ids=_event_ids(row.event_ids),
-            )
-            for row in rows
-        ]
-        for run in runs:
-            log.info(
-                "assetq: created run %s of %s consuming %d events",
-                run.run_id,
-                run.dag_id,
-                len(run.event_ids),
-            )
-        return runs
-    raise AssertionError("unreachable")
+    rows = read_committed_transaction(
+        engine, "schedule_pass", namespace, {"limit": limit}, "scheduler pass", max_attempts
+    )
+    runs = [
+        Run(
+            id=int(row.dag_run_id),
+            dag_id=str(row.dag_id),
+            run_id=str(row.run_id),
+            seq=int(row.seq),
+            run_after=_utc(row.run_after),
+            created_at=_utc(row.created_at),
+            event_ids=_event_ids(row.event_ids),
+        )
+        for row in rows
+    ]
+    for run in runs:
+        log.info(
+            "assetq: created run %s of %s consuming %d events",
+            run.run_id,
+            run.dag_id,
+            len(run.event_ids),
+        )
+    return runs

@@ -10,9 +10,7 @@ access. All SQL is in ``sql/<engine>/queries.sql`` and the routines of migration
 from __future__ import annotations
 
 import logging
-import random
 import re
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -24,7 +22,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from . import errors, migrate, sqlfiles
-from .api import _translated, _utc
+from .api import _translated, _utc, read_committed_transaction
 from .dialects import Dialect, dialect_for
 from .migrate import DEFAULT_NAMESPACE
 from .validation import check_int, check_namespace
@@ -113,31 +111,12 @@ _FK_REFUSED = frozenset({"23503", "1451"})
 def _batch(
     engine: Engine, query: str, namespace: str, params: dict[str, Any], max_attempts: int
 ) -> Any:
-    """Run one purge batch in a READ COMMITTED transaction of its own; retry what a retry
-    cures. Returns the batch's single row."""
-    for attempt in range(1, max_attempts + 1):
-        try:
-            with engine.connect() as conn:
-                dialect = dialect_for(conn)
-                with _translated(dialect), conn.begin():
-                    # The same first statement as a scheduler pass: READ COMMITTED for this
-                    # transaction, so every read is fresh and a plain read locks nothing.
-                    dialect.execute(conn, "scheduler_transaction", namespace)
-                    return dialect.execute(conn, query, namespace, params)[0]
-        except errors.AssetqError as exc:
-            retry = isinstance(exc, errors.TransientError) or exc.code in _FK_REFUSED
-            if not retry or attempt == max_attempts:
-                raise
-            delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
-            log.warning(
-                "assetq: purge batch attempt %d failed (%s %s); retrying in %.0f ms",
-                attempt,
-                exc.code,
-                exc,
-                delay * 1000,
-            )
-            time.sleep(delay)
-    raise AssertionError("unreachable")
+    """Run one purge batch in a READ COMMITTED transaction of its own (so every read is fresh
+    and a plain read locks nothing); retry what a retry cures. Returns the batch's row."""
+    rows = read_committed_transaction(
+        engine, query, namespace, params, "purge batch", max_attempts, _FK_REFUSED
+    )
+    return rows[0]
 
 
 def purge(
