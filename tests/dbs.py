@@ -77,6 +77,9 @@ ENGINE_SQL: dict[str, dict[str, str]] = {
         # hold a consumer the way a pass does
         "lock_consumer": "SELECT dag_id FROM {ns}.dag WHERE dag_id = :dag_id FOR NO KEY UPDATE",
         "lock_timeout_2s": "SET lock_timeout = '2s'",
+        # declare a consumer through the routine of revisions before 0004 (no options)
+        "declare_dag_before_0004": "SELECT {ns}.declare_dag(:dag_id, CAST(:condition AS jsonb),"
+        " CAST(:clauses AS jsonb))",
     },
     "mysql": {
         "schedule_pass": "CALL {ns}.schedule_pass(:limit)",
@@ -84,6 +87,7 @@ ENGINE_SQL: dict[str, dict[str, str]] = {
         "kill": "KILL CONNECTION :pid",
         "lock_consumer": "SELECT dag_id FROM {ns}.dag_lock WHERE dag_id = :dag_id FOR UPDATE",
         "lock_timeout_2s": "SET innodb_lock_wait_timeout = 2",
+        "declare_dag_before_0004": "CALL {ns}.declare_dag(:dag_id, :condition, :clauses, NULL)",
     },
 }
 

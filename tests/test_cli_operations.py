@@ -78,7 +78,11 @@ def test_upgrading_a_0002_install_keeps_its_data_and_adds_the_operations(
         dialect_for(conn).execute(conn, "create_namespace", "assetq")
         command.upgrade(migrate._config(conn, "assetq"), "0002_batch_registration")
     with empty_db.engine.begin() as conn:
-        assetq.declare_dag(conn, "report", "orders")
+        # The routine as 0002 had it: today's declare_dag sends the options 0004 added.
+        conn.execute(
+            empty_db.engine_sql("declare_dag_before_0004"),
+            {"dag_id": "report", "condition": '{"asset":"orders"}', "clauses": '[["orders"]]'},
+        )
         first = assetq.register_event(conn, "orders")
     url = empty_db.url.render_as_string(hide_password=False)
     done = _assetq("upgrade", url=url)

@@ -67,6 +67,9 @@ class Event:
     timestamp: datetime
     #: False when an idempotency key matched an earlier registration, which was returned.
     created: bool
+    #: The aliases this call registered the event through (none for a retry, ``created``
+    #: False: the original registration's aliases stand).
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class NewEvent:
     extra: Mapping[str, Any] | None = None
     source: Source | Mapping[str, Any] | None = None
     idempotency_key: str | None = None
+    aliases: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -91,10 +95,59 @@ class Run:
     seq: int
     #: Newest timestamp among the consumed events (UTC). Not monotonic under late commits.
     run_after: datetime
-    #: When the scheduler claimed the events (UTC).
+    #: When the scheduler claimed the events (UTC). Monotonic per consumer, like ``seq``.
     created_at: datetime
     #: Ids of exactly the events this run consumed, ascending.
     event_ids: tuple[int, ...]
+    #: The newest consumed event (latest timestamp, then highest id): what triggered the run.
+    triggering_event_id: int | None = None
+    #: ``queued`` when the scheduler creates it; see :func:`set_run_state`.
+    state: str = "queued"
+
+
+#: The states of a run, and those that count against ``max_active_runs``.
+RUN_STATES = ("queued", "running", "success", "failed")
+ACTIVE_RUN_STATES = ("queued", "running")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """A run as stored: what :func:`runs`, :func:`get_run` and :func:`set_run_state` return."""
+
+    id: int
+    dag_id: str
+    run_id: str
+    seq: int
+    state: str
+    run_after: datetime
+    #: When the scheduler claimed its events.
+    created_at: datetime
+    #: When it entered ``running`` / ``success`` or ``failed`` (None until then).
+    started_at: datetime | None
+    ended_at: datetime | None
+    #: The newest event it consumed; the event itself may since have been purged.
+    triggering_event_id: int | None
+    #: How many events it consumed (purge and delete_asset never change it).
+    event_count: int
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """A stored event, as :func:`queued_events` and :func:`consumed_events` return it."""
+
+    id: int
+    asset: str
+    asset_id: int
+    uri: str | None
+    timestamp: datetime
+    extra: Mapping[str, Any]
+    source: Source
+    #: The aliases the event was registered through, sorted.
+    aliases: tuple[str, ...]
+
+
+def _utc_or_none(value: datetime | None) -> datetime | None:
+    return None if value is None else _utc(value)
 
 
 def _utc(value: datetime) -> datetime:
@@ -162,26 +215,51 @@ def declare_dag(
     condition: conditions.Condition,
     *,
     paused: bool | None = None,
+    max_active_runs: int | None = None,
+    max_events_per_run: int | None = None,
+    queue_while_paused: bool = False,
     namespace: str = DEFAULT_NAMESPACE,
 ) -> None:
-    """Declare consumer ``dag_id`` scheduled on ``condition``, or replace its condition.
+    """Declare consumer ``dag_id`` scheduled on ``condition``, or replace its declaration.
 
-    ``condition`` is an asset name, a list (all of), or nested :func:`all_of`/:func:`any_of`.
-    Assets it names that do not exist yet are created. ``paused`` sets the pause state;
-    None keeps it (a new consumer starts unpaused). Atomic in the caller's transaction: a
-    concurrent scheduler pass sees the old condition or the new one. Events already queued
-    for the consumer stay queued and are consumed by its next run.
+    ``condition`` is an asset reference (a name or uri, :func:`~assetq.asset_name`,
+    :func:`~assetq.asset_uri`, :func:`~assetq.alias`), a list (all of), or nested
+    :func:`all_of`/:func:`any_of`. Assets and aliases it names that do not exist yet are
+    created. ``paused`` sets the pause state; None keeps it (a new consumer starts unpaused).
+    ``max_active_runs``: while the consumer has that many runs queued or running, no run is
+    created and its queue is kept whole. ``max_events_per_run``: most events one run consumes,
+    oldest first; it must be at least the condition's size (one per reference of an all_of,
+    the largest item of an any_of). ``queue_while_paused``: events that commit while it is
+    paused are queued for it (consumed after unpausing) instead of skipped. None means no
+    cap; every option is replaced by a re-declaration. Atomic in the caller's transaction: a
+    concurrent scheduler pass sees the old declaration or the new one. Queued events of
+    assets the new condition does not depend on are dropped; the others stay queued and are
+    consumed by its next run.
     """
     dag_id = check_dag_id(dag_id)
     node = conditions.normalize(condition)
     if paused is not None:
         check_bool(paused, "paused")
+    if max_active_runs is not None:
+        check_int(max_active_runs, "max_active_runs", 1, 1_000_000)
+    if max_events_per_run is not None:
+        check_int(max_events_per_run, "max_events_per_run", 1, 1_000_000)
+        bound = conditions.size_bound(node)
+        if max_events_per_run < bound:
+            raise errors.InvalidArgument(
+                f"max_events_per_run={max_events_per_run} is below the condition's size {bound}:"
+                " a run may need that many events to satisfy it"
+            )
+    check_bool(queue_while_paused, "queue_while_paused")
     namespace = check_namespace(namespace)
     params = {
         "dag_id": dag_id,
         "condition": json.dumps(conditions.to_json(node), separators=(",", ":")),
         "clauses": json.dumps(conditions.compile_cnf(node), separators=(",", ":")),
         "paused": paused,
+        "max_active_runs": max_active_runs,
+        "max_events_per_run": max_events_per_run,
+        "queue_while_paused": queue_while_paused,
     }
     dialect = dialect_for(conn)
     with _translated(dialect):
@@ -214,6 +292,7 @@ def register_event(
     extra: Mapping[str, Any] | None = None,
     source: Source | Mapping[str, Any] | None = None,
     idempotency_key: str | None = None,
+    aliases: Sequence[str] = (),
     namespace: str = DEFAULT_NAMESPACE,
 ) -> Event:
     """Register one event for ``asset`` (a name or uri) in the caller's transaction.
@@ -226,7 +305,16 @@ def register_event(
     database-side error the caller's transaction must be rolled back. On an autocommit
     connection the call is its own transaction, still atomic, and committed in its one round
     trip: the cheapest way to register a single event (docs/benchmarks.md).
+
+    ``aliases``: register the event through these asset aliases (created if new). Each alias
+    resolves to ``asset`` from then on, and the event is queued for the alias's consumers too.
     """
+    if aliases:
+        return register_events(
+            conn,
+            [NewEvent(asset, extra, source, idempotency_key, aliases)],
+            namespace=namespace,
+        )[0]
     asset = check_name(asset, "asset", ASSET_NAME_MAX)
     extra_text = extra_json(extra)
     src = _source(source)
@@ -253,7 +341,21 @@ def register_event(
     )
 
 
-_NEW_EVENT_KEYS = frozenset({"asset", "extra", "source", "idempotency_key"})
+_NEW_EVENT_KEYS = frozenset({"asset", "extra", "source", "idempotency_key", "aliases"})
+
+#: Most aliases one event may be registered through.
+ALIASES_MAX = 100
+
+
+def _aliases(value: object) -> tuple[str, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise errors.InvalidArgumentType(
+            f"aliases must be a sequence of alias names, got {type(value).__name__}"
+        )
+    names = tuple(check_name(name, "alias name", ASSET_NAME_MAX) for name in value)
+    if len(names) > ALIASES_MAX:
+        raise errors.InvalidArgument(f"an event has at most {ALIASES_MAX} aliases")
+    return tuple(dict.fromkeys(names))
 
 
 def _new_event(item: object) -> NewEvent:
@@ -263,7 +365,8 @@ def _new_event(item: object) -> NewEvent:
         unknown = set(item) - _NEW_EVENT_KEYS
         if unknown:
             raise errors.InvalidArgument(
-                f"unknown keys {sorted(unknown)}; use asset, extra, source, idempotency_key"
+                f"unknown keys {sorted(unknown)}; use asset, extra, source, idempotency_key,"
+                " aliases"
             )
         if "asset" not in item:
             raise errors.InvalidArgument("the asset is missing")
@@ -273,10 +376,12 @@ def _new_event(item: object) -> NewEvent:
     )
 
 
-def _batch_item(item: object) -> tuple[str, str]:
-    """Check one item of a batch; return its asset and its JSON object for the routine."""
+def _batch_item(item: object) -> tuple[str, tuple[str, ...], str]:
+    """Check one item of a batch; return its asset, its aliases and its JSON object for the
+    routine."""
     new = _new_event(item)
     asset = check_name(new.asset, "asset", ASSET_NAME_MAX)
+    aliases = _aliases(new.aliases)
     extra_text = extra_json(new.extra)
     src = _source(new.source)
     key = check_optional_name(new.idempotency_key, "idempotency_key", IDEMPOTENCY_KEY_MAX)
@@ -295,7 +400,9 @@ def _batch_item(item: object) -> tuple[str, str]:
             parts.append(f'"{name}":{_json_text(value)}')
     if src.map_index != -1:
         parts.append(f'"source_map_index":{src.map_index}')
-    return asset, "{" + ",".join(parts) + "}"
+    if aliases:
+        parts.append('"aliases":[' + ",".join(_json_text(a) for a in aliases) + "]")
+    return asset, aliases, "{" + ",".join(parts) + "}"
 
 
 def _json_text(value: str) -> str:
@@ -336,13 +443,15 @@ def register_events(
         )
     namespace = check_namespace(namespace)
     assets: list[str] = []
+    item_aliases: list[tuple[str, ...]] = []
     texts: list[str] = []
     for number, item in enumerate(items, start=1):
         try:
-            asset, item_text = _batch_item(item)
+            asset, aliases, item_text = _batch_item(item)
         except errors.InvalidArgument as exc:
             raise type(exc)(f"event {number} of the batch: {exc}", code=exc.code) from None
         assets.append(asset)
+        item_aliases.append(aliases)
         texts.append(item_text)
     if not items:
         return []
@@ -367,8 +476,9 @@ def register_events(
             asset_id=int(row.asset_id),
             timestamp=_utc(row.event_timestamp),
             created=bool(row.created),
+            aliases=aliases if row.created else (),
         )
-        for asset, row in zip(assets, rows, strict=True)
+        for asset, aliases, row in zip(assets, item_aliases, rows, strict=True)
     ]
 
 
@@ -451,6 +561,10 @@ def schedule(
             run_after=_utc(row.run_after),
             created_at=_utc(row.created_at),
             event_ids=_event_ids(row.event_ids),
+            triggering_event_id=None
+            if row.triggering_event_id is None
+            else int(row.triggering_event_id),
+            state=str(row.state),
         )
         for row in rows
     ]
@@ -462,3 +576,244 @@ def schedule(
             len(run.event_ids),
         )
     return runs
+
+
+#: Most rows one page of :func:`runs`, :func:`queued_events` or :func:`consumed_events` holds.
+PAGE_MAX = 10_000
+
+
+def _run_info(row: Any) -> RunInfo:
+    return RunInfo(
+        id=int(row.dag_run_id),
+        dag_id=str(row.dag_id),
+        run_id=str(row.run_id),
+        seq=int(row.seq),
+        state=str(row.state),
+        run_after=_utc(row.run_after),
+        created_at=_utc(row.created_at),
+        started_at=_utc_or_none(row.started_at),
+        ended_at=_utc_or_none(row.ended_at),
+        triggering_event_id=None
+        if row.triggering_event_id is None
+        else int(row.triggering_event_id),
+        event_count=int(row.event_count),
+    )
+
+
+def _event_record(row: Any) -> EventRecord:
+    extra = row.extra
+    if isinstance(extra, str | bytes):  # MySQL returns JSON as text
+        extra = json.loads(extra)
+    aliases = row.aliases
+    if isinstance(aliases, str | bytes):
+        aliases = json.loads(aliases)
+    return EventRecord(
+        id=int(row.event_id),
+        asset=str(row.asset_name),
+        asset_id=int(row.asset_id),
+        uri=None if row.asset_uri is None else str(row.asset_uri),
+        timestamp=_utc(row.event_timestamp),
+        extra=extra,
+        source=Source(
+            dag_id=row.source_dag_id,
+            task_id=row.source_task_id,
+            run_id=row.source_run_id,
+            map_index=int(row.source_map_index),
+        ),
+        aliases=tuple(sorted(str(a) for a in aliases or ())),
+    )
+
+
+def _run_key(dag_id: object, run_id: object) -> tuple[str, str]:
+    return check_dag_id(dag_id), check_name(run_id, "run_id", RUN_ID_MAX)
+
+
+def set_run_state(
+    conn: Connection,
+    dag_id: str,
+    run_id: str,
+    state: str,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> RunInfo:
+    """Move run ``run_id`` of consumer ``dag_id`` to ``state`` and return it.
+
+    Allowed: queued -> running, success or failed; running -> success or failed. Moving a run
+    to the state it is already in changes nothing, so a retry is harmless. Anything else
+    raises InvalidRunState; an unknown run UnknownRun. A run in success or failed no longer
+    counts against the consumer's ``max_active_runs``: the next scheduler pass may create
+    the next run. Runs in the caller's transaction.
+    """
+    dag_id, run_id = _run_key(dag_id, run_id)
+    if state not in RUN_STATES:
+        raise errors.InvalidRunState(
+            f"unknown run state {state!r}: use one of {', '.join(RUN_STATES)}", code="AQ008"
+        )
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    params = {"dag_id": dag_id, "run_id": run_id, "state": state}
+    with _translated(dialect), dialect.atomic(conn):
+        rows = dialect.execute(conn, "set_run_state", namespace, params)
+    info = _run_info(rows[0])
+    log.info("assetq: run %s of %s is %s", run_id, dag_id, info.state)
+    return info
+
+
+def get_run(
+    conn: Connection, dag_id: str, run_id: str, *, namespace: str = DEFAULT_NAMESPACE
+) -> RunInfo:
+    """Run ``run_id`` of consumer ``dag_id``; UnknownRun if there is none."""
+    dag_id, run_id = _run_key(dag_id, run_id)
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    with _translated(dialect):
+        rows = dialect.execute(conn, "get_run", namespace, {"dag_id": dag_id, "run_id": run_id})
+    if not rows:
+        raise errors.UnknownRun(f"unknown run {run_id!r} of dag {dag_id!r}", code="AQ006")
+    return _run_info(rows[0])
+
+
+def delete_dag(conn: Connection, dag_id: str, *, namespace: str = DEFAULT_NAMESPACE) -> None:
+    """Remove consumer ``dag_id`` with its queued events, condition, runs and their links.
+
+    Waits for a scheduler pass that holds the consumer; producers registering meanwhile are
+    not disturbed (their events are simply not queued for it once it is gone). Raises
+    UnknownDag for an unknown id. Runs in the caller's transaction.
+    """
+    dag_id = check_dag_id(dag_id)
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    with _translated(dialect), dialect.atomic(conn):
+        dialect.execute(conn, "delete_dag", namespace, {"dag_id": dag_id})
+    log.info("assetq: deleted dag %s", dag_id)
+
+
+def delete_asset(conn: Connection, asset: str, *, namespace: str = DEFAULT_NAMESPACE) -> int:
+    """Remove ``asset`` (a name or uri) with its events; return how many events went.
+
+    Refused with AssetInUse while a consumer condition names it (re-declare those consumers
+    first). Its events' queue rows go too (consumers that depended on it through an alias
+    lose the pending ones), as do its alias resolutions; runs that consumed its events keep
+    their other events and their ``event_count``. Producers registering for it meanwhile
+    either finish first (their events are deleted too) or get UnknownAsset. Runs in the
+    caller's transaction.
+    """
+    asset = check_name(asset, "asset", ASSET_NAME_MAX)
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    with _translated(dialect), dialect.atomic(conn):
+        rows = dialect.execute(conn, "delete_asset", namespace, {"asset": asset})
+    deleted = int(rows[0].deleted_events)
+    log.info("assetq: deleted asset %s with %d events", asset, deleted)
+    return deleted
+
+
+def runs(
+    conn: Connection,
+    dag_id: str,
+    *,
+    state: str | None = None,
+    limit: int = 100,
+    before: RunInfo | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> list[RunInfo]:
+    """One page of consumer ``dag_id``'s runs, newest (highest ``seq``) first.
+
+    ``state`` keeps only runs in that state. For the next page pass the last run of this one
+    as ``before``; an empty page is the end. At most ``limit`` (1 to 10,000) runs per page,
+    read with one indexed range query however many runs the consumer has.
+    """
+    dag_id = check_dag_id(dag_id)
+    if state is not None and state not in RUN_STATES:
+        raise errors.InvalidRunState(
+            f"unknown run state {state!r}: use one of {', '.join(RUN_STATES)}", code="AQ008"
+        )
+    check_int(limit, "limit", 1, PAGE_MAX)
+    if before is not None and not isinstance(before, RunInfo):
+        raise errors.InvalidArgumentType(
+            f"before must be an assetq.RunInfo from the previous page, got {type(before).__name__}"
+        )
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    params = {
+        "dag_id": dag_id,
+        "state": state,
+        "before_seq": None if before is None else before.seq,
+        "limit": limit,
+    }
+    with _translated(dialect):
+        rows = dialect.execute(conn, "runs_page", namespace, params)
+    return [_run_info(row) for row in rows]
+
+
+def queued_events(
+    conn: Connection,
+    dag_id: str,
+    *,
+    limit: int = 100,
+    after: EventRecord | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> list[EventRecord]:
+    """One page of the events queued for consumer ``dag_id`` (not consumed yet), oldest first:
+    the order ``max_events_per_run`` consumes them in. For the next page pass the last event
+    of this one as ``after``; an empty page is the end. At most ``limit`` (1 to 10,000)."""
+    dag_id = check_dag_id(dag_id)
+    check_int(limit, "limit", 1, PAGE_MAX)
+    _check_after(after)
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    params = {
+        "dag_id": dag_id,
+        "after_timestamp": None if after is None else _db_time(dialect, after.timestamp),
+        "after_id": None if after is None else after.id,
+        "limit": limit,
+    }
+    with _translated(dialect):
+        rows = dialect.execute(conn, "queued_events_page", namespace, params)
+    return [_event_record(row) for row in rows]
+
+
+def consumed_events(
+    conn: Connection,
+    dag_id: str,
+    run_id: str,
+    *,
+    limit: int = 100,
+    after: EventRecord | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> list[EventRecord]:
+    """One page of the events run ``run_id`` of consumer ``dag_id`` consumed, by event id.
+    For the next page pass the last event of this one as ``after``; an empty page is the end.
+    Events purged since are not listed (the run's ``event_count`` still counts them). Raises
+    UnknownRun when the run does not exist."""
+    dag_id, run_id = _run_key(dag_id, run_id)
+    check_int(limit, "limit", 1, PAGE_MAX)
+    _check_after(after)
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    params = {
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "after_id": None if after is None else after.id,
+        "limit": limit,
+    }
+    with _translated(dialect):
+        rows = dialect.execute(conn, "consumed_events_page", namespace, params)
+    if not rows:
+        get_run(conn, dag_id, run_id, namespace=namespace)  # UnknownRun, or the end
+    return [_event_record(row) for row in rows]
+
+
+def _check_after(after: object) -> None:
+    if after is not None and not isinstance(after, EventRecord):
+        raise errors.InvalidArgumentType(
+            "after must be an assetq.EventRecord from the previous page,"
+            f" got {type(after).__name__}"
+        )
+
+
+def _db_time(dialect: Dialect, value: datetime) -> datetime:
+    """A timestamp as the engine compares it: MySQL's DATETIME(6) holds naive UTC."""
+    if dialect.name == "mysql":
+        return value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value

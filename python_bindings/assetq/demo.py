@@ -28,7 +28,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
 
 from . import api, migrate
-from .conditions import AllOf, AnyOf, Condition, all_of, any_of
+from .conditions import AllOf, AnyOf, Condition, Ref, all_of, any_of
 from .dialects import dialect_for
 from .errors import AssetqError
 
@@ -170,6 +170,8 @@ def describe(condition: Condition) -> str:
     """A condition as one would write it with all_of / any_of."""
     if isinstance(condition, str):
         return condition
+    if isinstance(condition, Ref):
+        return f"{condition.kind}({condition.value!r})"
     if isinstance(condition, AnyOf):
         return "any_of(" + ", ".join(describe(c) for c in condition.items) + ")"
     items = condition.items if isinstance(condition, AllOf) else tuple(condition)

@@ -29,8 +29,18 @@ _AQ_ERRORS: dict[str, type[errors.AssetqError]] = {
     "AQ003": errors.UnknownDag,
     "AQ004": errors.InvalidCondition,
     "AQ005": errors.IdempotencyConflict,
+    "AQ006": errors.UnknownRun,
+    "AQ007": errors.AssetInUse,
+    "AQ008": errors.InvalidRunState,
     "AQ900": errors.ClaimGuardAbort,
 }
+
+
+#: Foreign-key violation on insert: PostgreSQL SQLSTATE, MySQL error number.
+_FOREIGN_KEY_CODES = frozenset({"23503", "1452"})
+#: Foreign keys to the asset table that a registration writes: violated when the asset was
+#: deleted after the registration looked it up.
+_ASSET_FOREIGN_KEYS = ("asset_event_asset_id_fkey", "asset_alias_asset_asset_id_fkey")
 
 
 @dataclass(frozen=True)
@@ -103,6 +113,12 @@ class Dialect:
             code = found.group(1)
         if code in _AQ_ERRORS:
             return _AQ_ERRORS[code](message, code=code)
+        if code in _FOREIGN_KEY_CODES and any(fk in message for fk in _ASSET_FOREIGN_KEYS):
+            # The asset was deleted (delete_asset) after the event's asset was looked up.
+            return errors.UnknownAsset(
+                f"unknown asset: it was deleted while the event was being registered ({message})",
+                code="AQ001",
+            )
         if code in self.transient_codes or exc.connection_invalidated:
             # A lost connection took its transaction with it: retrying the whole
             # transaction is safe (and exactly-once, with an idempotency key for producers).

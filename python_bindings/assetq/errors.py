@@ -47,6 +47,18 @@ class UnknownDag(InvalidArgument, LookupError):
     """No consumer has that dag id (code AQ003)."""
 
 
+class UnknownRun(InvalidArgument, LookupError):
+    """No run of that consumer has that run id (code AQ006)."""
+
+
+class AssetInUse(InvalidArgument):
+    """The asset is named in a consumer condition and cannot be deleted (code AQ007)."""
+
+
+class InvalidRunState(InvalidArgument):
+    """A run cannot move to that state: unknown state, or the run is finished (code AQ008)."""
+
+
 class IdempotencyConflict(AssetqError):
     """An idempotency key was reused for a different registration (code AQ005)."""
 

@@ -30,7 +30,10 @@ SELECT {{ns}}.declare_dag(
         p_dag_id => :dag_id,
         p_condition => CAST(:condition AS jsonb),
         p_clauses => CAST(:clauses AS jsonb),
-        p_paused => :paused)
+        p_paused => :paused,
+        p_max_active_runs => CAST(:max_active_runs AS integer),
+        p_max_events_per_run => CAST(:max_events_per_run AS integer),
+        p_queue_while_paused => :queue_while_paused)
 
 -- set_dag_paused --
 -- Pause or unpause a consumer.
@@ -43,8 +46,80 @@ SET TRANSACTION ISOLATION LEVEL READ COMMITTED
 
 -- schedule_pass --
 -- One scheduler pass over at most :limit consumers; returns the runs it created.
-SELECT dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids
+SELECT dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids, triggering_event_id,
+       state
   FROM {{ns}}.schedule_pass(p_limit => :limit)
+
+-- set_run_state --
+-- Move a run to another state; returns the run (the get_run columns).
+SELECT dag_run_id, dag_id, run_id, seq, state, run_after, created_at, started_at, ended_at,
+       triggering_event_id, event_count
+  FROM {{ns}}.set_run_state(p_dag_id => :dag_id, p_run_id => :run_id, p_state => :state)
+
+-- delete_dag --
+-- Remove a consumer with its queue, condition, runs and links.
+SELECT {{ns}}.delete_dag(p_dag_id => :dag_id) AS deleted
+
+-- delete_asset --
+-- Remove an asset that no condition names, with its events; returns how many events went.
+SELECT deleted_events FROM {{ns}}.delete_asset(p_asset => :asset)
+
+-- get_run --
+-- One run of a consumer by run id (no row when there is none).
+SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
+       r.started_at, r.ended_at, r.triggering_event_id, r.event_count
+  FROM {{ns}}.dag_run r
+ WHERE r.dag_id = :dag_id AND r.run_id = :run_id
+
+-- runs_page --
+-- A page of a consumer's runs, newest first: seq below :before_seq (NULL: from the newest),
+-- in state :state (NULL: any).
+SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
+       r.started_at, r.ended_at, r.triggering_event_id, r.event_count
+  FROM {{ns}}.dag_run r
+ WHERE r.dag_id = :dag_id
+   AND (CAST(:state AS text) IS NULL OR r.state = CAST(:state AS text))
+   AND (CAST(:before_seq AS bigint) IS NULL OR r.seq < CAST(:before_seq AS bigint))
+ ORDER BY r.seq DESC
+ LIMIT :limit
+
+-- queued_events_page --
+-- A page of the events queued for a consumer, oldest first (the order max_events_per_run
+-- consumes them in): after (:after_timestamp, :after_id), or from the oldest when NULL.
+SELECT e.id AS event_id, e.asset_id, a.name AS asset_name, a.uri AS asset_uri,
+       e."timestamp" AS event_timestamp, e.extra, e.source_dag_id, e.source_task_id,
+       e.source_run_id, e.source_map_index,
+       coalesce((SELECT json_agg(al.name ORDER BY al.name)
+                   FROM {{ns}}.asset_event_alias ea
+                   JOIN {{ns}}.asset_alias al ON al.id = ea.alias_id
+                  WHERE ea.asset_event_id = e.id)::text, '[]') AS aliases
+  FROM {{ns}}.asset_dag_run_queue q
+  JOIN {{ns}}.asset_event e ON e.id = q.asset_event_id
+  JOIN {{ns}}.asset a ON a.id = e.asset_id
+ WHERE q.target_dag_id = :dag_id
+   AND (CAST(:after_timestamp AS timestamptz) IS NULL
+        OR (q.created_at, q.asset_event_id)
+           > (CAST(:after_timestamp AS timestamptz), CAST(:after_id AS bigint)))
+ ORDER BY q.created_at, q.asset_event_id
+ LIMIT :limit
+
+-- consumed_events_page --
+-- A page of the events a run consumed, by event id, after :after_id (NULL: from the first).
+SELECT e.id AS event_id, e.asset_id, a.name AS asset_name, a.uri AS asset_uri,
+       e."timestamp" AS event_timestamp, e.extra, e.source_dag_id, e.source_task_id,
+       e.source_run_id, e.source_map_index,
+       coalesce((SELECT json_agg(al.name ORDER BY al.name)
+                   FROM {{ns}}.asset_event_alias ea
+                   JOIN {{ns}}.asset_alias al ON al.id = ea.alias_id
+                  WHERE ea.asset_event_id = e.id)::text, '[]') AS aliases
+  FROM {{ns}}.dag_run r
+  JOIN {{ns}}.dagrun_asset_event l ON l.dag_run_id = r.id
+  JOIN {{ns}}.asset_event e ON e.id = l.asset_event_id
+  JOIN {{ns}}.asset a ON a.id = e.asset_id
+ WHERE r.dag_id = :dag_id AND r.run_id = :run_id
+   AND (CAST(:after_id AS bigint) IS NULL OR l.asset_event_id > CAST(:after_id AS bigint))
+ ORDER BY l.asset_event_id
+ LIMIT :limit
 
 -- create_namespace --
 -- Create the namespace that holds every assetq object.
@@ -92,7 +167,7 @@ LISTEN {{ns}}
 -- dag_queue_status --
 -- One row per consumer from the dag_queue_status view: queue depth, oldest queued, recent runs.
 SELECT dag_id, is_paused, queued_events, oldest_queued_at, oldest_queued_age_seconds,
-       runs_last_hour, last_run_at, runs_total, last_scheduled_at
+       runs_last_hour, last_run_at, runs_total, last_scheduled_at, max_active_runs, active_runs
   FROM {{ns}}.dag_queue_status
  ORDER BY dag_id
 
