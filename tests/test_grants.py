@@ -120,6 +120,14 @@ def _schedule(login: Login) -> Callable[[], Any]:
     return lambda: assetq.schedule(login.engine, max_attempts=1)
 
 
+def _move_run(login: Login, run_id: str, state: str) -> Callable[[], Any]:
+    def run() -> Any:
+        with login.engine.begin() as conn:
+            return assetq.set_run_state(conn, "report", run_id, state)
+
+    return run
+
+
 def _status(login: Login) -> Callable[[], Any]:
     def run() -> Any:
         with login.engine.connect() as conn:
@@ -150,6 +158,8 @@ def test_a_producer_registers_events_and_can_do_nothing_else(
     (item,) = _register_batch(producer)()
     assert db.scalar("SELECT count(*) FROM {ns}.asset_dag_run_queue") == 2
     assert event.created and item.created
+    (run,) = assetq.schedule(db.engine)
+    _denied(db, _move_run(producer, run.run_id, "running"))
     _denied(db, _schedule(producer))
     _denied(db, _status(producer))
     _denied(db, _declare(producer))
@@ -168,6 +178,9 @@ def test_a_scheduler_runs_passes_and_can_do_nothing_else(
     assert run.event_ids == (event.id,)
     stats = assetq.run_scheduler(scheduler.engine, max_passes=1)  # LISTEN needs no right
     assert stats.errors == 0
+    assert _move_run(scheduler, run.run_id, "running")().state == "running"
+    assert _move_run(scheduler, run.run_id, "success")().state == "success"
+    assert db.scalar("SELECT state FROM {ns}.dag_run WHERE id = :id", id=run.id) == "success"
     _denied(db, _register(scheduler))
     _denied(db, _register_batch(scheduler))
     _denied(db, _status(scheduler))
@@ -187,6 +200,7 @@ def test_a_reader_reads_everything_and_writes_nothing(
     assert _sql(db, reader, "SELECT count(*) FROM {ns}.asset_event")() == [(1,)]
     _denied(db, _register(reader))
     _denied(db, _schedule(reader))
+    assert _sql(db, reader, "SELECT count(*) FROM {ns}.asset_alias")() == [(0,)]
     _denied(db, _sql(db, reader, "DELETE FROM {ns}.asset_dag_run_queue"))
     _denied(db, _sql(db, reader, "UPDATE {ns}.dag SET is_paused = TRUE"))
     assert db.scalar("SELECT count(*) FROM {ns}.asset_dag_run_queue") == 1
@@ -197,8 +211,18 @@ def test_a_role_given_nothing_can_do_nothing(
 ) -> None:
     """PostgreSQL lets PUBLIC execute new functions: assetq revokes that."""
     nobody = logins["nobody"]
-    for action in (_register(nobody), _schedule(nobody), _status(nobody), _declare(nobody)):
+    with db.engine.begin() as conn:
+        assetq.register_event(conn, "orders")
+    (run,) = assetq.schedule(db.engine)
+    for action in (
+        _register(nobody),
+        _schedule(nobody),
+        _status(nobody),
+        _declare(nobody),
+        _move_run(nobody, run.run_id, "failed"),
+    ):
         _denied(db, action)
+    assert db.scalar("SELECT state FROM {ns}.dag_run WHERE id = :id", id=run.id) == "queued"
 
 
 def test_revoking_takes_the_access_away(

@@ -117,6 +117,30 @@ def test_status_command_prints_the_revision_and_one_line_per_consumer(db: TestDa
     assert line.split()[:3] == ["report", "active", "1"]
 
 
+def test_status_shows_active_runs_against_the_cap(db: TestDatabase) -> None:
+    with db.engine.begin() as conn:
+        assetq.declare_dag(conn, "capped", "orders", max_active_runs=1)
+        assetq.declare_dag(conn, "free", "orders")
+        assetq.register_event(conn, "orders")
+    assert len(assetq.schedule(db.engine)) == 2
+    with db.engine.begin() as conn:
+        assetq.register_event(conn, "orders")
+    assert [r.dag_id for r in assetq.schedule(db.engine)] == ["free"]
+    shown = _status(db)
+    assert (shown["capped"].active_runs, shown["capped"].max_active_runs) == (1, 1)
+    assert shown["capped"].queued_events == 1  # held back whole while at the cap
+    assert (shown["free"].active_runs, shown["free"].max_active_runs) == (2, None)
+    done = _assetq(db, "status")
+    assert done.returncode == 0, done.stderr
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("capped")]
+    assert line.split()[:5] == ["capped", "active", "1", line.split()[3], "1/1"]
+    (free,) = [x for x in done.stdout.splitlines() if x.startswith("free")]
+    assert free.split()[2:5] == ["0", "-", "2/-"]  # nothing queued, no age, no cap
+    data = json.loads(_assetq(db, "status", "--json").stdout)
+    capped = next(c for c in data["consumers"] if c["dag_id"] == "capped")
+    assert (capped["active_runs"], capped["max_active_runs"]) == (1, 1)
+
+
 def test_status_command_json(db: TestDatabase) -> None:
     with db.engine.begin() as conn:
         assetq.declare_dag(conn, "report", "orders")

@@ -473,6 +473,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                             else c.oldest_queued_age.total_seconds(),
                             "runs_last_hour": c.runs_last_hour,
                             "runs_total": c.runs_total,
+                            "active_runs": c.active_runs,
+                            "max_active_runs": c.max_active_runs,
                             "last_run_at": _iso(c.last_run_at),
                             "last_scheduled_at": _iso(c.last_scheduled_at),
                         }
@@ -489,13 +491,23 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"{len(consumers)} consumers; {queued} queued (events waiting, counted per consumer)")
     if not consumers:
         return EXIT_OK
-    header = ("dag_id", "state", "queued", "oldest", "runs/1h", "runs", "last run (UTC)")
+    header = (
+        "dag_id",
+        "state",
+        "queued",
+        "oldest",
+        "active/cap",
+        "runs/1h",
+        "runs",
+        "last run (UTC)",
+    )
     table = [
         (
             c.dag_id,
             "paused" if c.paused else "active",
             str(c.queued_events),
             _age(c.oldest_queued_age),
+            f"{c.active_runs}/{'-' if c.max_active_runs is None else c.max_active_runs}",
             str(c.runs_last_hour),
             str(c.runs_total),
             c.last_run_at.strftime("%Y-%m-%d %H:%M:%S") if c.last_run_at else "-",

@@ -53,6 +53,9 @@ class DagStatus:
     runs_total: int
     #: When a scheduler pass last examined the consumer.
     last_scheduled_at: datetime | None
+    #: Its runs in state queued or running, and its cap on them (None: no cap).
+    active_runs: int = 0
+    max_active_runs: int | None = None
 
 
 def _optional_utc(value: datetime | None) -> datetime | None:
@@ -80,6 +83,8 @@ def status(conn: Connection, namespace: str = DEFAULT_NAMESPACE) -> list[DagStat
             last_run_at=_optional_utc(row.last_run_at),
             runs_total=int(row.runs_total),
             last_scheduled_at=_optional_utc(row.last_scheduled_at),
+            active_runs=int(row.active_runs),
+            max_active_runs=None if row.max_active_runs is None else int(row.max_active_runs),
         )
         for row in rows
     ]
@@ -336,7 +341,7 @@ class DoctorReport:
 OPTIONAL_TRIGGERS = frozenset({"asset_dag_run_queue_notify"})
 
 #: Routines granted to producer and scheduler roles: they must run with their owner's rights.
-DEFINER_ROUTINES = ("register_event", "register_events", "schedule_pass")
+DEFINER_ROUTINES = ("register_event", "register_events", "schedule_pass", "set_run_state")
 
 _CREATE = re.compile(
     r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:SQL\s+SECURITY\s+\w+\s+)?"
