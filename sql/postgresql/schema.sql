@@ -799,7 +799,6 @@ BEGIN
            FOR NO KEY UPDATE OF d SKIP LOCKED
     LOOP
         v_now := clock_timestamp();
-        UPDATE {{ns}}.dag d SET last_scheduled_at = v_now WHERE d.dag_id = v_dag.dag_id;
 
         -- At its cap: no run, the queue stays whole. Runs become active only in a pass holding
         -- this lock, so the count can only be too high (a run finishing meanwhile), never too low.
@@ -808,6 +807,7 @@ BEGIN
                  WHERE r.dag_id = v_dag.dag_id AND r.state IN ('queued', 'running'))
                >= v_dag.max_active_runs
         THEN
+            UPDATE {{ns}}.dag d SET last_scheduled_at = v_now WHERE d.dag_id = v_dag.dag_id;
             CONTINUE;
         END IF;
 
@@ -823,13 +823,31 @@ BEGIN
          WHERE q.target_dag_id = v_dag.dag_id;
         v_n := coalesce(cardinality(v_ids), 0);
 
-        -- I6: every clause of the condition needs an asset among the claimed rows.
-        IF v_n = 0 OR NOT {{ns}}.condition_holds(v_dag.dag_id, v_assets) THEN
+        -- I6: every clause of the condition needs a member among the claimed rows' assets.
+        -- Written out here rather than calling condition_holds: PL/pgSQL keeps this plan, a
+        -- SQL function is planned again on every call, and this runs for every consumer.
+        IF v_n = 0
+           OR NOT EXISTS (SELECT 1 FROM {{ns}}.dag_condition_clause c WHERE c.dag_id = v_dag.dag_id
+                          UNION ALL
+                          SELECT 1 FROM {{ns}}.dag_condition_alias ca WHERE ca.dag_id = v_dag.dag_id)
+           OR EXISTS (SELECT 1
+                        FROM (SELECT c.clause_no, c.asset_id
+                                FROM {{ns}}.dag_condition_clause c
+                               WHERE c.dag_id = v_dag.dag_id
+                              UNION ALL
+                              SELECT ca.clause_no, aa.asset_id
+                                FROM {{ns}}.dag_condition_alias ca
+                                LEFT JOIN {{ns}}.asset_alias_asset aa ON aa.alias_id = ca.alias_id
+                               WHERE ca.dag_id = v_dag.dag_id) m
+                       GROUP BY m.clause_no
+                      HAVING NOT coalesce(bool_or(m.asset_id = ANY (v_assets)), false))
+        THEN
+            UPDATE {{ns}}.dag d SET last_scheduled_at = v_now WHERE d.dag_id = v_dag.dag_id;
             CONTINUE;
         END IF;
 
         IF v_dag.max_events_per_run IS NULL OR v_n <= v_dag.max_events_per_run THEN
-            v_claim := ARRAY(SELECT generate_series(1, v_n));
+            v_claim := NULL;  -- the whole queue
         ELSIF {{ns}}.condition_holds(v_dag.dag_id, v_assets[1:v_dag.max_events_per_run]) THEN
             v_claim := ARRAY(SELECT generate_series(1, v_dag.max_events_per_run));
         ELSE
@@ -874,14 +892,19 @@ BEGIN
                       LIMIT greatest(v_dag.max_events_per_run - cardinality(v_chosen), 0))) c;
         END IF;
 
-        -- The claimed rows; the last position is the newest row: the triggering event.
-        SELECT array_agg(v_ids[p] ORDER BY v_ids[p]), max(v_times[p])
-          INTO v_events, v_run_after
-          FROM unnest(v_claim) AS p;
-        v_trigger := v_ids[v_claim[cardinality(v_claim)]];
+        -- The claimed rows, in queue order: the last one is the newest, the triggering event.
+        IF v_claim IS NULL THEN
+            v_events := ARRAY(SELECT u.id FROM unnest(v_ids) AS u(id) ORDER BY u.id);
+            v_run_after := v_times[v_n];
+            v_trigger := v_ids[v_n];
+        ELSE
+            v_events := ARRAY(SELECT v_ids[p] FROM unnest(v_claim) AS p ORDER BY 1);
+            v_run_after := v_times[v_claim[cardinality(v_claim)]];
+            v_trigger := v_ids[v_claim[cardinality(v_claim)]];
+        END IF;
 
         UPDATE {{ns}}.dag d
-           SET last_run_seq = d.last_run_seq + 1
+           SET last_run_seq = d.last_run_seq + 1, last_scheduled_at = v_now
          WHERE d.dag_id = v_dag.dag_id
         RETURNING d.last_run_seq INTO v_seq;
 

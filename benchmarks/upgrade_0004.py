@@ -1,0 +1,166 @@
+"""What migration 0004 costs: registration and scheduler passes at revision 0003_operations
+against the same at head, side by side in one PostgreSQL database.
+
+0004 made the fan-out trigger lock each consumer row it queues for (FOR KEY SHARE, so a
+consumer deleted meanwhile is skipped instead of failing the producer) and look for alias
+consumers, and made the pass check max_active_runs / max_events_per_run and record the
+triggering event. This measures the price on the paths every user pays, with no aliases and
+no caps set:
+
+registration
+    ``register_event`` with autocommit (one round trip), ``--consumers`` consumers on the
+    asset, for 1 and 8 threads; rounds of the two namespaces alternate (and alternate which
+    goes first). Reported: events/s median (min-max) and the ratio head / 0003 per repetition.
+pass
+    a pass over ``--consumers`` consumers, each with ``--queued`` queued rows, called as
+    ``SELECT * FROM ns.schedule_pass(1000)`` directly (the 0003 pass returns fewer columns,
+    so not through ``assetq.schedule``); the time of one pass, alternating the namespaces.
+
+Without ``--url`` a fresh database ``aqd_up4_<pid>`` is created on the local PostgreSQL
+(postgres@127.0.0.1:5432) and dropped at the end.
+
+    python benchmarks/upgrade_0004.py [--url URL] [--seconds 2] [--repetitions 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+
+import sqlalchemy as sa
+from alembic import command
+from sqlalchemy import Engine
+
+import assetq
+from assetq import migrate
+from assetq.dialects import dialect_for
+
+OLD, NEW = "aqup_0003", "aqup_head"
+
+
+def _setup(engine: Engine, consumers: int) -> None:
+    for ns in (OLD, NEW):
+        with engine.begin() as conn:
+            dialect_for(conn).execute(conn, "create_namespace", ns)
+        if ns == OLD:
+            with engine.begin() as conn:
+                command.upgrade(migrate._config(conn, ns), "0003_operations")
+        else:
+            assetq.install(engine, namespace=ns)
+        with engine.begin() as conn:
+            for n in range(consumers):
+                # The 0003 routine has no option parameters: call it by its own signature.
+                conn.execute(
+                    sa.text(f'SELECT "{ns}".declare_dag(:d, CAST(:c AS jsonb), CAST(:k AS jsonb))'),
+                    {"d": f"c{n}", "c": '{"asset":"a"}', "k": '[["a"]]'},
+                )
+
+
+def _round(engine: Engine, ns: str, threads: int, seconds: float) -> float:
+    counts = [0] * threads
+    stop = threading.Event()
+    barrier = threading.Barrier(threads + 1)
+
+    def work(i: int) -> None:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            barrier.wait()
+            while not stop.is_set():
+                assetq.register_event(conn, "a", namespace=ns)
+                counts[i] += 1
+
+    pool = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in pool:
+        t.start()
+    barrier.wait()
+    started = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    for t in pool:
+        t.join()
+    return sum(counts) / (time.perf_counter() - started)
+
+
+def _drain(engine: Engine, ns: str) -> float:
+    with engine.begin() as conn:
+        started = time.perf_counter()
+        conn.execute(sa.text(f'SELECT * FROM "{ns}".schedule_pass(1000)')).all()
+        return time.perf_counter() - started
+
+
+def _fill(engine: Engine, ns: str, queued: int) -> None:
+    with engine.begin() as conn:
+        assetq.register_events(conn, [assetq.NewEvent("a")] * queued, namespace=ns)
+
+
+def _summary(values: list[float]) -> str:
+    return f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
+
+
+def _ratios(new: list[float], old: list[float], invert: bool = False) -> str:
+    r = [(o / n if invert else n / o) for n, o in zip(new, old, strict=True)]
+    return f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url")
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--consumers", type=int, default=10)
+    parser.add_argument("--queued", type=int, default=20)
+    args = parser.parse_args()
+    admin = None
+    url = args.url
+    if url is None:
+        name = f"aqd_up4_{os.getpid()}"
+        admin = sa.create_engine(
+            "postgresql+psycopg://postgres@127.0.0.1/postgres", isolation_level="AUTOCOMMIT"
+        )
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        url = f"postgresql+psycopg://postgres@127.0.0.1/{name}"
+    engine = sa.create_engine(url, pool_size=10)
+    try:
+        _setup(engine, args.consumers)
+        print(f"{args.consumers} consumers on one asset; {args.repetitions} repetitions")
+        print("| measure | 0003_operations | head | head / 0003 |")
+        print("|---|---|---|---|")
+        for threads in (1, 8):
+            results: dict[str, list[float]] = {OLD: [], NEW: []}
+            for rep in range(args.repetitions):
+                order = (OLD, NEW) if rep % 2 == 0 else (NEW, OLD)
+                for ns in order:
+                    results[ns].append(_round(engine, ns, threads, args.seconds))
+            print(
+                f"| register_event, events/s, {threads} thread(s) | {_summary(results[OLD])}"
+                f" | {_summary(results[NEW])} | {_ratios(results[NEW], results[OLD])} |"
+            )
+        for ns in (OLD, NEW):
+            _drain(engine, ns)
+        times: dict[str, list[float]] = {OLD: [], NEW: []}
+        for rep in range(args.repetitions):
+            order = (OLD, NEW) if rep % 2 == 0 else (NEW, OLD)
+            for ns in order:
+                _fill(engine, ns, args.queued)
+                times[ns].append(_drain(engine, ns) * 1000)
+        fmt: Callable[[list[float]], str] = lambda v: (  # noqa: E731
+            f"{statistics.median(v):.1f} ({min(v):.1f}-{max(v):.1f})"
+        )
+        print(
+            f"| pass over {args.consumers} consumers x {args.queued} rows, ms | {fmt(times[OLD])}"
+            f" | {fmt(times[NEW])} | {_ratios(times[NEW], times[OLD])} |"
+        )
+    finally:
+        engine.dispose()
+        if admin is not None:
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+            admin.dispose()
+
+
+if __name__ == "__main__":
+    main()
