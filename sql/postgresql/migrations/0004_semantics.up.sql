@@ -97,11 +97,15 @@ $$;
 
 
 -- Fan-out (I1, I2), now also for consumers that depend on the asset through an alias it has
--- resolved to, and for paused consumers that queue while paused. Each dag row is locked FOR
--- KEY SHARE, the lock the queue's foreign-key check takes anyway, taken here so that a
--- consumer deleted meanwhile (delete_dag) is skipped instead of failing the producer's
--- foreign-key check. KEY SHARE does not conflict with a scheduler pass (NO KEY UPDATE) or a
--- re-declare (an update of non-key columns); it waits only for a delete.
+-- resolved to, and for paused consumers that queue while paused. Each dag row and each
+-- reference row it queues through is locked FOR KEY SHARE. On the dag row that is the lock
+-- the queue's foreign-key check takes anyway, taken here so that a consumer deleted meanwhile
+-- (delete_dag) is skipped instead of failing the producer's foreign-key check. On the
+-- reference row it makes a re-declare that drops the asset wait for the producers in flight,
+-- and the producers after it see its new references: no event is queued for a consumer that
+-- no longer depends on its asset (MySQL's fan-out locks the reference rows too). KEY SHARE
+-- conflicts with neither a scheduler pass (NO KEY UPDATE) nor a re-declare that keeps the
+-- asset; it waits only for deletes.
 CREATE OR REPLACE FUNCTION {{ns}}.asset_event_fan_out() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -111,24 +115,22 @@ BEGIN
       JOIN {{ns}}.dag_schedule_asset_reference r ON r.asset_id = e.asset_id
       JOIN {{ns}}.dag d ON d.dag_id = r.dag_id
      WHERE NOT d.is_paused OR d.queue_while_paused
-       FOR KEY SHARE OF d;
+       FOR KEY SHARE OF d, r;
 
     -- Through aliases: usually no alias has resolved to these assets and this is one index
-    -- probe. A consumer that also references the asset directly already has its row.
+    -- probe. A consumer with the alias in two clauses, or that also references the asset
+    -- directly, already has its row: ON CONFLICT skips the second.
     IF EXISTS (SELECT 1 FROM new_events e
                  JOIN {{ns}}.asset_alias_asset aa ON aa.asset_id = e.asset_id) THEN
         INSERT INTO {{ns}}.asset_dag_run_queue (target_dag_id, asset_event_id, asset_id, created_at)
         SELECT d.dag_id, e.id, e.asset_id, e."timestamp"
           FROM new_events e
-          JOIN {{ns}}.dag d
-            ON d.dag_id IN (SELECT ca.dag_id
-                              FROM {{ns}}.asset_alias_asset aa
-                              JOIN {{ns}}.dag_condition_alias ca ON ca.alias_id = aa.alias_id
-                             WHERE aa.asset_id = e.asset_id)
-         WHERE (NOT d.is_paused OR d.queue_while_paused)
-           AND NOT EXISTS (SELECT 1 FROM {{ns}}.dag_schedule_asset_reference r
-                            WHERE r.asset_id = e.asset_id AND r.dag_id = d.dag_id)
-           FOR KEY SHARE OF d;
+          JOIN {{ns}}.asset_alias_asset aa ON aa.asset_id = e.asset_id
+          JOIN {{ns}}.dag_condition_alias ca ON ca.alias_id = aa.alias_id
+          JOIN {{ns}}.dag d ON d.dag_id = ca.dag_id
+         WHERE NOT d.is_paused OR d.queue_while_paused
+           FOR KEY SHARE OF d, ca
+        ON CONFLICT DO NOTHING;
     END IF;
     RETURN NULL;
 END
