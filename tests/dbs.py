@@ -54,6 +54,10 @@ NAMESPACE = "assetq"
 
 #: Every table assetq owns, in an order that is safe for deletes.
 TABLES = (
+    "asset_event_alias",
+    "asset_alias_asset",
+    "dag_condition_alias",
+    "asset_alias",
     "dagrun_asset_event",
     "dag_run",
     "asset_dag_run_queue",
