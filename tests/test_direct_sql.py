@@ -13,12 +13,13 @@ import assetq
 from dbs import TestDatabase
 
 # Parameter types of each routine, for PostgreSQL's casts. MySQL procedures take the same
-# parameters in the same order.
+# parameters in the same order, and all of them (no defaults): call() passes NULL for those a
+# case leaves out, as PostgreSQL's defaults would.
 SIGNATURES = {
     "register_event": ("text", "jsonb", "text", "text", "text", "integer", "text"),
     "register_events": ("jsonb",),
     "declare_asset": ("text", "text", "jsonb"),
-    "declare_dag": ("text", "jsonb", "jsonb", "boolean"),
+    "declare_dag": ("text", "jsonb", "jsonb", "boolean", "integer", "integer", "boolean"),
     "set_dag_paused": ("text", "boolean"),
     "schedule_pass": ("integer",),
 }
@@ -26,6 +27,7 @@ SIGNATURES = {
 
 def call(db: TestDatabase, routine: str, *args: Any) -> list[sa.Row[Any]]:
     types = SIGNATURES[routine]
+    args = args + (None,) * (len(types) - len(args))
     params = {f"p{i}": value for i, value in enumerate(args)}
     if db.dialect.name == "postgresql":
         placeholders = ", ".join(f"CAST(:p{i} AS {types[i]})" for i in range(len(args)))

@@ -321,7 +321,9 @@ MYSQL = _MySQL(
     # (MariaDB >= 11.8 with innodb_snapshot_isolation, at REPEATABLE READ). assetq's own
     # transient condition, the claim guard, comes as AQ900. 2006/2013: the server went away
     # or the connection was lost mid-query (a restart); the transaction went with it.
-    transient_codes=frozenset({"1213", "1205", "1020", "2006", "2013"}),
+    # 1467: MariaDB reports some deadlocks on the AUTO-INC lock as "failed to read
+    # auto-increment value" (MDEV-33593), the transaction rolled back like 1213.
+    transient_codes=frozenset({"1213", "1205", "1020", "1467", "2006", "2013"}),
     # data too long, incorrect value, out of range, check constraint, not null, fk
     invalid_input_codes=frozenset({"1406", "1366", "1264", "3819", "4025", "1048", "1452", "3140"}),
 )

@@ -21,8 +21,9 @@ CALL {{ns}}.register_events(:events)
 CALL {{ns}}.declare_asset(:name, :uri, :extra)
 
 -- declare_dag --
--- Create or replace a consumer and its compiled condition.
-CALL {{ns}}.declare_dag(:dag_id, :condition, :clauses, :paused)
+-- Create or replace a consumer, its compiled condition, its caps and its paused options.
+CALL {{ns}}.declare_dag(:dag_id, :condition, :clauses, :paused, :max_active_runs,
+                        :max_events_per_run, :queue_while_paused)
 
 -- set_dag_paused --
 -- Pause or unpause a consumer.
@@ -36,6 +37,84 @@ SET TRANSACTION ISOLATION LEVEL READ COMMITTED
 -- schedule_pass --
 -- One scheduler pass over at most :limit consumers; returns the runs it created.
 CALL {{ns}}.schedule_pass(:limit)
+
+-- set_run_state --
+-- Move a run to another state; returns the run (the get_run columns).
+CALL {{ns}}.set_run_state(:dag_id, :run_id, :state)
+
+-- delete_dag --
+-- Remove a consumer with its queue, condition, runs and links (no result set).
+CALL {{ns}}.delete_dag(:dag_id)
+
+-- delete_asset --
+-- Remove an asset that no condition names, with its events; returns how many events went.
+CALL {{ns}}.delete_asset(:asset)
+
+-- get_run --
+-- One run of a consumer by run id (no row when there is none).
+SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
+       r.started_at, r.ended_at, r.triggering_event_id, r.event_count
+  FROM {{ns}}.dag_run r
+ WHERE r.dag_id = :dag_id AND r.run_id = :run_id
+
+-- runs_page --
+-- A page of a consumer's runs, newest first: seq below :before_seq (NULL: from the newest),
+-- in state :state (NULL: any). Read backwards along the (dag_id, seq) key.
+SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
+       r.started_at, r.ended_at, r.triggering_event_id, r.event_count
+  FROM {{ns}}.dag_run r
+ WHERE r.dag_id = :dag_id
+   AND (:state IS NULL OR r.state = :state)
+   AND (:before_seq IS NULL OR r.seq < :before_seq)
+ ORDER BY r.seq DESC
+ LIMIT :limit
+
+-- queued_events_page --
+-- A page of the events queued for a consumer, oldest first (the order max_events_per_run
+-- consumes them in): after (:after_timestamp, :after_id), or from the oldest when NULL.
+-- aliases is a JSON array of the names of the aliases the event came through, sorted.
+-- MySQL 8 / MariaDB: JSON_ARRAYAGG takes no ORDER BY on MySQL, so the array is built with
+-- GROUP_CONCAT, whose result MySQL cuts at group_concat_max_len (1024 by default): SET_VAR
+-- raises it for this statement (MySQL >= 8.0.3; MariaDB, whose default is 1 MiB, more than
+-- 100 names of 512 characters need, takes the hint for a comment). The row comparison
+-- (a, b) > (x, y) is spelled out.
+SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */
+       e.id AS event_id, e.asset_id, a.name AS asset_name, a.uri AS asset_uri,
+       e.`timestamp` AS event_timestamp, e.extra, e.source_dag_id, e.source_task_id,
+       e.source_run_id, e.source_map_index,
+       COALESCE((SELECT CONCAT('[', GROUP_CONCAT(JSON_QUOTE(al.name) ORDER BY al.name SEPARATOR ','), ']')
+                   FROM {{ns}}.asset_event_alias ea
+                   JOIN {{ns}}.asset_alias al ON al.id = ea.alias_id
+                  WHERE ea.asset_event_id = e.id), '[]') AS aliases
+  FROM {{ns}}.asset_dag_run_queue q
+  JOIN {{ns}}.asset_event e ON e.id = q.asset_event_id
+  JOIN {{ns}}.asset a ON a.id = e.asset_id
+ WHERE q.target_dag_id = :dag_id
+   AND (:after_timestamp IS NULL
+        OR q.created_at > :after_timestamp
+        OR (q.created_at = :after_timestamp AND q.asset_event_id > :after_id))
+ ORDER BY q.created_at, q.asset_event_id
+ LIMIT :limit
+
+-- consumed_events_page --
+-- A page of the events a run consumed, by event id, after :after_id (NULL: from the first).
+-- The same columns as queued_events_page (see there for aliases).
+SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */
+       e.id AS event_id, e.asset_id, a.name AS asset_name, a.uri AS asset_uri,
+       e.`timestamp` AS event_timestamp, e.extra, e.source_dag_id, e.source_task_id,
+       e.source_run_id, e.source_map_index,
+       COALESCE((SELECT CONCAT('[', GROUP_CONCAT(JSON_QUOTE(al.name) ORDER BY al.name SEPARATOR ','), ']')
+                   FROM {{ns}}.asset_event_alias ea
+                   JOIN {{ns}}.asset_alias al ON al.id = ea.alias_id
+                  WHERE ea.asset_event_id = e.id), '[]') AS aliases
+  FROM {{ns}}.dag_run r
+  JOIN {{ns}}.dagrun_asset_event l ON l.dag_run_id = r.id AND l.dag_id = r.dag_id
+  JOIN {{ns}}.asset_event e ON e.id = l.asset_event_id
+  JOIN {{ns}}.asset a ON a.id = e.asset_id
+ WHERE r.dag_id = :dag_id AND r.run_id = :run_id
+   AND (:after_id IS NULL OR l.asset_event_id > :after_id)
+ ORDER BY l.asset_event_id
+ LIMIT :limit
 
 -- create_namespace --
 -- Create the database that holds every assetq object (kept as it is when it exists).
@@ -88,7 +167,7 @@ SELECT 0 AS listening
 -- dag_queue_status --
 -- One row per consumer from the dag_queue_status view: queue depth, oldest queued, recent runs.
 SELECT dag_id, is_paused, queued_events, oldest_queued_at, oldest_queued_age_seconds,
-       runs_last_hour, last_run_at, runs_total, last_scheduled_at
+       runs_last_hour, last_run_at, runs_total, last_scheduled_at, max_active_runs, active_runs
   FROM {{ns}}.dag_queue_status
  ORDER BY dag_id
 

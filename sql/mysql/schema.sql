@@ -42,6 +42,9 @@ CREATE TABLE IF NOT EXISTS {{ns}}.asset (
     -- default in parentheses works on both (MySQL >= 8.0.13).
     extra       JSON NOT NULL DEFAULT (JSON_OBJECT()),
     created_at  DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    -- false for an asset that exists only because a consumer condition referenced it: the
+    -- first declare_asset that names it by its uri may still give it its real name.
+    declared    BOOLEAN NOT NULL DEFAULT TRUE,
     PRIMARY KEY (id),
     CONSTRAINT asset_name_key UNIQUE (name),
     CONSTRAINT asset_uri_key UNIQUE (uri),
@@ -55,13 +58,20 @@ CREATE TABLE IF NOT EXISTS {{ns}}.asset (
 
 -- A consumer. The scheduler's own per-consumer state (run sequence, round-robin position) is
 -- not here but in dag_lock: see there why the scheduler never writes this row.
+-- max_active_runs / max_events_per_run: its caps (NULL: none); queue_while_paused: events
+-- keep queueing for it while it is paused.
 CREATE TABLE IF NOT EXISTS {{ns}}.dag (
-    dag_id      VARCHAR(250) NOT NULL,
-    `condition` JSON NOT NULL,
-    is_paused   BOOLEAN NOT NULL DEFAULT FALSE,
-    created_at  DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
-    updated_at  DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    dag_id             VARCHAR(250) NOT NULL,
+    `condition`        JSON NOT NULL,
+    is_paused          BOOLEAN NOT NULL DEFAULT FALSE,
+    created_at         DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    updated_at         DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    max_active_runs    INT NULL,
+    max_events_per_run INT NULL,
+    queue_while_paused BOOLEAN NOT NULL DEFAULT FALSE,
     PRIMARY KEY (dag_id),
+    CONSTRAINT dag_max_active_runs_check CHECK (max_active_runs >= 1),
+    CONSTRAINT dag_max_events_per_run_check CHECK (max_events_per_run >= 1),
     -- ASCII classes, not [[:alnum:]]: MySQL's ICU regular expressions count any Unicode letter
     -- as alnum, MariaDB's PCRE does not. This is exactly what the Python layer accepts.
     CONSTRAINT dag_id_format CHECK (dag_id REGEXP '^[A-Za-z0-9_.-]+$')
@@ -164,7 +174,16 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_run (
     run_after   DATETIME(6) NOT NULL,
     state       VARCHAR(20) NOT NULL DEFAULT 'queued',
     created_at  DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    -- The newest event the run consumed (no foreign key: purge and delete_asset may delete
+    -- the event, the run keeps the id), and how many it consumed.
+    triggering_event_id BIGINT NULL,
+    event_count INT NOT NULL DEFAULT 0,
+    started_at  DATETIME(6) NULL,
+    ended_at    DATETIME(6) NULL,
+    updated_at  DATETIME(6) NULL,
     PRIMARY KEY (id),
+    -- Active runs of a consumer (max_active_runs), and runs(dag_id, state=...).
+    KEY dag_run_dag_state_idx (dag_id, state),
     CONSTRAINT dag_run_run_id_key UNIQUE (dag_id, run_id),
     CONSTRAINT dag_run_seq_key UNIQUE (dag_id, seq),
     -- Target of the link table's composite foreign key: a link's dag_id is its run's dag_id.
@@ -192,21 +211,99 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dagrun_asset_event (
         REFERENCES {{ns}}.dag_run (id, dag_id) ON DELETE CASCADE
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
+-- Asset aliases (migration 0004_semantics): a producer registers an event "through" an
+-- alias, which then resolves to the event's asset; consumers may depend on an alias.
+CREATE TABLE IF NOT EXISTS {{ns}}.asset_alias (
+    id          BIGINT NOT NULL AUTO_INCREMENT,
+    name        VARCHAR(512) NOT NULL,
+    created_at  DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    PRIMARY KEY (id),
+    CONSTRAINT asset_alias_name_key UNIQUE (name),
+    CONSTRAINT asset_alias_name_not_empty CHECK (CHAR_LENGTH(name) > 0)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
--- Fan-out (I1, I2): one queue row per unpaused consumer of the event's asset, written by the
--- inserting statement itself, so an event and its queue rows commit or roll back together,
--- whoever inserts the event. AFTER INSERT: only then is the event's AUTO_INCREMENT id known.
--- MySQL has no statement-level triggers, so this runs once per inserted event.
+-- Alias alias_id has resolved to asset asset_id: an event of the asset was registered
+-- through the alias. From then on the alias's consumers get every event of the asset.
+CREATE TABLE IF NOT EXISTS {{ns}}.asset_alias_asset (
+    alias_id    BIGINT NOT NULL,
+    asset_id    BIGINT NOT NULL,
+    created_at  DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    PRIMARY KEY (alias_id, asset_id),
+    KEY asset_alias_asset_asset_idx (asset_id),
+    CONSTRAINT asset_alias_asset_alias_id_fkey FOREIGN KEY (alias_id)
+        REFERENCES {{ns}}.asset_alias (id) ON DELETE CASCADE,
+    CONSTRAINT asset_alias_asset_asset_id_fkey FOREIGN KEY (asset_id)
+        REFERENCES {{ns}}.asset (id) ON DELETE CASCADE
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- The aliases an event was registered through.
+CREATE TABLE IF NOT EXISTS {{ns}}.asset_event_alias (
+    asset_event_id  BIGINT NOT NULL,
+    alias_id        BIGINT NOT NULL,
+    PRIMARY KEY (asset_event_id, alias_id),
+    KEY asset_event_alias_alias_idx (alias_id),
+    CONSTRAINT asset_event_alias_asset_event_id_fkey FOREIGN KEY (asset_event_id)
+        REFERENCES {{ns}}.asset_event (id) ON DELETE CASCADE,
+    CONSTRAINT asset_event_alias_alias_id_fkey FOREIGN KEY (alias_id)
+        REFERENCES {{ns}}.asset_alias (id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- Alias members of a consumer's CNF clauses (asset members are in dag_condition_clause).
+-- Clause clause_no holds when a claimed row's asset is a member, or an alias member has
+-- resolved to it. The fan-out reads it by alias.
+CREATE TABLE IF NOT EXISTS {{ns}}.dag_condition_alias (
+    dag_id      VARCHAR(250) NOT NULL,
+    clause_no   INT NOT NULL,
+    alias_id    BIGINT NOT NULL,
+    PRIMARY KEY (dag_id, clause_no, alias_id),
+    KEY dag_condition_alias_alias_idx (alias_id),
+    CONSTRAINT dag_condition_alias_dag_id_fkey FOREIGN KEY (dag_id)
+        REFERENCES {{ns}}.dag (dag_id) ON DELETE CASCADE,
+    CONSTRAINT dag_condition_alias_alias_id_fkey FOREIGN KEY (alias_id)
+        REFERENCES {{ns}}.asset_alias (id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+
+-- Fan-out (I1, I2), now also for consumers that depend on the asset through an alias it has
+-- resolved to, and for paused consumers that queue while paused: one queue row per consumer,
+-- even when it references the asset both directly and through an alias (UNION).
+--
+-- Every row it queues through is read with a shared lock (LOCK IN SHARE MODE): the reference
+-- and alias-clause rows, then the dag rows. On a dag row that is the lock the queue's
+-- foreign-key check takes anyway, taken by the read so that a consumer deleted meanwhile
+-- (delete_dag) is waited for and then skipped instead of failing the producer's foreign-key
+-- check. On the reference and alias-clause rows it makes a re-declare that drops the asset
+-- wait for the producers in flight, and the producers after it see the new definition: no
+-- event is queued for a consumer that no longer depends on its asset. A trigger's reads are
+-- locking reads anyway, except at READ COMMITTED under an INSERT ... SELECT (a batch
+-- registration), where InnoDB would read them without locks: hence the explicit clauses.
+-- delete_dag and declare_dag change a consumer's reference rows, then its alias-clause rows,
+-- each in key order, then its dag row: the order in which this statement reads them.
+-- The consumers are found first (the derived table, materialized before the join), then their
+-- dag rows, each by its key: the index hints keep the optimizer from scanning a small table
+-- through a join buffer, which would lock the rows of every consumer.
+-- MySQL 8 / MariaDB: a locking clause covers the tables of its own query block only, so each
+-- block of the UNION has its own (in parentheses, as both require).
 DROP TRIGGER IF EXISTS {{ns}}.asset_event_fan_out;
 CREATE TRIGGER {{ns}}.asset_event_fan_out
     AFTER INSERT ON {{ns}}.asset_event
     FOR EACH ROW
     INSERT INTO {{ns}}.asset_dag_run_queue (target_dag_id, asset_event_id, asset_id, created_at)
-    SELECT r.dag_id, NEW.id, NEW.asset_id, NEW.`timestamp`
-      FROM {{ns}}.dag_schedule_asset_reference r
-      JOIN {{ns}}.dag d ON d.dag_id = r.dag_id
-     WHERE r.asset_id = NEW.asset_id
-       AND NOT d.is_paused;
+    SELECT d.dag_id, NEW.id, NEW.asset_id, NEW.`timestamp`
+      FROM ((SELECT r.dag_id
+               FROM {{ns}}.dag_schedule_asset_reference r
+              WHERE r.asset_id = NEW.asset_id
+               LOCK IN SHARE MODE)
+            UNION
+            (SELECT ca.dag_id
+               FROM {{ns}}.asset_alias_asset aa FORCE INDEX (asset_alias_asset_asset_idx)
+               STRAIGHT_JOIN {{ns}}.dag_condition_alias ca FORCE INDEX (dag_condition_alias_alias_idx)
+                  ON ca.alias_id = aa.alias_id
+              WHERE aa.asset_id = NEW.asset_id
+               LOCK IN SHARE MODE)) t
+      STRAIGHT_JOIN {{ns}}.dag d FORCE INDEX (PRIMARY) ON d.dag_id = t.dag_id
+     WHERE NOT d.is_paused OR d.queue_while_paused
+      LOCK IN SHARE MODE;
 
 -- Every consumer gets its lock row in the statement that creates it, however it is created.
 DROP TRIGGER IF EXISTS {{ns}}.dag_add_lock_row;
@@ -339,21 +436,27 @@ END $$
 
 
 
+-- register_events, as in 0002, plus aliases: an item may carry "aliases", a JSON array of 1 to
+-- 100 alias names (1 to 512 characters; null or absent: none). Before the events are
+-- inserted, each alias is created if new and resolved to its item's asset, so the fan-out
+-- already queues the event for the alias's consumers; each created event records the aliases
+-- it came through. A retry (an idempotency key that met an existing event) records nothing new.
+--
 -- Registers a batch of events in the caller's transaction, in one round trip, and returns one
 -- result set with one row per item in input order (item_no, event_id, asset_id,
 -- event_timestamp, created), with register_event's guarantees for each. p_events is a JSON
 -- array of at most 10,000 objects {"asset": name or uri, "extra", "source_dag_id",
--- "source_task_id", "source_run_id", "source_map_index", "idempotency_key"}; only "asset" is
--- required. The events of one batch share one timestamp.
+-- "source_task_id", "source_run_id", "source_map_index", "idempotency_key", "aliases"}; only
+-- "asset" is required. The events of one batch share one timestamp.
 --
 -- All or nothing, once the caller rolls back on error (as after any routine error here).
 -- Every item is checked and every asset resolved before anything is written: one unknown asset
--- (AQ001) or extra that is not an object (AQ002) fails the call with nothing inserted. A key
--- reused with another extra (AQ005), or a value the table refuses, fails it after some rows
--- may have been inserted in the caller's transaction. Items with the same asset and
--- idempotency key are one event, as retries would be: the first creates it (unless it exists
--- already), the others return it with created = 0. MySQL has no statement-level triggers: the
--- row-level trigger fans out each event of the batch.
+-- (AQ001) or extra that is not an object, or bad aliases (AQ002) fails the call with nothing
+-- inserted. A key reused with another extra (AQ005), or a value the table refuses, fails it
+-- after some rows may have been inserted in the caller's transaction. Items with the same
+-- asset and idempotency key are one event, as retries would be: the first creates it (unless
+-- it exists already), the others return it with created = 0. MySQL has no statement-level
+-- triggers: the row-level trigger fans out each event of the batch.
 --
 -- Under autocommit each statement of a procedure commits on its own, so the row-by-row path
 -- below is atomic only inside a transaction: the Python layer opens one on an autocommit
@@ -380,6 +483,9 @@ BEGIN
     DECLARE v_old_extra JSON;
     DECLARE v_old_timestamp DATETIME(6);
     DECLARE v_duplicate BOOLEAN;
+    DECLARE v_aliases   BOOLEAN DEFAULT FALSE;
+    DECLARE v_pos       BIGINT DEFAULT 0;
+    DECLARE v_alias_id  BIGINT;
     DECLARE v_message   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
 
     -- IF, not a CASE as in register_event: in this routine MariaDB 10.11 evaluated the CASE's
@@ -405,7 +511,8 @@ BEGIN
     -- The items, parsed once. A session temporary table (a failed call's is dropped by the
     -- next). Text columns are wider than the event table's: a value too long reaches the
     -- INSERT, which refuses it in strict mode (1406), instead of being cut short here.
-    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_batch;
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_batch, {{ns}}._assetq_batch_alias,
+                                   {{ns}}._assetq_alias_name, {{ns}}._assetq_alias_pair;
     CREATE TEMPORARY TABLE {{ns}}._assetq_batch (
         item_no          INT NOT NULL PRIMARY KEY,
         item_type        VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
@@ -416,6 +523,7 @@ BEGIN
         source_run_id    VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
         source_map_index INT NULL,
         idempotency_key  VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        aliases          LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
         asset_id         BIGINT NULL,
         event_id         BIGINT NULL,
         event_timestamp  DATETIME(6) NULL,
@@ -424,11 +532,12 @@ BEGIN
     ) ENGINE = InnoDB;
     INSERT INTO {{ns}}._assetq_batch
            (item_no, item_type, asset, extra, source_dag_id, source_task_id, source_run_id,
-            source_map_index, idempotency_key)
+            source_map_index, idempotency_key, aliases)
     SELECT j.item_no, JSON_TYPE(j.item), j.asset,
            CASE WHEN j.extra IS NULL OR JSON_TYPE(j.extra) = 'NULL' THEN '{}' ELSE j.extra END,
            j.source_dag_id, j.source_task_id, j.source_run_id,
-           COALESCE(j.source_map_index, -1), j.idempotency_key
+           COALESCE(j.source_map_index, -1), j.idempotency_key,
+           CASE WHEN j.aliases IS NULL OR JSON_TYPE(j.aliases) = 'NULL' THEN NULL ELSE j.aliases END
       FROM JSON_TABLE(p_events, '$[*]' COLUMNS (
                item_no          FOR ORDINALITY,
                item             JSON PATH '$',
@@ -438,7 +547,8 @@ BEGIN
                source_task_id   VARCHAR(1024) PATH '$.source_task_id',
                source_run_id    VARCHAR(1024) PATH '$.source_run_id',
                source_map_index INT PATH '$.source_map_index',
-               idempotency_key  VARCHAR(1024) PATH '$.idempotency_key')) AS j;
+               idempotency_key  VARCHAR(1024) PATH '$.idempotency_key',
+               aliases          JSON PATH '$.aliases')) AS j;
 
     SET v_bad = NULL;
     SELECT b.item_no, b.item_type INTO v_bad, v_kind
@@ -452,6 +562,27 @@ BEGIN
     IF v_bad IS NOT NULL THEN
         SET v_message = CONCAT('[AQ002] event extra must be a JSON object, got ', v_kind,
                                ' (event ', v_bad, ' of the batch)');
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+
+    -- Aliases: an array of 1 to 100 names of 1 to 512 characters. The names are read as JSON
+    -- and measured unquoted, so a name too long is refused, never cut short.
+    SELECT b.item_no INTO v_bad
+      FROM {{ns}}._assetq_batch b
+     WHERE b.aliases IS NOT NULL
+       AND (JSON_TYPE(b.aliases) <> 'ARRAY' OR JSON_LENGTH(b.aliases) NOT BETWEEN 1 AND 100)
+     ORDER BY b.item_no LIMIT 1;
+    IF v_bad IS NULL THEN
+        SELECT MIN(b.item_no) INTO v_bad
+          FROM {{ns}}._assetq_batch b,
+               JSON_TABLE(b.aliases, '$[*]' COLUMNS (alias JSON PATH '$')) AS x
+         WHERE b.aliases IS NOT NULL
+           AND (COALESCE(JSON_TYPE(x.alias), 'NULL') <> 'STRING'
+                OR CHAR_LENGTH(JSON_UNQUOTE(x.alias)) NOT BETWEEN 1 AND 512);
+    END IF;
+    IF v_bad IS NOT NULL THEN
+        SET v_message = LEFT(CONCAT('[AQ002] aliases must be a JSON array of 1 to 100 alias names of 1 to 512',
+                                    ' characters (event ', v_bad, ' of the batch)'), 128);
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
     END IF;
 
@@ -481,6 +612,100 @@ BEGIN
         END IF;
         UPDATE {{ns}}._assetq_batch SET asset_id = v_asset_id WHERE asset = v_name;
     END LOOP;
+
+    -- Aliases, created if new and resolved to their item's asset before the events are
+    -- inserted, so that the fan-out sees the resolution. Sorted, so concurrent batches lock in
+    -- one order. Plain reads first: a resolution that exists already (the usual case) costs
+    -- a lookup and takes no lock; only a missing one is inserted (a duplicate key, from a
+    -- concurrent producer, is ignored by its handler, not by INSERT IGNORE, which would hide a
+    -- foreign-key failure too).
+    -- MySQL 8 / MariaDB: MySQL cannot open one temporary table twice in a statement, hence one
+    -- temporary table per step.
+    IF EXISTS (SELECT 1 FROM {{ns}}._assetq_batch b WHERE b.aliases IS NOT NULL) THEN
+        SET v_aliases = TRUE;
+        CREATE TEMPORARY TABLE {{ns}}._assetq_batch_alias (
+            item_no INT NOT NULL,
+            name    VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+            PRIMARY KEY (item_no, name)
+        ) ENGINE = InnoDB;
+        CREATE TEMPORARY TABLE {{ns}}._assetq_alias_name (
+            pos      BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+            name     VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+            alias_id BIGINT NULL,
+            UNIQUE KEY (name)
+        ) ENGINE = InnoDB;
+        CREATE TEMPORARY TABLE {{ns}}._assetq_alias_pair (
+            pos      BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+            alias_id BIGINT NOT NULL,
+            asset_id BIGINT NOT NULL,
+            UNIQUE KEY (alias_id, asset_id)
+        ) ENGINE = InnoDB;
+        INSERT INTO {{ns}}._assetq_batch_alias (item_no, name)
+        SELECT DISTINCT b.item_no, JSON_UNQUOTE(x.alias)
+          FROM {{ns}}._assetq_batch b,
+               JSON_TABLE(b.aliases, '$[*]' COLUMNS (alias JSON PATH '$')) AS x
+         WHERE b.aliases IS NOT NULL;
+        INSERT INTO {{ns}}._assetq_alias_name (name)
+        SELECT DISTINCT ba.name FROM {{ns}}._assetq_batch_alias ba ORDER BY ba.name;
+
+        alias_loop: LOOP
+            SET v_name = NULL;
+            SELECT n.pos, n.name INTO v_pos, v_name
+              FROM {{ns}}._assetq_alias_name n WHERE n.pos > v_pos ORDER BY n.pos LIMIT 1;
+            IF v_name IS NULL THEN
+                LEAVE alias_loop;
+            END IF;
+            SET v_alias_id = NULL;
+            SELECT al.id INTO v_alias_id FROM {{ns}}.asset_alias al WHERE al.name = v_name;
+            IF v_alias_id IS NULL THEN
+                -- Created meanwhile by a concurrent producer: the duplicate key hands back its id.
+                INSERT INTO {{ns}}.asset_alias (name) VALUES (v_name)
+                ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id);
+                SET v_alias_id = LAST_INSERT_ID();
+            END IF;
+            UPDATE {{ns}}._assetq_alias_name SET alias_id = v_alias_id WHERE pos = v_pos;
+        END LOOP;
+
+        INSERT INTO {{ns}}._assetq_alias_pair (alias_id, asset_id)
+        SELECT DISTINCT n.alias_id, b.asset_id
+          FROM {{ns}}._assetq_batch_alias ba
+          JOIN {{ns}}._assetq_alias_name n ON n.name = ba.name
+          JOIN {{ns}}._assetq_batch b ON b.item_no = ba.item_no
+         ORDER BY n.alias_id, b.asset_id;
+        SET v_pos = 0;
+        pair_loop: LOOP
+            SET v_alias_id = NULL;
+            SELECT p.pos, p.alias_id, p.asset_id INTO v_pos, v_alias_id, v_asset_id
+              FROM {{ns}}._assetq_alias_pair p WHERE p.pos > v_pos ORDER BY p.pos LIMIT 1;
+            IF v_alias_id IS NULL THEN
+                LEAVE pair_loop;
+            END IF;
+            -- A SELECT ... INTO, not IF EXISTS (SELECT ...): InnoDB reads a subquery in a
+            -- routine's IF condition with shared locks, at any isolation level, and that lock
+            -- would deadlock with delete_asset.
+            SELECT COUNT(*) INTO v_bad
+              FROM {{ns}}.asset_alias_asset aa
+             WHERE aa.alias_id = v_alias_id AND aa.asset_id = v_asset_id;
+            IF v_bad = 0 THEN
+                -- The asset row first, with the shared lock the foreign-key check of the insert
+                -- takes anyway: InnoDB checks it only after writing the new row, and
+                -- delete_asset, which locks the asset and then deletes its resolutions, would
+                -- deadlock with a producer holding the new row. An asset deleted since it was
+                -- looked up is unknown.
+                SET v_bad = NULL;
+                SELECT 1 INTO v_bad FROM {{ns}}.asset a WHERE a.id = v_asset_id LOCK IN SHARE MODE;
+                IF v_bad IS NULL THEN
+                    SET v_message = '[AQ001] unknown asset: it was deleted while the event was being registered';
+                    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+                END IF;
+                BEGIN
+                    DECLARE CONTINUE HANDLER FOR 1062 BEGIN END;
+                    INSERT INTO {{ns}}.asset_alias_asset (alias_id, asset_id, created_at)
+                    VALUES (v_alias_id, v_asset_id, UTC_TIMESTAMP(6));
+                END;
+            END IF;
+        END LOOP;
+    END IF;
 
     -- One timestamp for the whole batch: taken once, copied to every queue row by the trigger.
     SET v_timestamp = UTC_TIMESTAMP(6), v_duplicate = FALSE;
@@ -551,6 +776,22 @@ BEGIN
         END IF;
     END WHILE;
 
+    -- The aliases of the events this call created (not of an event a retry met).
+    IF v_aliases THEN
+        IF v_first_id IS NOT NULL THEN
+            UPDATE {{ns}}._assetq_batch
+               SET event_id = v_first_id + item_no - 1, created = TRUE
+             WHERE aliases IS NOT NULL;
+        END IF;
+        INSERT INTO {{ns}}.asset_event_alias (asset_event_id, alias_id)
+        SELECT DISTINCT b.event_id, n.alias_id
+          FROM {{ns}}._assetq_batch b
+          JOIN {{ns}}._assetq_batch_alias ba ON ba.item_no = b.item_no
+          JOIN {{ns}}._assetq_alias_name n ON n.name = ba.name
+         WHERE b.created
+         ORDER BY b.event_id, n.alias_id;
+    END IF;
+
     IF v_first_id IS NULL THEN
         SELECT b.item_no, b.event_id, b.asset_id, b.event_timestamp, b.created
           FROM {{ns}}._assetq_batch b
@@ -561,11 +802,16 @@ BEGIN
           FROM {{ns}}._assetq_batch b
          ORDER BY b.item_no;
     END IF;
-    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_batch;
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_batch, {{ns}}._assetq_batch_alias,
+                                   {{ns}}._assetq_alias_name, {{ns}}._assetq_alias_pair;
 END $$
 
 -- Declares an asset (idempotent) and returns its id as one result set (asset_id). An existing
--- asset keeps its id; a given uri or extra replaces the stored one.
+-- asset keeps its id; a given uri or extra replaces the stored one, and it counts as declared.
+-- When no asset has the name yet but a consumer referenced the uri before anyone declared it
+-- (an undeclared asset with that uri, or named by it without a uri), that asset takes the
+-- name: it keeps its id, so the consumers that referenced it get its events. A uri that
+-- belongs to another asset is refused (AQ002), nothing written.
 DROP PROCEDURE IF EXISTS {{ns}}.declare_asset $$
 CREATE PROCEDURE {{ns}}.declare_asset(
     IN p_name  TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -574,9 +820,12 @@ CREATE PROCEDURE {{ns}}.declare_asset(
 )
 MODIFIES SQL DATA
 BEGIN
-    DECLARE v_id      BIGINT;
-    DECLARE v_kind    VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_id       BIGINT;
+    DECLARE v_uri_id   BIGINT;
+    DECLARE v_uri_name VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_declared BOOLEAN;
+    DECLARE v_kind     VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_message  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
 
     SET v_kind = CASE WHEN p_extra IS NULL THEN 'OBJECT'
                       WHEN JSON_VALID(p_extra) THEN JSON_TYPE(p_extra)
@@ -585,18 +834,52 @@ BEGIN
         SET v_message = CONCAT('[AQ002] asset extra must be a JSON object, got ', v_kind);
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
     END IF;
-    -- The uri stays out of this INSERT: ON DUPLICATE KEY UPDATE fires on a conflict with ANY
-    -- unique key, so a uri that belongs to another asset would update that other asset. Here
-    -- only the name can conflict; id = LAST_INSERT_ID(id) makes LAST_INSERT_ID() the
-    -- existing row's id on a conflict (MySQL 8 / MariaDB: no RETURNING on MySQL).
-    INSERT INTO {{ns}}.asset (name, extra)
-    VALUES (p_name, COALESCE(p_extra, JSON_OBJECT()))
-    ON DUPLICATE KEY UPDATE extra = COALESCE(p_extra, extra), id = LAST_INSERT_ID(id);
-    SET v_id = LAST_INSERT_ID();
-    -- By key: a uri owned by another asset fails with a duplicate-key error, as PostgreSQL's
-    -- unique violation does, instead of touching the other asset.
     IF p_uri IS NOT NULL THEN
-        UPDATE {{ns}}.asset SET uri = p_uri WHERE id = v_id;
+        -- The asset that holds the uri, or an undeclared one named by it. Plain reads: a
+        -- locking read that misses would leave a gap lock on the index, and two declarations
+        -- of new assets would deadlock on it. The row found is then locked by key (a record
+        -- lock) and read again: its latest version decides.
+        SELECT a.id INTO v_uri_id FROM {{ns}}.asset a WHERE a.uri = p_uri;
+        IF v_uri_id IS NULL THEN
+            SELECT a.id INTO v_uri_id
+              FROM {{ns}}.asset a
+             WHERE a.name = p_uri AND a.uri IS NULL AND NOT a.declared AND a.name <> p_name;
+        END IF;
+        IF v_uri_id IS NOT NULL THEN
+            SELECT a.name, a.declared INTO v_uri_name, v_declared
+              FROM {{ns}}.asset a WHERE a.id = v_uri_id
+               FOR UPDATE;
+        END IF;
+        IF v_uri_name <> p_name THEN
+            SELECT a.id INTO v_id FROM {{ns}}.asset a WHERE a.name = p_name;
+            IF v_declared OR v_id IS NOT NULL THEN
+                SET v_message = LEFT(CONCAT('[AQ002] uri ', QUOTE(LEFT(p_uri, 48)),
+                                            ' already belongs to asset ', QUOTE(LEFT(v_uri_name, 48))), 128);
+                SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+            END IF;
+            -- The undeclared asset takes the name, keeping its id.
+            UPDATE {{ns}}.asset
+               SET name = p_name, uri = p_uri, extra = COALESCE(p_extra, extra), declared = TRUE
+             WHERE id = v_uri_id;
+            SET v_id = v_uri_id;
+        END IF;
+    END IF;
+    IF v_id IS NULL THEN
+        -- The uri stays out of this INSERT: ON DUPLICATE KEY UPDATE fires on a conflict with
+        -- ANY unique key, so a uri that belongs to another asset would update that other
+        -- asset. Here only the name can conflict; id = LAST_INSERT_ID(id) makes
+        -- LAST_INSERT_ID() the existing row's id on a conflict (MySQL 8 / MariaDB: no
+        -- RETURNING on MySQL).
+        INSERT INTO {{ns}}.asset (name, extra, declared)
+        VALUES (p_name, COALESCE(p_extra, JSON_OBJECT()), TRUE)
+        ON DUPLICATE KEY UPDATE extra = COALESCE(p_extra, extra), declared = TRUE,
+                                id = LAST_INSERT_ID(id);
+        SET v_id = LAST_INSERT_ID();
+        -- By key: the uri is free or already this asset's (checked above); one taken
+        -- meanwhile fails with a duplicate-key error, never touching the other asset.
+        IF p_uri IS NOT NULL THEN
+            UPDATE {{ns}}.asset SET uri = p_uri WHERE id = v_id;
+        END IF;
     END IF;
     SELECT v_id AS asset_id;
 END $$
@@ -604,28 +887,47 @@ END $$
 
 -- Declares or re-declares a consumer. p_condition is the condition as declared (kept for
 -- reading back); p_clauses its conjunctive normal form, a JSON array of clauses, each a
--- non-empty array of asset names or uris. Assets named here that do not exist are created
--- (as Airflow does when a DAG file declares an asset). The whole replacement happens in the
--- caller's transaction, under the consumer's lock row: a scheduler pass sees the old
--- condition or the new one, never a mix. p_paused NULL keeps the current state (new
--- consumers start unpaused). Rows already queued stay queued and are consumed by the
--- consumer's next run. Returns no result set.
+-- non-empty array of members: "x" (an asset by name, else by uri), {"name": "x"},
+-- {"uri": "x"} (by uri, else by name) or {"alias": "x"}. Assets and aliases named here that
+-- do not exist are created (an asset referenced by uri gets the uri as its name too, as in
+-- Airflow), marked undeclared. p_paused NULL keeps the current state (new consumers start
+-- unpaused); p_max_active_runs and p_max_events_per_run NULL mean no cap (AQ002 below 1);
+-- p_queue_while_paused NULL means false. Queued rows of assets the consumer no longer
+-- depends on are deleted; the others stay and are consumed by its next run. Returns no
+-- result set.
 --
--- While it runs it holds the dag row, so producers of this consumer wait for it (their
--- foreign-key check takes a shared lock on that row); PostgreSQL's NO KEY lock avoids that.
+-- The whole replacement happens in the caller's transaction, under the consumer's lock row: a
+-- scheduler pass sees the old condition or the new one, never a mix. The rows the fan-out
+-- reads are changed in the order it reads them: references, then alias clauses, each in
+-- key order, only those that change; the dag row last. A producer in flight for the consumer
+-- then either finishes first or waits for the caller's commit, and neither deadlocks with the
+-- declaration. (A producer transaction that registers events of several of the consumer's
+-- assets can still deadlock with it, at REPEATABLE READ: error 1213, rolled back whole, safe
+-- to retry.)
 DROP PROCEDURE IF EXISTS {{ns}}.declare_dag $$
 CREATE PROCEDURE {{ns}}.declare_dag(
-    IN p_dag_id    TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-    IN p_condition JSON,
-    IN p_clauses   JSON,
-    IN p_paused    BOOLEAN
+    IN p_dag_id             TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_condition          JSON,
+    IN p_clauses            JSON,
+    IN p_paused             BOOLEAN,
+    IN p_max_active_runs    INT,
+    IN p_max_events_per_run INT,
+    IN p_queue_while_paused BOOLEAN
 )
 MODIFIES SQL DATA
 BEGIN
     DECLARE v_bad     BIGINT;
+    DECLARE v_exists  BIGINT;
     DECLARE v_pos     BIGINT DEFAULT 0;
+    DECLARE v_kind    VARCHAR(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_name    VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_id      BIGINT;
+    DECLARE v_row     INT;
+    DECLARE v_clause  INT;
+    DECLARE v_new     BOOLEAN;
+    DECLARE v_pos_kind   INT DEFAULT 0;
+    DECLARE v_pos_key    BIGINT DEFAULT 0;
+    DECLARE v_pos_clause INT DEFAULT 0;
     DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
 
     IF p_dag_id IS NULL OR NOT (p_dag_id REGEXP '^[A-Za-z0-9_.-]+$')
@@ -634,101 +936,238 @@ BEGIN
                                     ': use 1 to 250 letters, digits, "_", "." or "-"'), 128);
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
     END IF;
+    IF p_max_active_runs < 1 OR p_max_events_per_run < 1 THEN
+        SET v_message = LEFT(CONCAT('[AQ002] max_active_runs and max_events_per_run must be positive or NULL, got ',
+                                    COALESCE(p_max_active_runs, 'NULL'), ' and ',
+                                    COALESCE(p_max_events_per_run, 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
     IF p_condition IS NULL OR JSON_VALID(p_condition) = 0 THEN
         SET v_message = LEFT(CONCAT('[AQ004] condition of dag ', p_dag_id,
                                     ' is missing or not JSON'), 128);
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
     END IF;
+
+    -- The members as (clause_no, kind, value): kind 'any' for a plain string, else the one key
+    -- of the object. Values are read as JSON and measured unquoted, so one too long is
+    -- refused, never cut short.
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_declare_member, {{ns}}._assetq_declare_name;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_declare_member (
+        clause_no INT NOT NULL,
+        kind      VARCHAR(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        value     VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        KEY (kind, value)
+    ) ENGINE = InnoDB;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_declare_name (
+        pos       BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        kind      VARCHAR(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        value     VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        target_id BIGINT NULL,
+        UNIQUE KEY (kind, value)
+    ) ENGINE = InnoDB;
     IF p_clauses IS NULL OR NOT JSON_VALID(p_clauses) THEN
         SET v_bad = 1;
     ELSEIF JSON_TYPE(p_clauses) <> 'ARRAY' OR JSON_LENGTH(p_clauses) = 0 THEN
         SET v_bad = 1;
     ELSE
         -- MySQL 8 / MariaDB: JSON_TABLE with NESTED PATH is in both (MySQL >= 8.0.4,
-        -- MariaDB >= 10.6). An empty clause yields one row with NULL item.
+        -- MariaDB >= 10.6). A clause that is empty or not an array yields one row with NULL
+        -- item: its member is invalid.
+        INSERT INTO {{ns}}._assetq_declare_member (clause_no, kind, value)
+        SELECT m.clause_no, m.kind,
+               CASE WHEN CHAR_LENGTH(m.value) BETWEEN 1 AND 512 THEN m.value END
+          FROM (SELECT c.clause_no,
+                       CASE WHEN c.item IS NULL OR c.clause IS NULL
+                                 OR JSON_TYPE(c.clause) <> 'ARRAY' THEN NULL
+                            WHEN JSON_TYPE(c.item) = 'STRING' THEN 'any'
+                            WHEN JSON_TYPE(c.item) <> 'OBJECT' OR JSON_LENGTH(c.item) <> 1 THEN NULL
+                            WHEN JSON_TYPE(JSON_EXTRACT(c.item, '$.name')) = 'STRING' THEN 'name'
+                            WHEN JSON_TYPE(JSON_EXTRACT(c.item, '$.uri')) = 'STRING' THEN 'uri'
+                            WHEN JSON_TYPE(JSON_EXTRACT(c.item, '$.alias')) = 'STRING' THEN 'alias'
+                       END AS kind,
+                       CASE WHEN JSON_TYPE(c.item) = 'STRING' THEN JSON_UNQUOTE(c.item)
+                            WHEN JSON_TYPE(c.item) = 'OBJECT' THEN
+                                 COALESCE(JSON_UNQUOTE(JSON_EXTRACT(c.item, '$.name')),
+                                          JSON_UNQUOTE(JSON_EXTRACT(c.item, '$.uri')),
+                                          JSON_UNQUOTE(JSON_EXTRACT(c.item, '$.alias')))
+                       END AS value
+                  FROM JSON_TABLE(p_clauses, '$[*]' COLUMNS (
+                           clause_no FOR ORDINALITY,
+                           clause    JSON PATH '$',
+                           NESTED PATH '$[*]' COLUMNS (item JSON PATH '$'))) AS c) m;
         SELECT COUNT(*) INTO v_bad
-          FROM JSON_TABLE(p_clauses, '$[*]' COLUMNS (
-                   clause JSON PATH '$',
-                   NESTED PATH '$[*]' COLUMNS (
-                       item JSON PATH '$',
-                       name VARCHAR(1024) PATH '$'))) AS c
-         WHERE c.clause IS NULL OR JSON_TYPE(c.clause) <> 'ARRAY' OR JSON_LENGTH(c.clause) = 0
-            OR c.item IS NULL OR JSON_TYPE(c.item) <> 'STRING'
-            OR c.name IS NULL OR CHAR_LENGTH(c.name) NOT BETWEEN 1 AND 512;
+          FROM {{ns}}._assetq_declare_member m
+         WHERE m.kind IS NULL OR m.value IS NULL;
     END IF;
     IF v_bad > 0 THEN
         SET v_message = LEFT(CONCAT('[AQ004] condition clauses of dag ', p_dag_id,
-                                    ' must be a non-empty array of non-empty arrays of asset names'), 128);
+                                    ' must be non-empty arrays of asset names or uris,',
+                                    ' {"name"}, {"uri"} or {"alias"} (1 to 512 characters)'), 128);
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
     END IF;
 
     -- The consumer's lock row first, as a scheduler pass takes it: every later statement
     -- runs under it (a new consumer gets its row, already locked, from the trigger on dag).
-    SELECT COUNT(*) INTO v_bad FROM {{ns}}.dag_lock l WHERE l.dag_id = p_dag_id FOR UPDATE;
+    SELECT COUNT(*) INTO v_exists FROM {{ns}}.dag_lock l WHERE l.dag_id = p_dag_id FOR UPDATE;
 
-    INSERT INTO {{ns}}.dag (dag_id, `condition`, is_paused)
-    VALUES (p_dag_id, p_condition, COALESCE(p_paused, FALSE))
-    ON DUPLICATE KEY UPDATE `condition` = p_condition,
-                            is_paused = COALESCE(p_paused, is_paused),
-                            updated_at = UTC_TIMESTAMP(6);
-
-    -- Resolve every distinct name (name first, then uri), creating the missing assets, one
-    -- name at a time in a temporary table. Plain reads and keyed inserts only: an
-    -- INSERT ... SELECT from asset would, at REPEATABLE READ, take shared gap locks on asset's
-    -- indexes and deadlock concurrent declarations.
-    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_declare_name;
-    CREATE TEMPORARY TABLE {{ns}}._assetq_declare_name (
-        pos      BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-        name     VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-        asset_id BIGINT NULL,
-        UNIQUE KEY (name)
-    ) ENGINE = InnoDB;
-    INSERT INTO {{ns}}._assetq_declare_name (name)
-    SELECT DISTINCT c.name
-      FROM JSON_TABLE(p_clauses, '$[*]' COLUMNS (
-               NESTED PATH '$[*]' COLUMNS (name VARCHAR(512) PATH '$'))) AS c
-     ORDER BY c.name;
+    -- Resolve every distinct member, creating the missing assets (undeclared) and aliases,
+    -- one at a time: plain reads and keyed inserts only. An INSERT ... SELECT from asset
+    -- would, at REPEATABLE READ, take shared gap locks on asset's indexes and deadlock
+    -- concurrent declarations. A concurrent declaration may create one after our read: the
+    -- duplicate key then hands back its id.
+    INSERT INTO {{ns}}._assetq_declare_name (kind, value)
+    SELECT DISTINCT m.kind, m.value FROM {{ns}}._assetq_declare_member m ORDER BY m.kind, m.value;
     name_loop: LOOP
         SET v_name = NULL;
-        SELECT n.pos, n.name INTO v_pos, v_name
+        SELECT n.pos, n.kind, n.value INTO v_pos, v_kind, v_name
           FROM {{ns}}._assetq_declare_name n WHERE n.pos > v_pos ORDER BY n.pos LIMIT 1;
         IF v_name IS NULL THEN
             LEAVE name_loop;
         END IF;
         SET v_id = NULL;
-        SELECT a.id INTO v_id FROM {{ns}}.asset a WHERE a.name = v_name;
-        IF v_id IS NULL THEN
-            SELECT a.id INTO v_id FROM {{ns}}.asset a WHERE a.uri = v_name;
+        IF v_kind = 'alias' THEN
+            SELECT al.id INTO v_id FROM {{ns}}.asset_alias al WHERE al.name = v_name;
+            IF v_id IS NULL THEN
+                INSERT INTO {{ns}}.asset_alias (name) VALUES (v_name)
+                ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id);
+                SET v_id = LAST_INSERT_ID();
+            END IF;
+        ELSE
+            IF v_kind IN ('any', 'name') THEN
+                SELECT a.id INTO v_id FROM {{ns}}.asset a WHERE a.name = v_name;
+            END IF;
+            IF v_id IS NULL AND v_kind IN ('any', 'uri') THEN
+                SELECT a.id INTO v_id FROM {{ns}}.asset a WHERE a.uri = v_name;
+            END IF;
+            IF v_id IS NULL AND v_kind = 'uri' THEN
+                SELECT a.id INTO v_id FROM {{ns}}.asset a WHERE a.name = v_name;
+            END IF;
+            IF v_id IS NULL THEN
+                INSERT INTO {{ns}}.asset (name, uri, declared)
+                VALUES (v_name, IF(v_kind = 'uri', v_name, NULL), FALSE)
+                ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id);
+                SET v_id = LAST_INSERT_ID();
+            END IF;
         END IF;
-        IF v_id IS NULL THEN
-            -- A concurrent declaration may have created it since our read: then the
-            -- duplicate key hands back its id.
-            INSERT INTO {{ns}}.asset (name) VALUES (v_name)
-            ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id);
-            SET v_id = LAST_INSERT_ID();
-        END IF;
-        UPDATE {{ns}}._assetq_declare_name SET asset_id = v_id WHERE pos = v_pos;
+        UPDATE {{ns}}._assetq_declare_name SET target_id = v_id WHERE pos = v_pos;
     END LOOP;
 
-    DELETE FROM {{ns}}.dag_condition_clause WHERE dag_id = p_dag_id;
-    INSERT INTO {{ns}}.dag_condition_clause (dag_id, clause_no, asset_id)
-    SELECT DISTINCT p_dag_id, c.clause_no, n.asset_id
-      FROM JSON_TABLE(p_clauses, '$[*]' COLUMNS (
-               clause_no FOR ORDINALITY,
-               NESTED PATH '$[*]' COLUMNS (name VARCHAR(512) PATH '$'))) AS c
-      JOIN {{ns}}._assetq_declare_name n ON n.name = c.name;
-    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_declare_name;
+    -- The rows the fan-out reads: the references (kind 1, by asset) and alias clauses (kind 2,
+    -- by alias, clause), the current ones read with shared locks (they see the latest
+    -- committed rows, and a producer's shared locks do not conflict with them), the new ones
+    -- from the members. Only rows that change are touched.
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_declare_row;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_declare_row (
+        kind      TINYINT NOT NULL,
+        key_id    BIGINT NOT NULL,
+        clause_no INT NOT NULL,
+        old_row   BOOLEAN NOT NULL DEFAULT FALSE,
+        new_row   BOOLEAN NOT NULL DEFAULT FALSE,
+        PRIMARY KEY (kind, key_id, clause_no)
+    ) ENGINE = InnoDB;
+    IF v_exists > 0 THEN
+        -- By the dag_id index: on a small table the optimizer would rather scan the primary
+        -- key, locking the references of every consumer.
+        INSERT INTO {{ns}}._assetq_declare_row (kind, key_id, clause_no, old_row)
+        SELECT 1, r.asset_id, 0, TRUE
+          FROM {{ns}}.dag_schedule_asset_reference r
+               FORCE INDEX (dag_schedule_asset_reference_dag_idx)
+         WHERE r.dag_id = p_dag_id
+          LOCK IN SHARE MODE;
+        INSERT INTO {{ns}}._assetq_declare_row (kind, key_id, clause_no, old_row)
+        SELECT 2, ca.alias_id, ca.clause_no, TRUE
+          FROM {{ns}}.dag_condition_alias ca
+         WHERE ca.dag_id = p_dag_id
+          LOCK IN SHARE MODE;
+    END IF;
+    INSERT INTO {{ns}}._assetq_declare_row (kind, key_id, clause_no, new_row)
+    SELECT DISTINCT IF(m.kind = 'alias', 2, 1), n.target_id, IF(m.kind = 'alias', m.clause_no, 0), TRUE
+      FROM {{ns}}._assetq_declare_member m
+      JOIN {{ns}}._assetq_declare_name n ON n.kind = m.kind AND n.value = m.value
+    ON DUPLICATE KEY UPDATE new_row = TRUE;
 
-    DELETE FROM {{ns}}.dag_schedule_asset_reference
-     WHERE dag_id = p_dag_id
-       AND asset_id NOT IN (SELECT c.asset_id FROM {{ns}}.dag_condition_clause c
-                             WHERE c.dag_id = p_dag_id);
-    INSERT INTO {{ns}}.dag_schedule_asset_reference (asset_id, dag_id)
-    SELECT DISTINCT c.asset_id, c.dag_id
-      FROM {{ns}}.dag_condition_clause c
-     WHERE c.dag_id = p_dag_id
-       AND NOT EXISTS (SELECT 1 FROM {{ns}}.dag_schedule_asset_reference r
-                        WHERE r.asset_id = c.asset_id AND r.dag_id = c.dag_id);
+    -- A new consumer's row first: the rows below refer to it. Nobody queues for it yet.
+    IF v_exists = 0 THEN
+        INSERT INTO {{ns}}.dag (dag_id, `condition`, is_paused, max_active_runs,
+                                max_events_per_run, queue_while_paused)
+        VALUES (p_dag_id, p_condition, COALESCE(p_paused, FALSE), p_max_active_runs,
+                p_max_events_per_run, COALESCE(p_queue_while_paused, FALSE))
+        ON DUPLICATE KEY UPDATE `condition` = p_condition,
+                                is_paused = COALESCE(p_paused, is_paused),
+                                max_active_runs = p_max_active_runs,
+                                max_events_per_run = p_max_events_per_run,
+                                queue_while_paused = COALESCE(p_queue_while_paused, FALSE),
+                                updated_at = UTC_TIMESTAMP(6);
+    END IF;
+
+    -- One keyed statement per changed row, in the order a producer's fan-out reads them:
+    -- references by asset, then alias clauses by alias. A producer waits at most at one of
+    -- them, holding only locks that come before it, which this loop has passed already.
+    SET v_pos = 0;
+    row_loop: LOOP
+        SET v_row = NULL;
+        SELECT w.kind, w.key_id, w.clause_no, w.new_row INTO v_row, v_id, v_clause, v_new
+          FROM {{ns}}._assetq_declare_row w
+         WHERE w.old_row <> w.new_row
+           AND (w.kind > v_pos_kind
+                OR (w.kind = v_pos_kind AND w.key_id > v_pos_key)
+                OR (w.kind = v_pos_kind AND w.key_id = v_pos_key AND w.clause_no > v_pos_clause))
+         ORDER BY w.kind, w.key_id, w.clause_no
+         LIMIT 1;
+        IF v_row IS NULL THEN
+            LEAVE row_loop;
+        END IF;
+        SET v_pos_kind = v_row, v_pos_key = v_id, v_pos_clause = v_clause;
+        IF v_row = 1 AND v_new THEN
+            INSERT INTO {{ns}}.dag_schedule_asset_reference (asset_id, dag_id) VALUES (v_id, p_dag_id);
+        ELSEIF v_row = 1 THEN
+            DELETE FROM {{ns}}.dag_schedule_asset_reference WHERE asset_id = v_id AND dag_id = p_dag_id;
+        ELSEIF v_new THEN
+            INSERT INTO {{ns}}.dag_condition_alias (dag_id, clause_no, alias_id)
+            VALUES (p_dag_id, v_clause, v_id);
+        ELSE
+            DELETE FROM {{ns}}.dag_condition_alias
+             WHERE dag_id = p_dag_id AND clause_no = v_clause AND alias_id = v_id;
+        END IF;
+    END LOOP;
+
+    -- An existing consumer's row last: it waits for the producers in flight for it, which
+    -- by now wait for nothing this declaration holds.
+    IF v_exists > 0 THEN
+        UPDATE {{ns}}.dag
+           SET `condition` = p_condition,
+               is_paused = COALESCE(p_paused, is_paused),
+               max_active_runs = p_max_active_runs,
+               max_events_per_run = p_max_events_per_run,
+               queue_while_paused = COALESCE(p_queue_while_paused, FALSE),
+               updated_at = UTC_TIMESTAMP(6)
+         WHERE dag_id = p_dag_id;
+        DELETE FROM {{ns}}.dag_condition_clause WHERE dag_id = p_dag_id;
+    END IF;
+    INSERT INTO {{ns}}.dag_condition_clause (dag_id, clause_no, asset_id)
+    SELECT DISTINCT p_dag_id, m.clause_no, n.target_id
+      FROM {{ns}}._assetq_declare_member m
+      JOIN {{ns}}._assetq_declare_name n ON n.kind = m.kind AND n.value = m.value
+     WHERE m.kind <> 'alias';
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_declare_member, {{ns}}._assetq_declare_name,
+                                   {{ns}}._assetq_declare_row;
+
+    -- Rows queued for assets the consumer no longer depends on (neither a member nor resolved
+    -- by one of its aliases) would never count towards its condition: they go. The alias test
+    -- is a point lookup per row, so it waits only on a resolution of that very asset. A
+    -- producer of a dropped asset has finished (the loop waited for it) or will not queue.
+    IF v_exists > 0 THEN
+        DELETE FROM {{ns}}.asset_dag_run_queue
+         WHERE target_dag_id = p_dag_id
+           AND asset_id NOT IN (SELECT r.asset_id FROM {{ns}}.dag_condition_clause r
+                                 WHERE r.dag_id = p_dag_id)
+           AND NOT EXISTS (SELECT 1
+                             FROM {{ns}}.dag_condition_alias ca
+                             JOIN {{ns}}.asset_alias_asset aa
+                               ON aa.alias_id = ca.alias_id
+                              AND aa.asset_id = {{ns}}.asset_dag_run_queue.asset_id
+                            WHERE ca.dag_id = p_dag_id);
+    END IF;
 END $$
 
 
@@ -758,10 +1197,25 @@ END $$
 
 -- One scheduler pass (I3-I6). Takes at most p_limit unpaused consumers with queued rows,
 -- least recently examined first, each by its lock row FOR UPDATE SKIP LOCKED, and for each:
--- claims its committed queue rows, evaluates the condition on exactly those rows, and when it
--- holds creates one run, links exactly the claimed events and deletes exactly the claimed
--- rows by key. Returns one result set, one row per run created (dag_run_id, dag_id,
--- run_id, seq, run_after, created_at, event_ids as a JSON array).
+-- skips it while it has max_active_runs active runs (queued or running: its queue is left
+-- whole); claims its committed queue rows (all of them, or with max_events_per_run the
+-- oldest that satisfy the condition, see below), evaluates the condition on exactly those
+-- rows, and when it holds creates one run, links exactly the claimed events and deletes
+-- exactly the claimed rows by key. Returns one result set, one row per run created
+-- (dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids as a JSON array,
+-- triggering_event_id: the newest claimed row, state).
+--
+-- A clause holds when a claimed row's asset is one of its asset members or has been resolved
+-- by one of its alias members; an alias that has resolved to nothing yet satisfies nothing,
+-- and its clause still counts.
+--
+-- max_events_per_run = N with more than N rows queued: if the whole queue does not satisfy
+-- the condition, no run. Otherwise the claim is built so the consumer is never starved: for
+-- each clause in order not yet hit, the queued member asset whose oldest row is oldest
+-- (greedy); then each chosen asset, newest choice first, is dropped if the others still hit
+-- every clause; the claim is the oldest row of each chosen asset plus the oldest other rows,
+-- N in all (more only if the chosen assets alone are more than N). When the oldest N rows
+-- satisfy the condition, that is exactly them.
 --
 -- Run it at READ COMMITTED, in a transaction of its own (assetq.schedule does). At READ
 -- COMMITTED every plain read below takes a fresh snapshot, after the lock, and locks nothing.
@@ -780,9 +1234,20 @@ BEGIN
     DECLARE v_locked_seq BIGINT;
     DECLARE v_seen_seq   BIGINT;
     DECLARE v_paused     BOOLEAN;
+    DECLARE v_max_active BIGINT;
+    DECLARE v_max_events BIGINT;
+    DECLARE v_active     BIGINT;
+    DECLARE v_queued     BIGINT;
+    DECLARE v_take       BIGINT;
+    DECLARE v_clause     INT;
+    DECLARE v_next       INT;
+    DECLARE v_hit        BIGINT;
+    DECLARE v_pick       BIGINT;
+    DECLARE v_pick_no    BIGINT;
     DECLARE v_claimed    BIGINT;
     DECLARE v_deleted    BIGINT;
     DECLARE v_run_after  DATETIME(6);
+    DECLARE v_trigger    BIGINT;
     DECLARE v_clauses    BIGINT;
     DECLARE v_met        BIGINT;
     DECLARE v_now        DATETIME(6);
@@ -803,9 +1268,15 @@ BEGIN
     -- Temporary tables do not end the caller's transaction. InnoDB, not MEMORY: a consumer
     -- with a huge backlog must not hit max_heap_table_size. Tables left by a failed pass on
     -- this connection are dropped here.
+    --   _assetq_member  the consumer's clause members (clause_no, asset_id); an alias member
+    --                   that has resolved to nothing gives asset_id NULL, so its clause counts
+    --   _assetq_queue   with max_events_per_run: the consumer's queue, each row ranked among
+    --                   its asset's rows (1: the oldest), witness rows marked
+    --   _assetq_chosen  with max_events_per_run: the witness assets, in the order chosen
     -- MySQL 8 / MariaDB: MySQL cannot open one temporary table twice in a statement, so no
     -- statement below names the same temporary table twice.
-    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_candidate, {{ns}}._assetq_claim, {{ns}}._assetq_run;
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_candidate, {{ns}}._assetq_claim, {{ns}}._assetq_run,
+                                   {{ns}}._assetq_member, {{ns}}._assetq_queue, {{ns}}._assetq_chosen;
     CREATE TEMPORARY TABLE {{ns}}._assetq_candidate (
         pos    BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
         dag_id VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
@@ -816,13 +1287,34 @@ BEGIN
         created_at     DATETIME(6) NOT NULL
     ) ENGINE = InnoDB;
     CREATE TEMPORARY TABLE {{ns}}._assetq_run (
-        dag_run_id BIGINT NOT NULL PRIMARY KEY,
-        dag_id     VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-        run_id     VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-        seq        BIGINT NOT NULL,
-        run_after  DATETIME(6) NOT NULL,
-        created_at DATETIME(6) NOT NULL,
-        event_ids  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
+        dag_run_id          BIGINT NOT NULL PRIMARY KEY,
+        dag_id              VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        run_id              VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        seq                 BIGINT NOT NULL,
+        run_after           DATETIME(6) NOT NULL,
+        created_at          DATETIME(6) NOT NULL,
+        event_ids           LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        triggering_event_id BIGINT NOT NULL,
+        state               VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
+    ) ENGINE = InnoDB;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_member (
+        clause_no INT NOT NULL,
+        asset_id  BIGINT NULL,
+        KEY (asset_id),
+        KEY (clause_no)
+    ) ENGINE = InnoDB;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_queue (
+        asset_event_id BIGINT NOT NULL PRIMARY KEY,
+        asset_id       BIGINT NOT NULL,
+        created_at     DATETIME(6) NOT NULL,
+        asset_rank     BIGINT NOT NULL,
+        witness        BOOLEAN NOT NULL DEFAULT FALSE,
+        KEY (asset_id)
+    ) ENGINE = InnoDB;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_chosen (
+        pick_no  BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        asset_id BIGINT NOT NULL,
+        UNIQUE KEY (asset_id)
     ) ENGINE = InnoDB;
 
     -- Candidates: unpaused consumers with queued rows, least recently examined first (NULL
@@ -869,7 +1361,10 @@ BEGIN
             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
         END IF;
 
-        SELECT d.is_paused INTO v_paused FROM {{ns}}.dag d WHERE d.dag_id = v_dag_id;
+        -- A consumer deleted since the candidate read has no lock row: skipped above.
+        SELECT d.is_paused, d.max_active_runs, d.max_events_per_run
+          INTO v_paused, v_max_active, v_max_events
+          FROM {{ns}}.dag d WHERE d.dag_id = v_dag_id;
         IF v_paused THEN
             -- Paused since the candidate read: like a consumer another pass holds.
             SET v_taken = v_taken - 1;
@@ -877,25 +1372,129 @@ BEGIN
         END IF;
         SET v_now = UTC_TIMESTAMP(6);
 
+        -- At its cap: no run, the queue stays whole. Runs become active only in a pass holding
+        -- this lock, so the count can only be too high (a run finishing meanwhile), never too
+        -- low: the next pass sees it.
+        IF v_max_active IS NOT NULL THEN
+            SELECT COUNT(*) INTO v_active
+              FROM {{ns}}.dag_run r
+             WHERE r.dag_id = v_dag_id AND r.state IN ('queued', 'running');
+            IF v_active >= v_max_active THEN
+                UPDATE {{ns}}.dag_lock SET last_scheduled_at = v_now WHERE dag_id = v_dag_id;
+                ITERATE candidate_loop;
+            END IF;
+        END IF;
+
+        -- The condition's members, read once for this consumer.
+        DELETE FROM {{ns}}._assetq_member;
+        INSERT INTO {{ns}}._assetq_member (clause_no, asset_id)
+        SELECT c.clause_no, c.asset_id
+          FROM {{ns}}.dag_condition_clause c
+         WHERE c.dag_id = v_dag_id
+        UNION ALL
+        SELECT ca.clause_no, aa.asset_id
+          FROM {{ns}}.dag_condition_alias ca
+          LEFT JOIN {{ns}}.asset_alias_asset aa ON aa.alias_id = ca.alias_id
+         WHERE ca.dag_id = v_dag_id;
+        SELECT COUNT(DISTINCT m.clause_no) INTO v_clauses FROM {{ns}}._assetq_member m;
+
         -- The claim: a plain read of the consumer's committed queue rows, taken after the
         -- lock, so it sees every row committed so far, including the deletions of a pass that
         -- held this consumer a moment ago. A row committed after this read is not in the
         -- claim and waits for the next pass: selection is by reference, never by time (I3).
         -- An uncommitted producer row is neither read nor waited for.
         DELETE FROM {{ns}}._assetq_claim;
-        INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
-        SELECT q.asset_event_id, q.asset_id, q.created_at
-          FROM {{ns}}.asset_dag_run_queue q
-         WHERE q.target_dag_id = v_dag_id;
+        IF v_max_events IS NULL THEN
+            INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
+            SELECT q.asset_event_id, q.asset_id, q.created_at
+              FROM {{ns}}.asset_dag_run_queue q
+             WHERE q.target_dag_id = v_dag_id;
+        ELSE
+            -- The same read, in queue order (created_at, asset_event_id), each row ranked
+            -- among its asset's rows. The selection below works on this copy only.
+            DELETE FROM {{ns}}._assetq_queue;
+            DELETE FROM {{ns}}._assetq_chosen;
+            INSERT INTO {{ns}}._assetq_queue (asset_event_id, asset_id, created_at, asset_rank)
+            SELECT q.asset_event_id, q.asset_id, q.created_at,
+                   ROW_NUMBER() OVER (PARTITION BY q.asset_id
+                                      ORDER BY q.created_at, q.asset_event_id)
+              FROM {{ns}}.asset_dag_run_queue q
+             WHERE q.target_dag_id = v_dag_id;
+            SELECT COUNT(*) INTO v_queued FROM {{ns}}._assetq_queue;
+            SET v_met = 0;
+            IF v_queued > v_max_events THEN
+                SELECT COUNT(DISTINCT m.clause_no) INTO v_met
+                  FROM {{ns}}._assetq_member m
+                 WHERE m.asset_id IN (SELECT q.asset_id FROM {{ns}}._assetq_queue q);
+            END IF;
+            IF v_queued <= v_max_events THEN
+                INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
+                SELECT q.asset_event_id, q.asset_id, q.created_at FROM {{ns}}._assetq_queue q;
+            ELSEIF v_clauses > 0 AND v_met = v_clauses THEN
+                -- Greedy witnesses, clause by clause.
+                SET v_clause = 0;
+                clause_loop: LOOP
+                    SET v_next = NULL;
+                    SELECT MIN(m.clause_no) INTO v_next
+                      FROM {{ns}}._assetq_member m WHERE m.clause_no > v_clause;
+                    IF v_next IS NULL THEN
+                        LEAVE clause_loop;
+                    END IF;
+                    SET v_clause = v_next;
+                    SELECT COUNT(*) INTO v_hit
+                      FROM {{ns}}._assetq_chosen c
+                      JOIN {{ns}}._assetq_member m ON m.asset_id = c.asset_id
+                     WHERE m.clause_no = v_clause;
+                    IF v_hit = 0 THEN
+                        SET v_pick = NULL;
+                        SELECT q.asset_id INTO v_pick
+                          FROM {{ns}}._assetq_queue q
+                          JOIN {{ns}}._assetq_member m ON m.asset_id = q.asset_id
+                         WHERE m.clause_no = v_clause AND q.asset_rank = 1
+                         ORDER BY q.created_at, q.asset_event_id
+                         LIMIT 1;
+                        INSERT INTO {{ns}}._assetq_chosen (asset_id) VALUES (v_pick);
+                    END IF;
+                END LOOP;
+                -- Prune, newest choice first: what is left is a minimal set of assets.
+                SELECT MAX(c.pick_no) + 1 INTO v_pick_no FROM {{ns}}._assetq_chosen c;
+                prune_loop: LOOP
+                    SET v_pick = NULL;
+                    SELECT c.pick_no, c.asset_id INTO v_pick_no, v_pick
+                      FROM {{ns}}._assetq_chosen c
+                     WHERE c.pick_no < v_pick_no
+                     ORDER BY c.pick_no DESC
+                     LIMIT 1;
+                    IF v_pick IS NULL THEN
+                        LEAVE prune_loop;
+                    END IF;
+                    SELECT COUNT(DISTINCT m.clause_no) INTO v_met
+                      FROM {{ns}}._assetq_chosen c
+                      JOIN {{ns}}._assetq_member m ON m.asset_id = c.asset_id
+                     WHERE c.asset_id <> v_pick;
+                    IF v_met = v_clauses THEN
+                        DELETE FROM {{ns}}._assetq_chosen WHERE asset_id = v_pick;
+                    END IF;
+                END LOOP;
+                -- The oldest row of each chosen asset, then the oldest others, N in all.
+                UPDATE {{ns}}._assetq_queue q
+                  JOIN {{ns}}._assetq_chosen c ON c.asset_id = q.asset_id
+                   SET q.witness = TRUE
+                 WHERE q.asset_rank = 1;
+                SELECT GREATEST(COUNT(*), v_max_events) INTO v_take FROM {{ns}}._assetq_chosen;
+                INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
+                SELECT q.asset_event_id, q.asset_id, q.created_at
+                  FROM {{ns}}._assetq_queue q
+                 ORDER BY q.witness DESC, q.created_at, q.asset_event_id
+                 LIMIT v_take;
+            END IF;
+        END IF;
         SELECT COUNT(*), MAX(k.created_at) INTO v_claimed, v_run_after FROM {{ns}}._assetq_claim k;
 
         -- I6: every clause of the condition needs an asset among the claimed rows.
-        SELECT COUNT(DISTINCT c.clause_no) INTO v_clauses
-          FROM {{ns}}.dag_condition_clause c WHERE c.dag_id = v_dag_id;
-        SELECT COUNT(DISTINCT c.clause_no) INTO v_met
-          FROM {{ns}}.dag_condition_clause c
-         WHERE c.dag_id = v_dag_id
-           AND c.asset_id IN (SELECT k.asset_id FROM {{ns}}._assetq_claim k);
+        SELECT COUNT(DISTINCT m.clause_no) INTO v_met
+          FROM {{ns}}._assetq_member m
+         WHERE m.asset_id IN (SELECT k.asset_id FROM {{ns}}._assetq_claim k);
 
         IF v_claimed = 0 OR v_clauses = 0 OR v_met < v_clauses THEN
             UPDATE {{ns}}.dag_lock SET last_scheduled_at = v_now WHERE dag_id = v_dag_id;
@@ -903,22 +1502,27 @@ BEGIN
             UPDATE {{ns}}.dag_lock
                SET last_run_seq = v_locked_seq + 1, last_scheduled_at = v_now
              WHERE dag_id = v_dag_id;
+            -- The triggering event: the newest claimed row.
+            SELECT k.asset_event_id INTO v_trigger
+              FROM {{ns}}._assetq_claim k
+             ORDER BY k.created_at DESC, k.asset_event_id DESC
+             LIMIT 1;
             SET v_run_id = CONCAT('asset_triggered__',
                                   DATE_FORMAT(v_run_after, '%Y-%m-%dT%H:%i:%s.%f'),
                                   '+00:00__', v_locked_seq + 1);
-            INSERT INTO {{ns}}.dag_run (dag_id, run_id, seq, run_after, created_at)
-            VALUES (v_dag_id, v_run_id, v_locked_seq + 1, v_run_after, v_now);
+            INSERT INTO {{ns}}.dag_run (dag_id, run_id, seq, run_after, created_at,
+                                        triggering_event_id, event_count)
+            VALUES (v_dag_id, v_run_id, v_locked_seq + 1, v_run_after, v_now, v_trigger, v_claimed);
             -- MySQL 8 / MariaDB: no RETURNING on MySQL.
             SET v_run_pk = LAST_INSERT_ID();
-
-            INSERT INTO {{ns}}.dagrun_asset_event (dag_run_id, asset_event_id, dag_id)
-            SELECT v_run_pk, k.asset_event_id, v_dag_id FROM {{ns}}._assetq_claim k;
 
             -- Delete exactly the claimed rows (I3), one primary-key lookup per claimed id:
             -- STRAIGHT_JOIN makes the claim table drive the join. A plan that range-scans the
             -- consumer's queue instead waits on producers' uncommitted rows, even at READ
             -- COMMITTED. The claim guard (I4): if any claimed row is gone, someone else
-            -- consumed it; abort the whole pass.
+            -- consumed it (or delete_asset deleted it with its event); abort the whole pass.
+            -- Before the links: once the rows are held, delete_asset waits for this pass
+            -- before it deletes their events, so a link never meets a deleted event.
             DELETE q
               FROM {{ns}}._assetq_claim k
               STRAIGHT_JOIN {{ns}}.asset_dag_run_queue q
@@ -929,6 +1533,9 @@ BEGIN
                                             v_claimed, ' queue rows but deleted ', v_deleted), 128);
                 SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
             END IF;
+
+            INSERT INTO {{ns}}.dagrun_asset_event (dag_run_id, asset_event_id, dag_id)
+            SELECT v_run_pk, k.asset_event_id, v_dag_id FROM {{ns}}._assetq_claim k;
 
             -- The run's ids as JSON text for the result. GROUP_CONCAT is cut silently at
             -- group_concat_max_len (1024 by default on MySQL): raised for this one statement
@@ -948,15 +1555,189 @@ BEGIN
             END IF;
 
             INSERT INTO {{ns}}._assetq_run
-                   (dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids)
-            VALUES (v_run_pk, v_dag_id, v_run_id, v_locked_seq + 1, v_run_after, v_now, v_event_ids);
+                   (dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids,
+                    triggering_event_id, state)
+            VALUES (v_run_pk, v_dag_id, v_run_id, v_locked_seq + 1, v_run_after, v_now, v_event_ids,
+                    v_trigger, 'queued');
         END IF;
     END WHILE candidate_loop;
 
-    SELECT r.dag_run_id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at, r.event_ids
+    SELECT r.dag_run_id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at, r.event_ids,
+           r.triggering_event_id, r.state
       FROM {{ns}}._assetq_run r
      ORDER BY r.dag_run_id;
-    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_candidate, {{ns}}._assetq_claim, {{ns}}._assetq_run;
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_candidate, {{ns}}._assetq_claim, {{ns}}._assetq_run,
+                                   {{ns}}._assetq_member, {{ns}}._assetq_queue, {{ns}}._assetq_chosen;
+END $$
+
+
+-- Moves run p_run_id of consumer p_dag_id to state p_state and returns it as one result set
+-- (the get_run columns). Allowed: queued -> running, success or failed; running -> success
+-- or failed. Moving a run to the state it is in changes nothing (a retry is harmless).
+-- Anything else, or a state that is none of the four, raises AQ008; an unknown run AQ006.
+-- started_at is set on entering running, ended_at on entering success or failed, updated_at
+-- on every change. A run in success or failed no longer counts against max_active_runs.
+-- It locks the run row only: never the consumer, so it never waits for a scheduler pass.
+DROP PROCEDURE IF EXISTS {{ns}}.set_run_state $$
+CREATE PROCEDURE {{ns}}.set_run_state(
+    IN p_dag_id TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_run_id TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_state  TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
+)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_id      BIGINT;
+    DECLARE v_old     VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_now     DATETIME(6);
+    DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+
+    -- NOT LIKE '% ': the PAD SPACE collation would take 'queued ' for 'queued'.
+    IF p_state IS NULL OR p_state NOT IN ('queued', 'running', 'success', 'failed')
+       OR p_state LIKE '% ' THEN
+        SET v_message = LEFT(CONCAT('[AQ008] unknown run state ', COALESCE(QUOTE(LEFT(p_state, 40)), 'NULL'),
+                                    ': use queued, running, success or failed'), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    -- A locking read: it sees the run whatever the caller's snapshot, and holds it.
+    SELECT r.id, r.state INTO v_id, v_old
+      FROM {{ns}}.dag_run r
+     WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
+       FOR UPDATE;
+    IF v_id IS NULL THEN
+        SET v_message = LEFT(CONCAT('[AQ006] unknown run ', COALESCE(QUOTE(LEFT(p_run_id, 60)), 'NULL'),
+                                    ' of dag ', COALESCE(QUOTE(LEFT(p_dag_id, 40)), 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    IF v_old <> p_state THEN
+        IF NOT ((v_old = 'queued' AND p_state IN ('running', 'success', 'failed'))
+                OR (v_old = 'running' AND p_state IN ('success', 'failed'))) THEN
+            SET v_message = LEFT(CONCAT('[AQ008] run ', QUOTE(LEFT(p_run_id, 60)), ' is ', v_old,
+                                        ': it cannot move to ', p_state), 128);
+            SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+        END IF;
+        SET v_now = UTC_TIMESTAMP(6);
+        UPDATE {{ns}}.dag_run
+           SET state = p_state,
+               started_at = IF(p_state = 'running', v_now, started_at),
+               ended_at = IF(p_state IN ('success', 'failed'), v_now, ended_at),
+               updated_at = v_now
+         WHERE id = v_id;
+    END IF;
+    SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
+           r.started_at, r.ended_at, r.triggering_event_id, r.event_count
+      FROM {{ns}}.dag_run r
+     WHERE r.id = v_id;
+END $$
+
+
+-- Removes consumer p_dag_id with its queue rows, condition, runs and their links, and its
+-- lock row (cascades). Returns no result set; AQ003 for an unknown consumer. Waits for a
+-- scheduler pass that holds it (its lock row, first). Then its reference and alias-clause
+-- rows go before its dag row, the order in which the fan-out reads them: a producer in
+-- flight for this consumer finishes first (its queue rows are deleted with the consumer), a
+-- later one waits and then finds no consumer to queue for. Neither fails.
+DROP PROCEDURE IF EXISTS {{ns}}.delete_dag $$
+CREATE PROCEDURE {{ns}}.delete_dag(IN p_dag_id TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_found   BIGINT;
+    DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    SELECT COUNT(*) INTO v_found FROM {{ns}}.dag_lock l WHERE l.dag_id = p_dag_id FOR UPDATE;
+    IF v_found = 0 THEN
+        SET v_message = LEFT(CONCAT('[AQ003] unknown dag ', COALESCE(QUOTE(LEFT(p_dag_id, 64)), 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    -- By the dag_id index: on a small table the optimizer would rather scan the primary key,
+    -- locking the references of every consumer. MySQL 8 / MariaDB: MySQL takes no index hint
+    -- in a single-table DELETE; the multiple-table form takes one on both.
+    DELETE r
+      FROM {{ns}}.dag_schedule_asset_reference r
+           FORCE INDEX (dag_schedule_asset_reference_dag_idx)
+     WHERE r.dag_id = p_dag_id;
+    -- The alias clauses by alias, the order of the fan-out's reads (their key is by clause):
+    -- read with shared locks, which producers' do not conflict with, then deleted by key,
+    -- driven by the list.
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_delete_alias;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_delete_alias (
+        alias_id  BIGINT NOT NULL,
+        clause_no INT NOT NULL,
+        PRIMARY KEY (alias_id, clause_no)
+    ) ENGINE = InnoDB;
+    INSERT INTO {{ns}}._assetq_delete_alias (alias_id, clause_no)
+    SELECT ca.alias_id, ca.clause_no
+      FROM {{ns}}.dag_condition_alias ca
+     WHERE ca.dag_id = p_dag_id
+      LOCK IN SHARE MODE;
+    DELETE ca
+      FROM {{ns}}._assetq_delete_alias k
+      STRAIGHT_JOIN {{ns}}.dag_condition_alias ca
+         ON ca.dag_id = p_dag_id AND ca.clause_no = k.clause_no AND ca.alias_id = k.alias_id;
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_delete_alias;
+    DELETE FROM {{ns}}.dag WHERE dag_id = p_dag_id;
+END $$
+
+
+-- Removes asset p_asset (a name or uri) with its events: their queue rows (consumers that
+-- depended on it through an alias lose the pending ones), their links (runs that consumed
+-- them keep their other events and their event_count) and alias resolutions. Returns one
+-- result set (deleted_events). AQ001 for an unknown asset; AQ007 while a consumer condition
+-- names the asset: re-declare those consumers first. The asset row is locked first, so
+-- producers registering for it finish before (their events are deleted too) or fail after
+-- with a foreign-key error that assetq reports as an unknown asset.
+DROP PROCEDURE IF EXISTS {{ns}}.delete_asset $$
+CREATE PROCEDURE {{ns}}.delete_asset(IN p_asset TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_id      BIGINT;
+    DECLARE v_locked  BIGINT;
+    DECLARE v_uses    BIGINT;
+    DECLARE v_dags    TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_deleted BIGINT;
+    DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+
+    CALL {{ns}}.resolve_asset(p_asset, v_id);  -- by name, then uri, or AQ001
+    SELECT a.id INTO v_locked FROM {{ns}}.asset a WHERE a.id = v_id FOR UPDATE;
+    IF v_locked IS NULL THEN
+        SET v_message = LEFT(CONCAT('[AQ001] unknown asset ', QUOTE(LEFT(p_asset, 64)),
+                                    ': it was deleted meanwhile'), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    -- A locking read: a clause committed after the caller's snapshot counts too.
+    SELECT COUNT(*) INTO v_uses
+      FROM {{ns}}.dag_condition_clause c WHERE c.asset_id = v_id
+      LOCK IN SHARE MODE;
+    IF v_uses > 0 THEN
+        SELECT GROUP_CONCAT(QUOTE(LEFT(x.dag_id, 40)) ORDER BY x.dag_id SEPARATOR ', ') INTO v_dags
+          FROM (SELECT DISTINCT c.dag_id FROM {{ns}}.dag_condition_clause c
+                 WHERE c.asset_id = v_id ORDER BY c.dag_id LIMIT 5) x;
+        SET v_message = LEFT(CONCAT('[AQ007] asset ', QUOTE(LEFT(p_asset, 40)),
+                                    ' is in the condition of dag ', COALESCE(v_dags, '?')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    -- Everything by the asset's own index entries, which a producer adds only once its
+    -- foreign-key check has passed (after this commits, it fails instead): the queue rows
+    -- through the events (the queue has no index by asset, and a scan of it would lock every
+    -- consumer's rows), the events, the alias resolutions, the references. The index hints
+    -- keep the optimizer from scanning a small table by its primary key, which would lock
+    -- (and wait for) the rows producers are inserting. MySQL 8 / MariaDB: MySQL takes no
+    -- index hint in a single-table DELETE; the multiple-table form takes one on both.
+    DELETE q
+      FROM {{ns}}.asset_event e FORCE INDEX (asset_event_idempotency_key)
+      STRAIGHT_JOIN {{ns}}.asset_dag_run_queue q FORCE INDEX (asset_dag_run_queue_event_idx)
+         ON q.asset_event_id = e.id
+     WHERE e.asset_id = v_id;
+    DELETE e
+      FROM {{ns}}.asset_event e FORCE INDEX (asset_event_idempotency_key)
+     WHERE e.asset_id = v_id;
+    SET v_deleted = ROW_COUNT();
+    DELETE aa
+      FROM {{ns}}.asset_alias_asset aa FORCE INDEX (asset_alias_asset_asset_idx)
+     WHERE aa.asset_id = v_id;
+    DELETE r
+      FROM {{ns}}.dag_schedule_asset_reference r FORCE INDEX (PRIMARY)
+     WHERE r.asset_id = v_id;
+    DELETE FROM {{ns}}.asset WHERE id = v_id;
+    SELECT v_deleted AS deleted_events;
 END $$
 
 DELIMITER ;
@@ -1018,6 +1799,8 @@ DROP PROCEDURE IF EXISTS {{ns}}._assetq_add_index;
 --   last_run_at                when its newest run still in the history was created, UTC
 --   runs_total                 runs ever created for it (its run sequence; purge keeps it)
 --   last_scheduled_at          when a scheduler pass last examined it, UTC
+--   max_active_runs            its cap on active runs (NULL: none)
+--   active_runs                its runs in state queued or running
 -- The queue is grouped whole: it holds pending rows only, never history. SQL SECURITY
 -- DEFINER: a reader needs SELECT on the view only.
 -- MySQL 8 / MariaDB: no LATERAL on MariaDB, hence the grouped derived table and the
@@ -1035,7 +1818,11 @@ SELECT d.dag_id,
            AND r.created_at > UTC_TIMESTAMP(6) - INTERVAL 1 HOUR) AS runs_last_hour,
        (SELECT MAX(r.created_at) FROM {{ns}}.dag_run r WHERE r.dag_id = d.dag_id) AS last_run_at,
        l.last_run_seq AS runs_total,
-       l.last_scheduled_at
+       l.last_scheduled_at,
+       d.max_active_runs,
+       (SELECT COUNT(*)
+          FROM {{ns}}.dag_run r
+         WHERE r.dag_id = d.dag_id AND r.state IN ('queued', 'running')) AS active_runs
   FROM {{ns}}.dag d
   JOIN {{ns}}.dag_lock l ON l.dag_id = d.dag_id
   LEFT JOIN (SELECT q.target_dag_id,
@@ -1179,8 +1966,8 @@ END $$
 
 -- Least privilege. Three kinds of access, granted to existing accounts by grant_access:
 --   producer   EXECUTE on register_event and register_events: can register events only;
---   scheduler  EXECUTE on schedule_pass: can run scheduler passes only (assetq has no
---              routine that moves run states yet);
+--   scheduler  EXECUTE on schedule_pass and set_run_state: can run scheduler passes and move
+--              the runs they created through their states, nothing else;
 --   reader     SELECT on the namespace: can read every table and view, never write.
 -- Every kind also gets SELECT on the version table (assetq checks the installed revision).
 -- Producers and schedulers get no right on any table: the routines run with their
@@ -1225,7 +2012,7 @@ BEGIN
     SELECT MIN(r.DEFINER) INTO v_definer
       FROM information_schema.ROUTINES r
      WHERE r.ROUTINE_SCHEMA = DATABASE()
-       AND r.ROUTINE_NAME IN ('register_event', 'register_events', 'schedule_pass');
+       AND r.ROUTINE_NAME IN ('register_event', 'register_events', 'schedule_pass', 'set_run_state');
     SELECT COUNT(*) INTO v_found
       FROM mysql.user u
      WHERE CONCAT(u.User, '@', u.Host) = v_definer;
@@ -1249,6 +2036,9 @@ BEGIN
         EXECUTE assetq_grant;
     ELSEIF p_access = 'scheduler' THEN
         SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.schedule_pass TO ', v_account);
+        PREPARE assetq_grant FROM @assetq_grant;
+        EXECUTE assetq_grant;
+        SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.set_run_state TO ', v_account);
         PREPARE assetq_grant FROM @assetq_grant;
         EXECUTE assetq_grant;
     ELSE
@@ -1292,6 +2082,9 @@ BEGIN
     PREPARE assetq_grant FROM @assetq_grant;
     EXECUTE assetq_grant;
     SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.schedule_pass FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
+    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.set_run_state FROM ', v_account);
     PREPARE assetq_grant FROM @assetq_grant;
     EXECUTE assetq_grant;
     SET @assetq_grant = CONCAT('REVOKE SELECT ON ', v_ns, '.* FROM ', v_account);

@@ -738,11 +738,10 @@ BEGIN
         RETURNING r.id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at, r.state
              INTO v_run_pk, dag_id, run_id, seq, run_after, created_at, state;
 
-        INSERT INTO {{ns}}.dagrun_asset_event (dag_run_id, asset_event_id, dag_id)
-        SELECT v_run_pk, e, v_dag.dag_id FROM unnest(v_events) AS e;
-
         -- Delete exactly the claimed rows, by primary key (I3). The claim guard (I4): if any
-        -- claimed row is gone, someone else consumed it; abort the whole pass.
+        -- claimed row is gone, someone else consumed it (or delete_asset removed its event);
+        -- abort the whole pass. Before the links: a link to an event deleted meanwhile would
+        -- fail its foreign key, an error no retry is made for; the guard's AQ900 is retried.
         DELETE FROM {{ns}}.asset_dag_run_queue q
          WHERE q.target_dag_id = v_dag.dag_id
            AND q.asset_event_id = ANY (v_events);
@@ -753,6 +752,9 @@ BEGIN
                 USING ERRCODE = 'AQ900',
                       HINT = 'The pass was rolled back; it is safe to run it again.';
         END IF;
+
+        INSERT INTO {{ns}}.dagrun_asset_event (dag_run_id, asset_event_id, dag_id)
+        SELECT v_run_pk, e, v_dag.dag_id FROM unnest(v_events) AS e;
 
         dag_run_id := v_run_pk;
         event_ids := v_events;
