@@ -7,20 +7,15 @@ and test_semantics_upgrade.py."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 import assetq
+import scenario
 from assetq.dialects import dialect_for
 from dbs import TestDatabase
-
-
-def _declare(db: TestDatabase, dag_id: str, condition: Any, **kw: Any) -> None:
-    with db.engine.begin() as conn:
-        assetq.declare_dag(conn, dag_id, condition, **kw)
 
 
 def _declare_asset(db: TestDatabase, *names: str) -> None:
@@ -29,128 +24,106 @@ def _declare_asset(db: TestDatabase, *names: str) -> None:
             assetq.declare_asset(conn, name)
 
 
-def _register(db: TestDatabase, *assets: str, aliases: Sequence[str] = ()) -> list[assetq.Event]:
-    """Register one event per asset, one statement each, in one transaction."""
-    with db.engine.begin() as conn:
-        return [assetq.register_event(conn, a, aliases=aliases) for a in assets]
-
-
-def _ids(events: Sequence[assetq.Event]) -> tuple[int, ...]:
-    return tuple(e.id for e in events)
-
-
-def _queued(db: TestDatabase, dag_id: str) -> list[int]:
-    """The consumer's queued event ids, oldest first, read from the table itself."""
-    return [
-        int(r[0])
-        for r in db.rows(
-            "SELECT asset_event_id FROM {ns}.asset_dag_run_queue WHERE target_dag_id = :d"
-            " ORDER BY created_at, asset_event_id",
-            d=dag_id,
-        )
-    ]
-
-
 # -- 1. Aliases -----------------------------------------------------------------------------
 
 
 def test_an_event_registered_through_an_alias_reaches_a_consumer_of_the_alias(
     db: TestDatabase,
 ) -> None:
-    _declare(db, "on_alias", assetq.alias("daily"))
+    scenario.declare(db, "on_alias", assetq.alias("daily"))
     _declare_asset(db, "orders")
-    events = _register(db, "orders", aliases=["daily"])
+    events = scenario.register(db, "orders", aliases=["daily"])
     (run,) = assetq.schedule(db.engine)
-    assert (run.dag_id, run.event_ids) == ("on_alias", _ids(events))
+    assert (run.dag_id, run.event_ids) == ("on_alias", scenario.ids(events))
 
 
 def test_an_alias_matches_no_asset_it_has_not_resolved_to(db: TestDatabase) -> None:
-    _declare(db, "on_alias", assetq.alias("daily"))
+    scenario.declare(db, "on_alias", assetq.alias("daily"))
     _declare_asset(db, "orders")
-    _register(db, "orders")  # directly: nothing came through "daily" yet
-    _register(db, "orders", aliases=["hourly"])  # through another alias
-    assert _queued(db, "on_alias") == []
+    scenario.register(db, "orders")  # directly: nothing came through "daily" yet
+    scenario.register(db, "orders", aliases=["hourly"])  # through another alias
+    assert scenario.queued(db, "on_alias") == []
     assert assetq.schedule(db.engine) == []
 
 
 def test_an_alias_resolves_to_every_asset_registered_through_it_from_then_on(
     db: TestDatabase,
 ) -> None:
-    _declare(db, "on_alias", assetq.alias("daily"))
+    scenario.declare(db, "on_alias", assetq.alias("daily"))
     _declare_asset(db, "orders", "customers")
-    first = _register(db, "orders", "customers", aliases=["daily"])
+    first = scenario.register(db, "orders", "customers", aliases=["daily"])
     (run,) = assetq.schedule(db.engine)
-    assert run.event_ids == _ids(first)
-    later = _register(db, "orders", "customers")  # directly, without the alias
+    assert run.event_ids == scenario.ids(first)
+    later = scenario.register(db, "orders", "customers")  # directly, without the alias
     (run,) = assetq.schedule(db.engine)
-    assert run.event_ids == _ids(later)
+    assert run.event_ids == scenario.ids(later)
 
 
 def test_an_event_through_an_alias_before_its_consumer_existed_is_not_queued_for_it(
     db: TestDatabase,
 ) -> None:
     _declare_asset(db, "orders")
-    _register(db, "orders", aliases=["daily"])  # resolves daily -> orders; no consumer yet
-    _declare(db, "on_alias", assetq.alias("daily"))
-    assert _queued(db, "on_alias") == []
-    (direct,) = _register(db, "orders")  # the resolution holds for later events
+    scenario.register(db, "orders", aliases=["daily"])  # resolves daily -> orders; no consumer yet
+    scenario.declare(db, "on_alias", assetq.alias("daily"))
+    assert scenario.queued(db, "on_alias") == []
+    (direct,) = scenario.register(db, "orders")  # the resolution holds for later events
     (run,) = assetq.schedule(db.engine)
     assert (run.dag_id, run.event_ids) == ("on_alias", (direct.id,))
 
 
 def test_an_alias_inside_all_of_waits_for_the_other_asset(db: TestDatabase) -> None:
-    _declare(db, "consumer", assetq.all_of("customers", assetq.alias("daily")))
+    scenario.declare(db, "consumer", assetq.all_of("customers", assetq.alias("daily")))
     _declare_asset(db, "orders")
-    (through_alias,) = _register(db, "orders", aliases=["daily"])
+    (through_alias,) = scenario.register(db, "orders", aliases=["daily"])
     assert assetq.schedule(db.engine) == []
-    (customers,) = _register(db, "customers")
+    (customers,) = scenario.register(db, "customers")
     (run,) = assetq.schedule(db.engine)
     assert run.event_ids == (through_alias.id, customers.id)
 
 
 def test_an_alias_inside_any_of_fires_alone(db: TestDatabase) -> None:
-    _declare(db, "consumer", assetq.any_of("customers", assetq.alias("daily")))
+    scenario.declare(db, "consumer", assetq.any_of("customers", assetq.alias("daily")))
     _declare_asset(db, "orders")
-    (event,) = _register(db, "orders", aliases=["daily"])
+    (event,) = scenario.register(db, "orders", aliases=["daily"])
     (run,) = assetq.schedule(db.engine)
     assert run.event_ids == (event.id,)
 
 
 def test_an_alias_clause_with_no_resolution_is_not_satisfied(db: TestDatabase) -> None:
     """all_of(a, alias x) with only a queued: the empty alias clause must not vanish."""
-    _declare(db, "consumer", assetq.all_of("orders", assetq.alias("daily")))
-    (event,) = _register(db, "orders")
+    scenario.declare(db, "consumer", assetq.all_of("orders", assetq.alias("daily")))
+    (event,) = scenario.register(db, "orders")
     assert assetq.schedule(db.engine) == []
-    assert _queued(db, "consumer") == [event.id]
+    assert scenario.queued(db, "consumer") == [event.id]
 
 
 def test_an_alias_clause_resolved_to_an_asset_with_nothing_queued_is_not_satisfied(
     db: TestDatabase,
 ) -> None:
     _declare_asset(db, "customers")
-    _register(db, "customers", aliases=["daily"])  # daily -> customers, before the consumer
-    _declare(db, "consumer", assetq.all_of("orders", assetq.alias("daily")))
-    (event,) = _register(db, "orders")
+    scenario.register(db, "customers", aliases=["daily"])  # daily -> customers, before the consumer
+    scenario.declare(db, "consumer", assetq.all_of("orders", assetq.alias("daily")))
+    (event,) = scenario.register(db, "orders")
     assert assetq.schedule(db.engine) == []
-    assert _queued(db, "consumer") == [event.id]
+    assert scenario.queued(db, "consumer") == [event.id]
 
 
 def test_an_asset_referenced_directly_and_through_an_alias_is_queued_once(
     db: TestDatabase,
 ) -> None:
-    _declare(db, "consumer", assetq.all_of("orders", assetq.alias("daily")))
-    (event,) = _register(db, "orders", aliases=["daily"])
-    assert _queued(db, "consumer") == [event.id]
+    scenario.declare(db, "consumer", assetq.all_of("orders", assetq.alias("daily")))
+    (event,) = scenario.register(db, "orders", aliases=["daily"])
+    assert scenario.queued(db, "consumer") == [event.id]
     (run,) = assetq.schedule(db.engine)  # one event hits both clauses
     assert run.event_ids == (event.id,)
-    (again,) = _register(db, "orders")  # directly, now that daily resolves to orders
-    assert _queued(db, "consumer") == [again.id]
+    (again,) = scenario.register(db, "orders")  # directly, now that daily resolves to orders
+    assert scenario.queued(db, "consumer") == [again.id]
 
 
 def test_an_event_records_the_aliases_it_came_through(db: TestDatabase) -> None:
-    _declare(db, "consumer", "orders")
-    (through,) = _register(db, "orders", aliases=["daily", "hourly"])
-    (direct,) = _register(db, "orders")
+    scenario.declare(db, "consumer", "orders")
+    (through,) = scenario.register(db, "orders", aliases=["daily", "hourly"])
+    (direct,) = scenario.register(db, "orders")
     with db.engine.connect() as conn:
         queued = assetq.queued_events(conn, "consumer")
     assert [(r.id, sorted(r.aliases)) for r in queued] == [
@@ -168,8 +141,8 @@ def test_an_event_records_the_aliases_it_came_through(db: TestDatabase) -> None:
 
 
 def test_a_batch_registers_each_item_through_its_own_aliases(db: TestDatabase) -> None:
-    _declare(db, "on_x", assetq.alias("x"))
-    _declare(db, "on_y", assetq.alias("y"))
+    scenario.declare(db, "on_x", assetq.alias("x"))
+    scenario.declare(db, "on_y", assetq.alias("y"))
     _declare_asset(db, "orders", "customers")
     with db.engine.begin() as conn:
         orders, customers = assetq.register_events(
@@ -186,7 +159,7 @@ def test_a_batch_registers_each_item_through_its_own_aliases(db: TestDatabase) -
 def test_an_idempotent_retry_through_an_alias_records_no_second_alias_row(
     db: TestDatabase,
 ) -> None:
-    _declare(db, "consumer", assetq.alias("daily"))
+    scenario.declare(db, "consumer", assetq.alias("daily"))
     _declare_asset(db, "orders")
     with db.engine.begin() as conn:
         first = assetq.register_event(conn, "orders", idempotency_key="k", aliases=["daily"])
@@ -194,7 +167,7 @@ def test_an_idempotent_retry_through_an_alias_records_no_second_alias_row(
         retry = assetq.register_event(conn, "orders", idempotency_key="k", aliases=["daily"])
     assert (retry.id, retry.created) == (first.id, False)
     assert db.scalar("SELECT count(*) FROM {ns}.asset_event_alias") == 1
-    assert _queued(db, "consumer") == [first.id]
+    assert scenario.queued(db, "consumer") == [first.id]
 
 
 #: Alias lists register_events refuses (AQ002), by what is wrong with them. Python refuses
@@ -210,7 +183,7 @@ BAD_ALIASES: dict[str, object] = {
 
 
 def test_bad_aliases_are_refused_and_nothing_is_written(db: TestDatabase) -> None:
-    _declare(db, "consumer", "orders")
+    scenario.declare(db, "consumer", "orders")
     before = db.counts()
     for case in ("empty name", "name too long", "too many"):
         aliases: Any = BAD_ALIASES[case]
@@ -221,7 +194,7 @@ def test_bad_aliases_are_refused_and_nothing_is_written(db: TestDatabase) -> Non
 
 def test_the_routine_itself_refuses_bad_aliases(db: TestDatabase) -> None:
     """A caller that bypasses the Python checks gets AQ002 from the database."""
-    _declare(db, "consumer", "orders")
+    scenario.declare(db, "consumer", "orders")
     before = db.counts()
     for case, aliases in BAD_ALIASES.items():
         payload = json.dumps([{"asset": "orders", "aliases": aliases}])
@@ -237,10 +210,10 @@ def test_the_routine_itself_refuses_bad_aliases(db: TestDatabase) -> None:
 def test_a_consumer_on_a_uri_gets_the_events_of_the_asset_declared_later_with_it(
     db: TestDatabase,
 ) -> None:
-    _declare(db, "consumer", assetq.asset_uri("s3://b/k"))
+    scenario.declare(db, "consumer", assetq.asset_uri("s3://b/k"))
     with db.engine.begin() as conn:
         asset_id = assetq.declare_asset(conn, "k", uri="s3://b/k")
-    (event,) = _register(db, "k")
+    (event,) = scenario.register(db, "k")
     (run,) = assetq.schedule(db.engine)
     assert (run.dag_id, run.event_ids) == ("consumer", (event.id,))
     # The placeholder the reference created was adopted, not duplicated.
@@ -251,8 +224,8 @@ def test_a_consumer_on_a_uri_gets_the_events_of_the_asset_declared_later_with_it
 def test_a_consumer_on_a_uri_gets_the_first_event_registered_by_that_uri(
     db: TestDatabase,
 ) -> None:
-    _declare(db, "consumer", assetq.asset_uri("s3://b/k"))
-    (event,) = _register(db, "s3://b/k")  # no producer declared anything
+    scenario.declare(db, "consumer", assetq.asset_uri("s3://b/k"))
+    (event,) = scenario.register(db, "s3://b/k")  # no producer declared anything
     (run,) = assetq.schedule(db.engine)
     assert run.event_ids == (event.id,)
     assert not db.scalar("SELECT declared FROM {ns}.asset")
@@ -261,20 +234,20 @@ def test_a_consumer_on_a_uri_gets_the_first_event_registered_by_that_uri(
 def test_a_consumer_on_a_plain_uri_string_follows_the_asset_declared_with_it(
     db: TestDatabase,
 ) -> None:
-    _declare(db, "consumer", "s3://b/k")  # creates an undeclared asset named by the uri
+    scenario.declare(db, "consumer", "s3://b/k")  # creates an undeclared asset named by the uri
     with db.engine.begin() as conn:
         assetq.declare_asset(conn, "k", uri="s3://b/k")
-    (event,) = _register(db, "k")
+    (event,) = scenario.register(db, "k")
     (run,) = assetq.schedule(db.engine)
     assert run.event_ids == (event.id,)
     assert db.scalar("SELECT count(*) FROM {ns}.asset") == 1
 
 
 def test_a_consumer_on_a_name_gets_the_first_event_of_that_asset(db: TestDatabase) -> None:
-    _declare(db, "consumer", assetq.asset_name("orders"))
+    scenario.declare(db, "consumer", assetq.asset_name("orders"))
     with db.engine.begin() as conn:
         assetq.declare_asset(conn, "orders", uri="s3://b/orders")
-    (event,) = _register(db, "s3://b/orders")  # the producer registers by uri
+    (event,) = scenario.register(db, "s3://b/orders")  # the producer registers by uri
     (run,) = assetq.schedule(db.engine)
     assert run.event_ids == (event.id,)
 
@@ -282,12 +255,12 @@ def test_a_consumer_on_a_name_gets_the_first_event_of_that_asset(db: TestDatabas
 def test_a_name_reference_never_matches_an_asset_by_its_uri(db: TestDatabase) -> None:
     with db.engine.begin() as conn:
         assetq.declare_asset(conn, "k", uri="s3://b/k")
-    _declare(db, "plain", "s3://b/k")  # a plain string: name, else uri -> asset k
-    _declare(db, "by_name", assetq.asset_name("s3://b/k"))  # only an asset named so
-    (event,) = _register(db, "k")
+    scenario.declare(db, "plain", "s3://b/k")  # a plain string: name, else uri -> asset k
+    scenario.declare(db, "by_name", assetq.asset_name("s3://b/k"))  # only an asset named so
+    (event,) = scenario.register(db, "k")
     runs = assetq.schedule(db.engine)
     assert [(r.dag_id, r.event_ids) for r in runs] == [("plain", (event.id,))]
-    assert _queued(db, "by_name") == []
+    assert scenario.queued(db, "by_name") == []
 
 
 def test_declaring_an_asset_with_a_uri_of_another_asset_is_refused(db: TestDatabase) -> None:
@@ -319,13 +292,13 @@ def test_declaring_a_new_asset_with_the_uri_of_a_declared_asset_is_refused(
 def test_a_paused_consumer_gets_nothing_queued_and_unpausing_replays_nothing(
     db: TestDatabase,
 ) -> None:
-    _declare(db, "consumer", "orders", paused=True)
-    _register(db, "orders", "orders")
-    assert _queued(db, "consumer") == []
+    scenario.declare(db, "consumer", "orders", paused=True)
+    scenario.register(db, "orders", "orders")
+    assert scenario.queued(db, "consumer") == []
     with db.engine.begin() as conn:
         assetq.unpause_dag(conn, "consumer")
     assert assetq.schedule(db.engine) == []
-    (later,) = _register(db, "orders")
+    (later,) = scenario.register(db, "orders")
     (run,) = assetq.schedule(db.engine)
     assert run.event_ids == (later.id,)
 
@@ -333,31 +306,31 @@ def test_a_paused_consumer_gets_nothing_queued_and_unpausing_replays_nothing(
 def test_queue_while_paused_keeps_the_events_for_the_first_pass_after_unpausing(
     db: TestDatabase,
 ) -> None:
-    _declare(db, "consumer", "orders", paused=True, queue_while_paused=True)
-    events = _register(db, "orders", "orders", "orders")
-    assert _queued(db, "consumer") == list(_ids(events))
+    scenario.declare(db, "consumer", "orders", paused=True, queue_while_paused=True)
+    events = scenario.register(db, "orders", "orders", "orders")
+    assert scenario.queued(db, "consumer") == list(scenario.ids(events))
     assert assetq.schedule(db.engine) == []  # no run while paused
-    assert _queued(db, "consumer") == list(_ids(events))
+    assert scenario.queued(db, "consumer") == list(scenario.ids(events))
     with db.engine.begin() as conn:
         assetq.unpause_dag(conn, "consumer")
     (run,) = assetq.schedule(db.engine)
-    assert run.event_ids == _ids(events)
+    assert run.event_ids == scenario.ids(events)
 
 
 def test_redeclaring_drops_queued_events_of_assets_no_longer_depended_on(
     db: TestDatabase,
 ) -> None:
-    _declare(db, "consumer", assetq.all_of("a", "b", "c"))
-    _declare(db, "other", "b")
-    a1, b1 = _register(db, "a", "b")
+    scenario.declare(db, "consumer", assetq.all_of("a", "b", "c"))
+    scenario.declare(db, "other", "b")
+    a1, b1 = scenario.register(db, "a", "b")
     with db.engine.connect() as conn:  # a re-declare that rolls back drops nothing
         assetq.declare_dag(conn, "consumer", assetq.all_of("a", "c"))
         conn.rollback()
-    assert _queued(db, "consumer") == [a1.id, b1.id]
-    _declare(db, "consumer", assetq.all_of("a", "c"))
-    assert _queued(db, "consumer") == [a1.id]
-    assert _queued(db, "other") == [b1.id]  # another consumer of b keeps its row
-    (c1,) = _register(db, "c")
+    assert scenario.queued(db, "consumer") == [a1.id, b1.id]
+    scenario.declare(db, "consumer", assetq.all_of("a", "c"))
+    assert scenario.queued(db, "consumer") == [a1.id]
+    assert scenario.queued(db, "other") == [b1.id]  # another consumer of b keeps its row
+    (c1,) = scenario.register(db, "c")
     runs = {r.dag_id: r.event_ids for r in assetq.schedule(db.engine)}
     assert runs == {"consumer": (a1.id, c1.id), "other": (b1.id,)}
 
@@ -365,10 +338,10 @@ def test_redeclaring_drops_queued_events_of_assets_no_longer_depended_on(
 def test_redeclaring_keeps_queued_events_of_an_asset_still_reached_through_an_alias(
     db: TestDatabase,
 ) -> None:
-    _declare(db, "consumer", assetq.all_of("a", "b", "c"))
-    (b1,) = _register(db, "b", aliases=["x"])  # x resolves to b
-    _declare(db, "consumer", assetq.all_of("a", assetq.alias("x"), "c"))
-    assert _queued(db, "consumer") == [b1.id]
-    a1, c1 = _register(db, "a", "c")
+    scenario.declare(db, "consumer", assetq.all_of("a", "b", "c"))
+    (b1,) = scenario.register(db, "b", aliases=["x"])  # x resolves to b
+    scenario.declare(db, "consumer", assetq.all_of("a", assetq.alias("x"), "c"))
+    assert scenario.queued(db, "consumer") == [b1.id]
+    a1, c1 = scenario.register(db, "a", "c")
     (run,) = assetq.schedule(db.engine)
     assert run.event_ids == (b1.id, a1.id, c1.id)

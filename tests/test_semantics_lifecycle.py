@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 import assetq
+import scenario
 from dbs import TestDatabase
 
 #: Tables with a dag id, and its column: what delete_dag must leave empty for the consumer.
@@ -80,30 +81,9 @@ def _rows_of_dag(db: TestDatabase, dag_id: str) -> dict[str, int]:
     }
 
 
-def _declare(db: TestDatabase, dag_id: str, condition: Any, **kw: Any) -> None:
-    with db.engine.begin() as conn:
-        assetq.declare_dag(conn, dag_id, condition, **kw)
-
-
 def _declare_asset(db: TestDatabase, name: str, uri: str | None = None) -> None:
     with db.engine.begin() as conn:
         assetq.declare_asset(conn, name, uri=uri)
-
-
-def _register(db: TestDatabase, *assets: str, aliases: tuple[str, ...] = ()) -> list[assetq.Event]:
-    with db.engine.begin() as conn:
-        return [assetq.register_event(conn, a, aliases=aliases) for a in assets]
-
-
-def _queued(db: TestDatabase, dag_id: str) -> list[int]:
-    return [
-        int(r[0])
-        for r in db.rows(
-            "SELECT asset_event_id FROM {ns}.asset_dag_run_queue WHERE target_dag_id = :d"
-            " ORDER BY created_at, asset_event_id",
-            d=dag_id,
-        )
-    ]
 
 
 def _drain(engine: sa.Engine) -> list[assetq.Run]:
@@ -162,12 +142,12 @@ def _join(thread: threading.Thread) -> None:
 def test_delete_dag_removes_the_consumer_and_everything_that_belongs_to_it(
     db: TestDatabase,
 ) -> None:
-    _declare(db, "doomed", assetq.all_of("orders", assetq.alias("daily")))
-    _declare(db, "kept", "orders")
-    _register(db, "orders", "orders", aliases=("daily",))
+    scenario.declare(db, "doomed", assetq.all_of("orders", assetq.alias("daily")))
+    scenario.declare(db, "kept", "orders")
+    scenario.register(db, "orders", "orders", aliases=("daily",))
     runs = assetq.schedule(db.engine)
     assert sorted(r.dag_id for r in runs) == ["doomed", "kept"]
-    _register(db, "orders", aliases=("daily",))  # queued for both
+    scenario.register(db, "orders", aliases=("daily",))  # queued for both
     kept_before = _rows_of_dag(db, "kept")
     events_before = db.scalar("SELECT count(*) FROM {ns}.asset_event")
     aliases_before = [
@@ -192,20 +172,20 @@ def test_delete_dag_removes_the_consumer_and_everything_that_belongs_to_it(
 @pytest.mark.engines("mysql")
 def test_delete_dag_removes_its_lock_row_on_mysql(db: TestDatabase) -> None:
     """MySQL schedulers lock a per-consumer row in dag_lock (see DESIGN.md); it goes too."""
-    _declare(db, "doomed", "orders")
+    scenario.declare(db, "doomed", "orders")
     with db.engine.begin() as conn:
         assetq.delete_dag(conn, "doomed")
     assert db.scalar("SELECT count(*) FROM {ns}.dag_lock WHERE dag_id = 'doomed'") == 0
 
 
 def test_a_redeclared_consumer_starts_afresh_after_delete_dag(db: TestDatabase) -> None:
-    _declare(db, "consumer", "orders")
-    _register(db, "orders")
+    scenario.declare(db, "consumer", "orders")
+    scenario.register(db, "orders")
     (old,) = assetq.schedule(db.engine)
     with db.engine.begin() as conn:
         assetq.delete_dag(conn, "consumer")
-    _declare(db, "consumer", "orders")
-    (event,) = _register(db, "orders")
+    scenario.declare(db, "consumer", "orders")
+    (event,) = scenario.register(db, "orders")
     (new,) = assetq.schedule(db.engine)
     assert new.event_ids == (event.id,)
     assert new.id != old.id
@@ -214,9 +194,9 @@ def test_a_redeclared_consumer_starts_afresh_after_delete_dag(db: TestDatabase) 
 
 
 def test_delete_dag_waits_for_a_pass_holding_the_consumer(db: TestDatabase) -> None:
-    _declare(db, "doomed", "orders")
-    _declare(db, "kept", "orders")
-    _register(db, "orders")
+    scenario.declare(db, "doomed", "orders")
+    scenario.declare(db, "kept", "orders")
+    scenario.register(db, "orders")
     pass_sql = db.engine_sql("schedule_pass").bindparams(limit=10)
     with db.engine.connect() as scheduler:
         scheduler = scheduler.execution_options(isolation_level="READ COMMITTED")
@@ -241,8 +221,8 @@ def test_delete_dag_racing_an_open_producer_completes_and_the_producer_commits(
     db: TestDatabase,
 ) -> None:
     """The producer's event is queued (not committed) for the consumer being deleted."""
-    _declare(db, "doomed", "orders")
-    _declare(db, "kept", "orders")
+    scenario.declare(db, "doomed", "orders")
+    scenario.declare(db, "kept", "orders")
     with db.engine.connect() as producer:
         producer.begin()
         event = assetq.register_event(producer, "orders")
@@ -256,14 +236,14 @@ def test_delete_dag_racing_an_open_producer_completes_and_the_producer_commits(
         producer.commit()
     _join(thread)
     assert outcome.error is None, outcome.error
-    assert _queued(db, "kept") == [event.id]
+    assert scenario.queued(db, "kept") == [event.id]
     assert _rows_of_dag(db, "doomed") == dict.fromkeys(DAG_TABLES, 0)
     assert _dangling(db) == {}
 
 
 def test_a_producer_racing_an_open_delete_dag_succeeds(db: TestDatabase) -> None:
-    _declare(db, "doomed", "orders")
-    _declare(db, "kept", "orders")
+    scenario.declare(db, "doomed", "orders")
+    scenario.declare(db, "kept", "orders")
     with db.engine.connect() as deleter:
         deleter.begin()
         assetq.delete_dag(deleter, "doomed")  # not committed
@@ -277,13 +257,13 @@ def test_a_producer_racing_an_open_delete_dag_succeeds(db: TestDatabase) -> None
         deleter.commit()
     _join(thread)
     assert outcome.error is None, outcome.error
-    assert _queued(db, "kept") == [outcome.value.id]
+    assert scenario.queued(db, "kept") == [outcome.value.id]
     assert _rows_of_dag(db, "doomed") == dict.fromkeys(DAG_TABLES, 0)
     assert _dangling(db) == {}
 
 
 def test_redeclaring_while_a_producer_is_open_loses_no_event(db: TestDatabase) -> None:
-    _declare(db, "consumer", "a")
+    scenario.declare(db, "consumer", "a")
     with db.engine.connect() as producer:
         producer.begin()
         event = assetq.register_event(producer, "a")
@@ -307,7 +287,7 @@ def test_a_row_committed_during_a_redeclare_that_drops_its_asset_is_not_stranded
     """The producer's event of b is queued (not committed) when the consumer is re-declared
     without b. Once both commit, no row of b may be left in its queue: it would ride along
     in the consumer's next run, which no longer depends on b."""
-    _declare(db, "consumer", assetq.any_of("a", "b"))
+    scenario.declare(db, "consumer", assetq.any_of("a", "b"))
     with db.engine.connect() as producer:
         producer.begin()
         assetq.register_event(producer, "b")
@@ -321,17 +301,17 @@ def test_a_row_committed_during_a_redeclare_that_drops_its_asset_is_not_stranded
         producer.commit()
     _join(thread)
     assert outcome.error is None, outcome.error
-    assert _queued(db, "consumer") == []
-    (a1,) = _register(db, "a")
+    assert scenario.queued(db, "consumer") == []
+    (a1,) = scenario.register(db, "a")
     (run,) = assetq.schedule(db.engine)
     assert run.event_ids == (a1.id,)
 
 
 def test_delete_asset_is_refused_while_a_condition_names_it(db: TestDatabase) -> None:
-    _declare(db, "consumer", "orders")
-    _register(db, "orders", "orders")
+    scenario.declare(db, "consumer", "orders")
+    scenario.register(db, "orders", "orders")
     (run,) = assetq.schedule(db.engine)
-    _register(db, "orders")  # queued
+    scenario.register(db, "orders")  # queued
     before = db.counts()
     with pytest.raises(assetq.AssetInUse) as info, db.engine.begin() as conn:
         assetq.delete_asset(conn, "orders")
@@ -339,7 +319,7 @@ def test_delete_asset_is_refused_while_a_condition_names_it(db: TestDatabase) ->
     assert "consumer" in str(info.value)
     assert db.counts() == before
 
-    _declare(db, "consumer", "customers")  # no longer names orders
+    scenario.declare(db, "consumer", "customers")  # no longer names orders
     with db.engine.begin() as conn:
         assert assetq.delete_asset(conn, "orders") == 3
     assert db.scalar("SELECT count(*) FROM {ns}.asset WHERE name = 'orders'") == 0
@@ -361,7 +341,7 @@ def test_delete_asset_is_refused_while_a_condition_names_it(db: TestDatabase) ->
 def test_asset_in_use_names_at_most_five_consumers(db: TestDatabase) -> None:
     dag_ids = [f"consumer_{n}" for n in range(7)]
     for dag_id in dag_ids:
-        _declare(db, dag_id, assetq.any_of("orders", "customers"))
+        scenario.declare(db, dag_id, assetq.any_of("orders", "customers"))
     with pytest.raises(assetq.AssetInUse) as info, db.engine.begin() as conn:
         assetq.delete_asset(conn, "orders")
     named = [d for d in dag_ids if d in str(info.value)]
@@ -372,15 +352,15 @@ def test_delete_asset_by_uri_removes_its_events_queue_rows_and_alias_resolutions
     db: TestDatabase,
 ) -> None:
     """An alias clause does not name the asset: deleting it is allowed."""
-    _declare(db, "on_alias", assetq.alias("daily"))
+    scenario.declare(db, "on_alias", assetq.alias("daily"))
     _declare_asset(db, "orders", uri="s3://b/orders")
     _declare_asset(db, "customers")
-    _register(db, "orders", aliases=("daily",))
-    (kept,) = _register(db, "customers", aliases=("daily",))
-    assert len(_queued(db, "on_alias")) == 2
+    scenario.register(db, "orders", aliases=("daily",))
+    (kept,) = scenario.register(db, "customers", aliases=("daily",))
+    assert len(scenario.queued(db, "on_alias")) == 2
     with db.engine.begin() as conn:
         assert assetq.delete_asset(conn, "s3://b/orders") == 1
-    assert _queued(db, "on_alias") == [kept.id]
+    assert scenario.queued(db, "on_alias") == [kept.id]
     names = db.rows(
         "SELECT a.name FROM {ns}.asset_alias_asset r JOIN {ns}.asset a ON a.id = r.asset_id"
     )
@@ -394,7 +374,7 @@ def test_delete_asset_by_uri_removes_its_events_queue_rows_and_alias_resolutions
 def test_a_producer_racing_delete_asset_gets_unknown_asset_and_writes_nothing(
     db: TestDatabase, aliases: tuple[str, ...]
 ) -> None:
-    _declare(db, "on_alias", assetq.alias("daily"))
+    scenario.declare(db, "on_alias", assetq.alias("daily"))
     _declare_asset(db, "orders")
     with db.engine.connect() as deleter:
         deleter.begin()
@@ -422,7 +402,7 @@ def test_delete_asset_racing_an_open_producer_leaves_no_event_of_the_asset(
     """The producer registered first and commits while delete_asset runs. delete_asset then
     deletes the late event too, or fails retry-safely (an assetq error, nothing deleted) and
     a retry deletes everything. Never a raw driver error, never an orphaned event."""
-    _declare(db, "other", "customers")
+    scenario.declare(db, "other", "customers")
     _declare_asset(db, "orders")
     with db.engine.connect() as producer:
         producer.begin()
@@ -452,9 +432,9 @@ def test_lifecycle_changes_under_concurrent_load_lose_corrupt_and_strand_nothing
     """Producers and a scheduler run while one thread deletes and re-creates a consumer and
     re-declares another. Consumers whose dependence on an asset never changed get every
     committed event of it exactly once; nothing dangles; producers never fail."""
-    _declare(db, "stable", assetq.any_of("a", "b", "c"))
-    _declare(db, "changing", "a")
-    _declare(db, "doomed", assetq.any_of("a", "b", "c"))
+    scenario.declare(db, "stable", assetq.any_of("a", "b", "c"))
+    scenario.declare(db, "changing", "a")
+    scenario.declare(db, "doomed", assetq.any_of("a", "b", "c"))
     producers, per_producer = 3, 30
     engine = db.new_engine(pool_size=producers + 4)
     committed: list[tuple[int, str]] = []
@@ -545,6 +525,11 @@ def test_lifecycle_changes_under_concurrent_load_lose_corrupt_and_strand_nothing
     asset_of = dict(committed)
     assert {asset_of[e] for e in by_dag["changing"]} <= {"a", "b"}
     assert set(by_dag.get("doomed", [])) <= set(asset_of)
-    assert _queued(db, "stable") == _queued(db, "changing") == _queued(db, "doomed") == []
+    assert (
+        scenario.queued(db, "stable")
+        == scenario.queued(db, "changing")
+        == scenario.queued(db, "doomed")
+        == []
+    )
     stored = {int(r[0]) for r in db.rows("SELECT id FROM {ns}.asset_event")}
     assert stored == set(asset_of)  # rolled-back events left nothing

@@ -9,23 +9,14 @@ import pytest
 import sqlalchemy as sa
 
 import assetq
+import scenario
 from dbs import TestDatabase
-
-
-def _declare(db: TestDatabase, dag_id: str, condition: assetq.Condition) -> None:
-    with db.engine.begin() as conn:
-        assetq.declare_dag(conn, dag_id, condition)
-
-
-def _register(db: TestDatabase, *assets: str) -> list[assetq.Event]:
-    with db.engine.begin() as conn:
-        return [assetq.register_event(conn, a) for a in assets]
 
 
 def test_queued_events_pages_a_large_backlog_in_order_without_gaps_or_duplicates(
     db: TestDatabase,
 ) -> None:
-    _declare(db, "consumer", "orders")
+    scenario.declare(db, "consumer", "orders")
     events: list[assetq.Event] = []
     for size in (1000, 1000, 500):  # three transactions, three timestamps
         with db.engine.begin() as conn:
@@ -45,7 +36,7 @@ def test_queued_events_pages_a_large_backlog_in_order_without_gaps_or_duplicates
 
 
 def test_queued_event_records_describe_the_event(db: TestDatabase) -> None:
-    _declare(db, "consumer", "orders")
+    scenario.declare(db, "consumer", "orders")
     with db.engine.begin() as conn:
         assetq.declare_asset(conn, "orders", uri="s3://b/orders")
     source = assetq.Source(dag_id="producer", task_id="load", run_id="r1", map_index=2)
@@ -68,11 +59,11 @@ def test_queued_event_records_describe_the_event(db: TestDatabase) -> None:
 
 
 def test_runs_are_listed_newest_first_and_paged_with_before(db: TestDatabase) -> None:
-    _declare(db, "consumer", "orders")
-    _declare(db, "other", "orders")
+    scenario.declare(db, "consumer", "orders")
+    scenario.declare(db, "other", "orders")
     created = []
     for _ in range(5):
-        _register(db, "orders")
+        scenario.register(db, "orders")
         created += [r for r in assetq.schedule(db.engine) if r.dag_id == "consumer"]
     with db.engine.begin() as conn:
         assetq.set_run_state(conn, "consumer", created[1].run_id, "running")
@@ -92,8 +83,8 @@ def test_runs_are_listed_newest_first_and_paged_with_before(db: TestDatabase) ->
 
 
 def test_consumed_events_are_paged_in_event_order(db: TestDatabase) -> None:
-    _declare(db, "consumer", "orders")
-    events = _register(db, "orders", "orders", "orders", "orders", "orders")
+    scenario.declare(db, "consumer", "orders")
+    events = scenario.register(db, "orders", "orders", "orders", "orders", "orders")
     (run,) = assetq.schedule(db.engine)
     pages: list[list[int]] = []
     after = None
@@ -105,8 +96,8 @@ def test_consumed_events_are_paged_in_event_order(db: TestDatabase) -> None:
 
 
 def test_read_api_limits_out_of_range_are_refused(db: TestDatabase) -> None:
-    _declare(db, "consumer", "orders")
-    _register(db, "orders")
+    scenario.declare(db, "consumer", "orders")
+    scenario.register(db, "orders")
     (run,) = assetq.schedule(db.engine)
     reads: list[Callable[[sa.Connection, int], object]] = [
         lambda conn, limit: assetq.runs(conn, "consumer", limit=limit),

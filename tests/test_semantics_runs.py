@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
 
@@ -12,35 +11,9 @@ import pytest
 import sqlalchemy as sa
 
 import assetq
+import scenario
 from assetq.dialects import dialect_for
 from dbs import TestDatabase
-
-
-def _declare(db: TestDatabase, dag_id: str, condition: Any, **kw: Any) -> None:
-    with db.engine.begin() as conn:
-        assetq.declare_dag(conn, dag_id, condition, **kw)
-
-
-def _register(db: TestDatabase, *assets: str, aliases: Sequence[str] = ()) -> list[assetq.Event]:
-    """Register one event per asset, one statement each, in one transaction."""
-    with db.engine.begin() as conn:
-        return [assetq.register_event(conn, a, aliases=aliases) for a in assets]
-
-
-def _ids(events: Sequence[assetq.Event]) -> tuple[int, ...]:
-    return tuple(e.id for e in events)
-
-
-def _queued(db: TestDatabase, dag_id: str) -> list[int]:
-    """The consumer's queued event ids, oldest first, read from the table itself."""
-    return [
-        int(r[0])
-        for r in db.rows(
-            "SELECT asset_event_id FROM {ns}.asset_dag_run_queue WHERE target_dag_id = :d"
-            " ORDER BY created_at, asset_event_id",
-            d=dag_id,
-        )
-    ]
 
 
 def _drain(db: TestDatabase) -> list[assetq.Run]:
@@ -68,11 +41,11 @@ def _get_run(db: TestDatabase, dag_id: str, run_id: str) -> assetq.RunInfo:
 
 
 def test_a_consumer_at_its_cap_gets_no_run_and_keeps_its_queue_whole(db: TestDatabase) -> None:
-    _declare(db, "consumer", "orders", max_active_runs=1)
-    _register(db, "orders")
+    scenario.declare(db, "consumer", "orders", max_active_runs=1)
+    scenario.register(db, "orders")
     (first,) = assetq.schedule(db.engine)
     assert first.state == "queued"
-    backlog = _ids(_register(db, "orders", "orders"))
+    backlog = scenario.ids(scenario.register(db, "orders", "orders"))
 
     def queued_via_api() -> tuple[int, ...]:
         with db.engine.connect() as conn:
@@ -95,10 +68,10 @@ def test_a_consumer_at_its_cap_gets_no_run_and_keeps_its_queue_whole(db: TestDat
 
 
 def test_a_failed_run_frees_its_slot_too(db: TestDatabase) -> None:
-    _declare(db, "consumer", "orders", max_active_runs=1)
-    _register(db, "orders")
+    scenario.declare(db, "consumer", "orders", max_active_runs=1)
+    scenario.register(db, "orders")
     (first,) = assetq.schedule(db.engine)
-    (event,) = _register(db, "orders")
+    (event,) = scenario.register(db, "orders")
     assert assetq.schedule(db.engine) == []
     _set_state(db, first, "failed")
     (second,) = assetq.schedule(db.engine)
@@ -106,25 +79,25 @@ def test_a_failed_run_frees_its_slot_too(db: TestDatabase) -> None:
 
 
 def test_redeclaring_without_a_cap_lifts_it(db: TestDatabase) -> None:
-    _declare(db, "consumer", "orders", max_active_runs=1, max_events_per_run=1)
-    _register(db, "orders")
+    scenario.declare(db, "consumer", "orders", max_active_runs=1, max_events_per_run=1)
+    scenario.register(db, "orders")
     assert len(assetq.schedule(db.engine)) == 1
-    backlog = _ids(_register(db, "orders", "orders"))
+    backlog = scenario.ids(scenario.register(db, "orders", "orders"))
     assert assetq.schedule(db.engine) == []  # at the cap
-    _declare(db, "consumer", "orders")  # every option is replaced: no caps now
+    scenario.declare(db, "consumer", "orders")  # every option is replaced: no caps now
     (run,) = assetq.schedule(db.engine)
     assert run.event_ids == backlog
 
 
 def test_the_cap_counts_queued_and_running_runs(db: TestDatabase) -> None:
-    _declare(db, "consumer", "orders", max_active_runs=2)
-    _declare(db, "uncapped", "orders")
-    _register(db, "orders")
+    scenario.declare(db, "consumer", "orders", max_active_runs=2)
+    scenario.declare(db, "uncapped", "orders")
+    scenario.register(db, "orders")
     first = _by_dag(assetq.schedule(db.engine))["consumer"]
     _set_state(db, first, "running")
-    _register(db, "orders")
+    scenario.register(db, "orders")
     second = _by_dag(assetq.schedule(db.engine))["consumer"]
-    (third_event,) = _register(db, "orders")
+    (third_event,) = scenario.register(db, "orders")
     assert list(_by_dag(assetq.schedule(db.engine))) == ["uncapped"]  # consumer at 2
     _set_state(db, second, "success")
     third = _by_dag(assetq.schedule(db.engine))["consumer"]
@@ -136,13 +109,13 @@ def _by_dag(runs: list[assetq.Run]) -> dict[str, assetq.Run]:
 
 
 def _new_run(db: TestDatabase) -> assetq.Run:
-    _register(db, "orders")
+    scenario.register(db, "orders")
     (run,) = assetq.schedule(db.engine)
     return run
 
 
 def test_allowed_run_state_transitions_set_their_timestamps(db: TestDatabase) -> None:
-    _declare(db, "consumer", "orders")
+    scenario.declare(db, "consumer", "orders")
     for path in (("running", "success"), ("running", "failed"), ("success",), ("failed",)):
         run = _new_run(db)
         info = _get_run(db, "consumer", run.run_id)
@@ -170,7 +143,7 @@ def test_allowed_run_state_transitions_set_their_timestamps(db: TestDatabase) ->
 
 def test_setting_the_state_a_run_already_has_changes_nothing(db: TestDatabase) -> None:
     """An idempotent retry of a state change."""
-    _declare(db, "consumer", "orders")
+    scenario.declare(db, "consumer", "orders")
     run = _new_run(db)
     assert _set_state(db, run, "queued") == _get_run(db, "consumer", run.run_id)
     running = _set_state(db, run, "running")
@@ -194,7 +167,7 @@ FORBIDDEN = [
 
 
 def test_forbidden_run_state_transitions_are_refused(db: TestDatabase) -> None:
-    _declare(db, "consumer", "orders")
+    scenario.declare(db, "consumer", "orders")
     for path, refused in FORBIDDEN:
         case = f"{'->'.join(('queued', *path))} -> {refused}"
         run = _new_run(db)
@@ -209,8 +182,8 @@ def test_forbidden_run_state_transitions_are_refused(db: TestDatabase) -> None:
 
 
 def test_an_unknown_run_is_reported(db: TestDatabase) -> None:
-    _declare(db, "consumer", "orders")
-    _declare(db, "other", "customers")
+    scenario.declare(db, "consumer", "orders")
+    scenario.declare(db, "other", "customers")
     run = _new_run(db)
     for dag_id, run_id in (("consumer", "no_such_run"), ("other", run.run_id)):
         with pytest.raises(assetq.UnknownRun) as info, db.engine.begin() as conn:
@@ -231,50 +204,52 @@ def test_run_state_constants() -> None:
 
 
 def test_one_event_per_run_consumes_the_queue_oldest_first(db: TestDatabase) -> None:
-    _declare(db, "consumer", "orders", max_events_per_run=1)
-    events = _register(db, "orders", "orders", "orders")
+    scenario.declare(db, "consumer", "orders", max_events_per_run=1)
+    events = scenario.register(db, "orders", "orders", "orders")
     runs = _drain(db)
     assert [(r.event_ids, r.triggering_event_id) for r in runs] == [((e.id,), e.id) for e in events]
     assert [r.seq for r in runs] == [1, 2, 3]
 
 
 def test_a_backlog_is_split_into_runs_of_n_oldest_first(db: TestDatabase) -> None:
-    _declare(db, "consumer", "orders", max_events_per_run=3)
-    ids = _ids(_register(db, *["orders"] * 10))
+    scenario.declare(db, "consumer", "orders", max_events_per_run=3)
+    ids = scenario.ids(scenario.register(db, *["orders"] * 10))
     runs = _drain(db)
     assert [r.event_ids for r in runs] == [ids[0:3], ids[3:6], ids[6:9], ids[9:]]
     assert db.links() == sorted(("consumer", i) for i in ids)  # nothing lost or duplicated
 
 
 def test_a_capped_all_of_is_never_starved_by_old_events_of_one_asset(db: TestDatabase) -> None:
-    _declare(db, "consumer", assetq.all_of("a", "b"), max_events_per_run=2)
-    a1, a2, a3, b1 = _register(db, "a", "a", "a", "b")
+    scenario.declare(db, "consumer", assetq.all_of("a", "b"), max_events_per_run=2)
+    a1, a2, a3, b1 = scenario.register(db, "a", "a", "a", "b")
     (run,) = assetq.schedule(db.engine)
     assert run.event_ids == (a1.id, b1.id)
     assert run.triggering_event_id == b1.id
-    assert _queued(db, "consumer") == [a2.id, a3.id]
+    assert scenario.queued(db, "consumer") == [a2.id, a3.id]
     assert assetq.schedule(db.engine) == []  # a alone does not satisfy the condition
 
 
 def test_a_capped_run_fills_up_with_the_oldest_events_after_the_witnesses(
     db: TestDatabase,
 ) -> None:
-    _declare(db, "consumer", assetq.all_of("a", "b"), max_events_per_run=3)
-    a1, a2, a3, b1 = _register(db, "a", "a", "a", "b")
+    scenario.declare(db, "consumer", assetq.all_of("a", "b"), max_events_per_run=3)
+    a1, a2, a3, b1 = scenario.register(db, "a", "a", "a", "b")
     (run,) = assetq.schedule(db.engine)
     assert run.event_ids == (a1.id, a2.id, b1.id)
-    assert _queued(db, "consumer") == [a3.id]
+    assert scenario.queued(db, "consumer") == [a3.id]
 
 
 def test_capped_runs_always_satisfy_the_condition_and_lose_nothing(db: TestDatabase) -> None:
     """A seeded mix of registrations and passes: every run holds at most N events that
     satisfy all_of(a, any_of(b, c)); every event is consumed once or still queued."""
-    _declare(db, "consumer", assetq.all_of("a", assetq.any_of("b", "c")), max_events_per_run=2)
+    scenario.declare(
+        db, "consumer", assetq.all_of("a", assetq.any_of("b", "c")), max_events_per_run=2
+    )
     rng = random.Random(5)
     asset_of: dict[int, str] = {}
     runs: list[assetq.Run] = []
     for _ in range(30):
-        (event,) = _register(db, rng.choice("aabc"))
+        (event,) = scenario.register(db, rng.choice("aabc"))
         asset_of[event.id] = event.asset
         runs += assetq.schedule(db.engine)
     runs += _drain(db)
@@ -284,7 +259,7 @@ def test_capped_runs_always_satisfy_the_condition_and_lose_nothing(db: TestDatab
         assets = {asset_of[i] for i in run.event_ids}
         assert 1 <= len(run.event_ids) <= 2
         assert "a" in assets and assets & {"b", "c"}, run
-    queued = _queued(db, "consumer")
+    queued = scenario.queued(db, "consumer")
     assert set(consumed) | set(queued) == set(asset_of)
     assert not set(consumed) & set(queued)
     left = {asset_of[i] for i in queued}
@@ -308,8 +283,10 @@ def test_declare_refuses_caps_below_one_or_below_the_condition_size(db: TestData
 def test_declare_accepts_an_events_per_run_cap_equal_to_the_condition_size(
     db: TestDatabase,
 ) -> None:
-    _declare(db, "consumer", assetq.any_of(assetq.all_of("a", "b"), "c"), max_events_per_run=2)
-    a1, b1 = _register(db, "a", "b")
+    scenario.declare(
+        db, "consumer", assetq.any_of(assetq.all_of("a", "b"), "c"), max_events_per_run=2
+    )
+    a1, b1 = scenario.register(db, "a", "b")
     (run,) = assetq.schedule(db.engine)
     assert run.event_ids == (a1.id, b1.id)
 
@@ -340,10 +317,10 @@ def test_the_declare_routine_itself_refuses_caps_below_one(db: TestDatabase) -> 
 def test_a_run_records_its_newest_event_as_the_trigger_and_counts_its_events(
     db: TestDatabase,
 ) -> None:
-    _declare(db, "consumer", "orders")
+    scenario.declare(db, "consumer", "orders")
     events = []
     for _ in range(3):  # three transactions: three timestamps
-        events += _register(db, "orders")
+        events += scenario.register(db, "orders")
     (run,) = assetq.schedule(db.engine)
     assert (run.triggering_event_id, run.state) == (events[-1].id, "queued")
     info = _get_run(db, "consumer", run.run_id)
@@ -361,7 +338,7 @@ def test_a_run_records_its_newest_event_as_the_trigger_and_counts_its_events(
 def test_events_of_one_batch_share_a_timestamp_and_the_newest_id_triggers(
     db: TestDatabase,
 ) -> None:
-    _declare(db, "consumer", "orders")
+    scenario.declare(db, "consumer", "orders")
     with db.engine.begin() as conn:
         events = assetq.register_events(conn, [assetq.NewEvent("orders")] * 3)
     assert len({e.timestamp for e in events}) == 1
@@ -375,7 +352,7 @@ def test_run_after_goes_backwards_under_a_late_commit_while_seq_and_claim_time_d
     """Documented, expected: run_after is the newest consumed event timestamp (Airflow's
     choice), and a late commit makes a later run's run_after older. seq and created_at (the
     claim time) are what order runs."""
-    _declare(db, "consumer", "orders")
+    scenario.declare(db, "consumer", "orders")
     with db.engine.connect() as late, db.engine.connect() as early:
         late.begin()
         event_a = assetq.register_event(late, "orders")  # timestamp taken, not committed
@@ -396,8 +373,8 @@ def test_run_after_goes_backwards_under_a_late_commit_while_seq_and_claim_time_d
 
 
 def test_run_ids_never_collide_even_when_run_after_is_equal(db: TestDatabase) -> None:
-    _declare(db, "consumer", "orders", max_events_per_run=1)
-    _declare(db, "other", "orders", max_events_per_run=1)
+    scenario.declare(db, "consumer", "orders", max_events_per_run=1)
+    scenario.declare(db, "other", "orders", max_events_per_run=1)
     with db.engine.begin() as conn:  # one batch: one timestamp for all three
         assetq.register_events(conn, [assetq.NewEvent("orders")] * 3)
     runs = _drain(db)
