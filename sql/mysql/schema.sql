@@ -269,7 +269,7 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_condition_alias (
 -- even when it references the asset both directly and through an alias (UNION).
 --
 -- Every row it queues through is read with a shared lock (LOCK IN SHARE MODE): the reference
--- and alias-clause rows, then the dag rows. On a dag row that is the lock the queue's
+-- and alias-clause rows and the dag rows. On a dag row that is the lock the queue's
 -- foreign-key check takes anyway, taken by the read so that a consumer deleted meanwhile
 -- (delete_dag) is waited for and then skipped instead of failing the producer's foreign-key
 -- check. On the reference and alias-clause rows it makes a re-declare that drops the asset
@@ -278,32 +278,61 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_condition_alias (
 -- locking reads anyway, except at READ COMMITTED under an INSERT ... SELECT (a batch
 -- registration), where InnoDB would read them without locks: hence the explicit clauses.
 -- delete_dag and declare_dag change a consumer's reference rows, then its alias-clause rows,
--- each in key order, then its dag row: the order in which this statement reads them.
--- The consumers are found first (the derived table, materialized before the join), then their
--- dag rows, each by its key: the index hints keep the optimizer from scanning a small table
--- through a join buffer, which would lock the rows of every consumer.
+-- each in key order, then its dag row.
+--
+-- The asset's alias resolutions are looked up first (one index dive, with the shared lock the
+-- alias query below takes on them anyway). An asset no alias has resolved to, the usual case,
+-- takes the short statement: its reference rows in key order, each followed by its consumer's
+-- dag row, as in 0003 but with the explicit locks. Interleaving is safe there: a declaration
+-- or deletion holds the rows of one consumer only, and the producer reaches that consumer's
+-- dag row only through its reference row, so it never holds a dag row such a writer waits
+-- for while waiting for that writer. An asset with resolutions takes the UNION: every
+-- reference and alias-clause row first (the derived table, materialized before the join),
+-- then the dag rows, so a producer holding a consumer's dag row never waits for one of its
+-- alias-clause rows. One queue row per consumer even when it references the asset both
+-- directly and through an alias. The index hints keep the optimizer from scanning a small
+-- table through a join buffer, which would lock the rows of every consumer.
 -- MySQL 8 / MariaDB: a locking clause covers the tables of its own query block only, so each
 -- block of the UNION has its own (in parentheses, as both require).
-DROP TRIGGER IF EXISTS {{ns}}.asset_event_fan_out;
+DELIMITER $$
+DROP TRIGGER IF EXISTS {{ns}}.asset_event_fan_out $$
 CREATE TRIGGER {{ns}}.asset_event_fan_out
     AFTER INSERT ON {{ns}}.asset_event
     FOR EACH ROW
-    INSERT INTO {{ns}}.asset_dag_run_queue (target_dag_id, asset_event_id, asset_id, created_at)
-    SELECT d.dag_id, NEW.id, NEW.asset_id, NEW.`timestamp`
-      FROM ((SELECT r.dag_id
-               FROM {{ns}}.dag_schedule_asset_reference r
-              WHERE r.asset_id = NEW.asset_id
-               LOCK IN SHARE MODE)
-            UNION
-            (SELECT ca.dag_id
-               FROM {{ns}}.asset_alias_asset aa FORCE INDEX (asset_alias_asset_asset_idx)
-               STRAIGHT_JOIN {{ns}}.dag_condition_alias ca FORCE INDEX (dag_condition_alias_alias_idx)
-                  ON ca.alias_id = aa.alias_id
-              WHERE aa.asset_id = NEW.asset_id
-               LOCK IN SHARE MODE)) t
-      STRAIGHT_JOIN {{ns}}.dag d FORCE INDEX (PRIMARY) ON d.dag_id = t.dag_id
-     WHERE NOT d.is_paused OR d.queue_while_paused
+BEGIN
+    DECLARE v_resolutions BIGINT;
+    SELECT COUNT(*) INTO v_resolutions
+      FROM {{ns}}.asset_alias_asset aa FORCE INDEX (asset_alias_asset_asset_idx)
+     WHERE aa.asset_id = NEW.asset_id
       LOCK IN SHARE MODE;
+    IF v_resolutions = 0 THEN
+        INSERT INTO {{ns}}.asset_dag_run_queue (target_dag_id, asset_event_id, asset_id, created_at)
+        SELECT d.dag_id, NEW.id, NEW.asset_id, NEW.`timestamp`
+          FROM {{ns}}.dag_schedule_asset_reference r FORCE INDEX (PRIMARY)
+          STRAIGHT_JOIN {{ns}}.dag d FORCE INDEX (PRIMARY) ON d.dag_id = r.dag_id
+         WHERE r.asset_id = NEW.asset_id
+           AND (NOT d.is_paused OR d.queue_while_paused)
+          LOCK IN SHARE MODE;
+    ELSE
+        INSERT INTO {{ns}}.asset_dag_run_queue (target_dag_id, asset_event_id, asset_id, created_at)
+        SELECT d.dag_id, NEW.id, NEW.asset_id, NEW.`timestamp`
+          FROM ((SELECT r.dag_id
+                   FROM {{ns}}.dag_schedule_asset_reference r
+                  WHERE r.asset_id = NEW.asset_id
+                   LOCK IN SHARE MODE)
+                UNION
+                (SELECT ca.dag_id
+                   FROM {{ns}}.asset_alias_asset aa FORCE INDEX (asset_alias_asset_asset_idx)
+                   STRAIGHT_JOIN {{ns}}.dag_condition_alias ca FORCE INDEX (dag_condition_alias_alias_idx)
+                      ON ca.alias_id = aa.alias_id
+                  WHERE aa.asset_id = NEW.asset_id
+                   LOCK IN SHARE MODE)) t
+          STRAIGHT_JOIN {{ns}}.dag d FORCE INDEX (PRIMARY) ON d.dag_id = t.dag_id
+         WHERE NOT d.is_paused OR d.queue_while_paused
+          LOCK IN SHARE MODE;
+    END IF;
+END $$
+DELIMITER ;
 
 -- Every consumer gets its lock row in the statement that creates it, however it is created.
 DROP TRIGGER IF EXISTS {{ns}}.dag_add_lock_row;
@@ -566,13 +595,17 @@ BEGIN
     END IF;
 
     -- Aliases: an array of 1 to 100 names of 1 to 512 characters. The names are read as JSON
-    -- and measured unquoted, so a name too long is refused, never cut short.
-    SELECT b.item_no INTO v_bad
-      FROM {{ns}}._assetq_batch b
-     WHERE b.aliases IS NOT NULL
-       AND (JSON_TYPE(b.aliases) <> 'ARRAY' OR JSON_LENGTH(b.aliases) NOT BETWEEN 1 AND 100)
-     ORDER BY b.item_no LIMIT 1;
-    IF v_bad IS NULL THEN
+    -- and measured unquoted, so a name too long is refused, never cut short. One scan tells
+    -- whether any item has aliases; a batch without (the usual case) skips every alias step.
+    SELECT COUNT(*) > 0 INTO v_aliases FROM {{ns}}._assetq_batch b WHERE b.aliases IS NOT NULL;
+    IF v_aliases THEN
+        SELECT b.item_no INTO v_bad
+          FROM {{ns}}._assetq_batch b
+         WHERE b.aliases IS NOT NULL
+           AND (JSON_TYPE(b.aliases) <> 'ARRAY' OR JSON_LENGTH(b.aliases) NOT BETWEEN 1 AND 100)
+         ORDER BY b.item_no LIMIT 1;
+    END IF;
+    IF v_aliases AND v_bad IS NULL THEN
         SELECT MIN(b.item_no) INTO v_bad
           FROM {{ns}}._assetq_batch b,
                JSON_TABLE(b.aliases, '$[*]' COLUMNS (alias JSON PATH '$')) AS x
@@ -621,8 +654,7 @@ BEGIN
     -- foreign-key failure too).
     -- MySQL 8 / MariaDB: MySQL cannot open one temporary table twice in a statement, hence one
     -- temporary table per step.
-    IF EXISTS (SELECT 1 FROM {{ns}}._assetq_batch b WHERE b.aliases IS NOT NULL) THEN
-        SET v_aliases = TRUE;
+    IF v_aliases THEN
         CREATE TEMPORARY TABLE {{ns}}._assetq_batch_alias (
             item_no INT NOT NULL,
             name    VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
@@ -1236,6 +1268,9 @@ BEGIN
     DECLARE v_paused     BOOLEAN;
     DECLARE v_max_active BIGINT;
     DECLARE v_max_events BIGINT;
+    DECLARE v_aliased    BOOLEAN;
+    DECLARE v_members    BOOLEAN;
+    DECLARE v_temps      BOOLEAN DEFAULT FALSE;
     DECLARE v_active     BIGINT;
     DECLARE v_queued     BIGINT;
     DECLARE v_take       BIGINT;
@@ -1247,6 +1282,8 @@ BEGIN
     DECLARE v_claimed    BIGINT;
     DECLARE v_deleted    BIGINT;
     DECLARE v_run_after  DATETIME(6);
+    DECLARE v_oldest     DATETIME(6);
+    DECLARE v_newest_id  BIGINT;
     DECLARE v_trigger    BIGINT;
     DECLARE v_clauses    BIGINT;
     DECLARE v_met        BIGINT;
@@ -1267,7 +1304,8 @@ BEGIN
     -- GROUP_CONCAT / JSON_ARRAYAGG string, which is silently cut at group_concat_max_len.
     -- Temporary tables do not end the caller's transaction. InnoDB, not MEMORY: a consumer
     -- with a huge backlog must not hit max_heap_table_size. Tables left by a failed pass on
-    -- this connection are dropped here.
+    -- this connection are dropped here. Created only once a consumer with alias members or
+    -- max_events_per_run needs them (a pass over consumers with neither creates none):
     --   _assetq_member  the consumer's clause members (clause_no, asset_id); an alias member
     --                   that has resolved to nothing gives asset_id NULL, so its clause counts
     --   _assetq_queue   with max_events_per_run: the consumer's queue, each row ranked among
@@ -1296,25 +1334,6 @@ BEGIN
         event_ids           LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
         triggering_event_id BIGINT NOT NULL,
         state               VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
-    ) ENGINE = InnoDB;
-    CREATE TEMPORARY TABLE {{ns}}._assetq_member (
-        clause_no INT NOT NULL,
-        asset_id  BIGINT NULL,
-        KEY (asset_id),
-        KEY (clause_no)
-    ) ENGINE = InnoDB;
-    CREATE TEMPORARY TABLE {{ns}}._assetq_queue (
-        asset_event_id BIGINT NOT NULL PRIMARY KEY,
-        asset_id       BIGINT NOT NULL,
-        created_at     DATETIME(6) NOT NULL,
-        asset_rank     BIGINT NOT NULL,
-        witness        BOOLEAN NOT NULL DEFAULT FALSE,
-        KEY (asset_id)
-    ) ENGINE = InnoDB;
-    CREATE TEMPORARY TABLE {{ns}}._assetq_chosen (
-        pick_no  BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-        asset_id BIGINT NOT NULL,
-        UNIQUE KEY (asset_id)
     ) ENGINE = InnoDB;
 
     -- Candidates: unpaused consumers with queued rows, least recently examined first (NULL
@@ -1361,9 +1380,12 @@ BEGIN
             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
         END IF;
 
-        -- A consumer deleted since the candidate read has no lock row: skipped above.
-        SELECT d.is_paused, d.max_active_runs, d.max_events_per_run
-          INTO v_paused, v_max_active, v_max_events
+        -- A consumer deleted since the candidate read has no lock row: skipped above. Whether
+        -- it has alias members comes with its row (a plain read: its condition changes only
+        -- under the lock this pass holds).
+        SELECT d.is_paused, d.max_active_runs, d.max_events_per_run,
+               EXISTS (SELECT 1 FROM {{ns}}.dag_condition_alias ca WHERE ca.dag_id = d.dag_id)
+          INTO v_paused, v_max_active, v_max_events, v_aliased
           FROM {{ns}}.dag d WHERE d.dag_id = v_dag_id;
         IF v_paused THEN
             -- Paused since the candidate read: like a consumer another pass holds.
@@ -1385,18 +1407,48 @@ BEGIN
             END IF;
         END IF;
 
-        -- The condition's members, read once for this consumer.
-        DELETE FROM {{ns}}._assetq_member;
-        INSERT INTO {{ns}}._assetq_member (clause_no, asset_id)
-        SELECT c.clause_no, c.asset_id
-          FROM {{ns}}.dag_condition_clause c
-         WHERE c.dag_id = v_dag_id
-        UNION ALL
-        SELECT ca.clause_no, aa.asset_id
-          FROM {{ns}}.dag_condition_alias ca
-          LEFT JOIN {{ns}}.asset_alias_asset aa ON aa.alias_id = ca.alias_id
-         WHERE ca.dag_id = v_dag_id;
-        SELECT COUNT(DISTINCT m.clause_no) INTO v_clauses FROM {{ns}}._assetq_member m;
+        -- The condition's members, read once for this consumer into _assetq_member when it
+        -- has alias members or max_events_per_run. Otherwise (the usual case) its clauses are
+        -- its asset members alone, counted and matched in dag_condition_clause directly.
+        SET v_members = v_aliased OR v_max_events IS NOT NULL;
+        IF v_members THEN
+            IF NOT v_temps THEN
+                CREATE TEMPORARY TABLE {{ns}}._assetq_member (
+                    clause_no INT NOT NULL,
+                    asset_id  BIGINT NULL,
+                    KEY (asset_id),
+                    KEY (clause_no)
+                ) ENGINE = InnoDB;
+                CREATE TEMPORARY TABLE {{ns}}._assetq_queue (
+                    asset_event_id BIGINT NOT NULL PRIMARY KEY,
+                    asset_id       BIGINT NOT NULL,
+                    created_at     DATETIME(6) NOT NULL,
+                    asset_rank     BIGINT NOT NULL,
+                    witness        BOOLEAN NOT NULL DEFAULT FALSE,
+                    KEY (asset_id)
+                ) ENGINE = InnoDB;
+                CREATE TEMPORARY TABLE {{ns}}._assetq_chosen (
+                    pick_no  BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+                    asset_id BIGINT NOT NULL,
+                    UNIQUE KEY (asset_id)
+                ) ENGINE = InnoDB;
+                SET v_temps = TRUE;
+            END IF;
+            DELETE FROM {{ns}}._assetq_member;
+            INSERT INTO {{ns}}._assetq_member (clause_no, asset_id)
+            SELECT c.clause_no, c.asset_id
+              FROM {{ns}}.dag_condition_clause c
+             WHERE c.dag_id = v_dag_id
+            UNION ALL
+            SELECT ca.clause_no, aa.asset_id
+              FROM {{ns}}.dag_condition_alias ca
+              LEFT JOIN {{ns}}.asset_alias_asset aa ON aa.alias_id = ca.alias_id
+             WHERE ca.dag_id = v_dag_id;
+            SELECT COUNT(DISTINCT m.clause_no) INTO v_clauses FROM {{ns}}._assetq_member m;
+        ELSE
+            SELECT COUNT(DISTINCT c.clause_no) INTO v_clauses
+              FROM {{ns}}.dag_condition_clause c WHERE c.dag_id = v_dag_id;
+        END IF;
 
         -- The claim: a plain read of the consumer's committed queue rows, taken after the
         -- lock, so it sees every row committed so far, including the deletions of a pass that
@@ -1489,12 +1541,21 @@ BEGIN
                  LIMIT v_take;
             END IF;
         END IF;
-        SELECT COUNT(*), MAX(k.created_at) INTO v_claimed, v_run_after FROM {{ns}}._assetq_claim k;
+        SELECT COUNT(*), MAX(k.created_at), MIN(k.created_at), MAX(k.asset_event_id)
+          INTO v_claimed, v_run_after, v_oldest, v_newest_id
+          FROM {{ns}}._assetq_claim k;
 
         -- I6: every clause of the condition needs an asset among the claimed rows.
-        SELECT COUNT(DISTINCT m.clause_no) INTO v_met
-          FROM {{ns}}._assetq_member m
-         WHERE m.asset_id IN (SELECT k.asset_id FROM {{ns}}._assetq_claim k);
+        IF v_members THEN
+            SELECT COUNT(DISTINCT m.clause_no) INTO v_met
+              FROM {{ns}}._assetq_member m
+             WHERE m.asset_id IN (SELECT k.asset_id FROM {{ns}}._assetq_claim k);
+        ELSE
+            SELECT COUNT(DISTINCT c.clause_no) INTO v_met
+              FROM {{ns}}.dag_condition_clause c
+             WHERE c.dag_id = v_dag_id
+               AND c.asset_id IN (SELECT k.asset_id FROM {{ns}}._assetq_claim k);
+        END IF;
 
         IF v_claimed = 0 OR v_clauses = 0 OR v_met < v_clauses THEN
             UPDATE {{ns}}.dag_lock SET last_scheduled_at = v_now WHERE dag_id = v_dag_id;
@@ -1502,11 +1563,17 @@ BEGIN
             UPDATE {{ns}}.dag_lock
                SET last_run_seq = v_locked_seq + 1, last_scheduled_at = v_now
              WHERE dag_id = v_dag_id;
-            -- The triggering event: the newest claimed row.
-            SELECT k.asset_event_id INTO v_trigger
-              FROM {{ns}}._assetq_claim k
-             ORDER BY k.created_at DESC, k.asset_event_id DESC
-             LIMIT 1;
+            -- The triggering event: the newest claimed row (created_at, then id). When every
+            -- claimed row has one timestamp (a single row, or one batch) that is the highest
+            -- id, counted above; otherwise it is looked up.
+            IF v_oldest = v_run_after THEN
+                SET v_trigger = v_newest_id;
+            ELSE
+                SELECT k.asset_event_id INTO v_trigger
+                  FROM {{ns}}._assetq_claim k
+                 ORDER BY k.created_at DESC, k.asset_event_id DESC
+                 LIMIT 1;
+            END IF;
             SET v_run_id = CONCAT('asset_triggered__',
                                   DATE_FORMAT(v_run_after, '%Y-%m-%dT%H:%i:%s.%f'),
                                   '+00:00__', v_locked_seq + 1);
