@@ -36,7 +36,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -596,3 +596,54 @@ def backend_for(engine_name: str, choice: str) -> Backend:
     if engine_name == "mysql":
         return mysql_backend(choice)
     raise ValueError(f"no test backend for engine {engine_name!r}")
+
+
+#: How each engine creates and drops a login and names it to grant_roles.
+ACCOUNTS: dict[str, dict[str, str]] = {
+    "postgresql": {
+        "create": 'CREATE ROLE "{name}" LOGIN',
+        "drop": 'DROP OWNED BY "{name}"; DROP ROLE "{name}"',
+    },
+    "mysql": {
+        "create": "CREATE USER '{name}'@'{host}' IDENTIFIED BY 'aqo-test'",
+        "drop": "DROP USER '{name}'@'{host}'",
+    },
+}
+
+
+@dataclass
+class Login:
+    """A login made for a test: its name, how grant_roles names it, an engine that logs in."""
+
+    name: str
+    grantee: assetq.ops.Grantee
+    engine: sa.Engine
+
+
+@contextmanager
+def made_logins(db: TestDatabase, kinds: Sequence[str], prefix: str) -> Iterator[dict[str, Login]]:
+    """One login per kind, named <prefix>_<kind>_<pid>_<n>, with no access yet; dropped at the
+    end. PostgreSQL roles are cluster-wide; MySQL accounts live on the test's own server."""
+    sql = ACCOUNTS[db.engine_name]
+    host = "localhost" if "unix_socket" in db.url.query else "%"
+    made: dict[str, Login] = {}
+    try:
+        for kind in kinds:
+            name = unique_name(f"{prefix}_{kind}")
+            for statement in sql["create"].format(name=name, host=host).split("; "):
+                db.execute(statement)
+            if db.engine_name == "mysql":
+                # No database: the account has no right on the application's. (URL is a
+                # NamedTuple; set() cannot clear a field.)
+                url = db.url.set(username=name, password="aqo-test")._replace(database=None)
+                grantee: assetq.ops.Grantee = (name, host)
+            else:
+                url = db.url.set(username=name)
+                grantee = name
+            made[kind] = Login(name, grantee, sa.create_engine(url))
+        yield made
+    finally:
+        for login in made.values():
+            login.engine.dispose()
+            for statement in sql["drop"].format(name=login.name, host=host).split("; "):
+                db.execute(statement)

@@ -11,60 +11,24 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 import assetq
-from dbs import TestDatabase, unique_name
+from dbs import Login, TestDatabase, made_logins
 
 KINDS = ("producer", "scheduler", "reader", "nobody")
 
 #: Permission denied: PostgreSQL's SQLSTATE; MySQL's table, routine and database errors.
 DENIED = {"42501", "1142", "1143", "1370", "1044"}
 
-#: How each engine creates and drops a login and names it to grant_roles.
-ACCOUNTS: dict[str, dict[str, str]] = {
-    "postgresql": {
-        "create": 'CREATE ROLE "{name}" LOGIN',
-        "drop": 'DROP OWNED BY "{name}"; DROP ROLE "{name}"',
-    },
-    "mysql": {
-        "create": "CREATE USER '{name}'@'{host}' IDENTIFIED BY 'aqo-test'",
-        "drop": "DROP USER '{name}'@'{host}'",
-    },
-}
-
-
-@dataclass
-class Login:
-    name: str
-    grantee: assetq.ops.Grantee
-    engine: sa.Engine
-
 
 @pytest.fixture
 def logins(db: TestDatabase) -> Iterator[dict[str, Login]]:
     """One login per kind; every kind but "nobody" has been granted its access."""
-    sql = ACCOUNTS[db.engine_name]
-    host = "localhost" if "unix_socket" in db.url.query else "%"
-    made: dict[str, Login] = {}
-    try:
-        for kind in KINDS:
-            name = unique_name(f"aqo_{kind}")
-            for statement in sql["create"].format(name=name, host=host).split("; "):
-                db.execute(statement)
-            if db.engine_name == "mysql":
-                # No database: the account has no right on the application's. (URL is a
-                # NamedTuple; set() cannot clear a field.)
-                url = db.url.set(username=name, password="aqo-test")._replace(database=None)
-                grantee: assetq.ops.Grantee = (name, host)
-            else:
-                url = db.url.set(username=name)
-                grantee = name
-            made[kind] = Login(name, grantee, sa.create_engine(url))
+    with made_logins(db, KINDS, "aqo") as made:
         assetq.grant_roles(
             db.engine,
             producer=made["producer"].grantee,
@@ -72,11 +36,6 @@ def logins(db: TestDatabase) -> Iterator[dict[str, Login]]:
             reader=made["reader"].grantee,
         )
         yield made
-    finally:
-        for login in made.values():
-            login.engine.dispose()
-            for statement in sql["drop"].format(name=login.name, host=host).split("; "):
-                db.execute(statement)
 
 
 def _code(exc: BaseException, db: TestDatabase) -> str | None:

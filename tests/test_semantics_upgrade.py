@@ -6,31 +6,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import sqlalchemy as sa
 from alembic import command
 
 import assetq
 from assetq import migrate
 from assetq.dialects import dialect_for
-from dbs import TestDatabase, unique_name
-
-#: How each engine creates and drops a login (as in test_grants.py).
-ACCOUNTS: dict[str, dict[str, str]] = {
-    "postgresql": {
-        "create": 'CREATE ROLE "{name}" LOGIN',
-        "drop": 'DROP OWNED BY "{name}"; DROP ROLE "{name}"',
-    },
-    "mysql": {
-        "create": "CREATE USER '{name}'@'{host}' IDENTIFIED BY 'aqo-test'",
-        "drop": "DROP USER '{name}'@'{host}'",
-    },
-}
+from dbs import Login, TestDatabase, made_logins
 
 
 @pytest.fixture
 def logins_at_0003(
     empty_db: TestDatabase,
-) -> Iterator[dict[str, tuple[assetq.ops.Grantee, sa.Engine]]]:
+) -> Iterator[dict[str, Login]]:
     """assetq installed at revision 0003_operations, with a producer, a scheduler and a
     reader login granted their access by 0003's own grant routine."""
     db = empty_db
@@ -39,43 +26,22 @@ def logins_at_0003(
         command.upgrade(migrate._config(conn, db.namespace), "0003_operations")
     with db.engine.connect() as conn:
         assert assetq.current_revision(conn) == "0003_operations"
-    sql = ACCOUNTS[db.engine_name]
-    host = "localhost" if "unix_socket" in db.url.query else "%"
-    names = {kind: unique_name(f"aqu_{kind}") for kind in ("producer", "scheduler", "reader")}
-    engines: dict[str, sa.Engine] = {}
-    grantees: dict[str, assetq.ops.Grantee] = {}
-    try:
-        for kind, name in names.items():
-            for statement in sql["create"].format(name=name, host=host).split("; "):
-                db.execute(statement)
-            if db.engine_name == "mysql":
-                url = db.url.set(username=name, password="aqo-test")._replace(database=None)
-                grantees[kind] = (name, host)
-            else:
-                url = db.url.set(username=name)
-                grantees[kind] = name
-            engines[kind] = sa.create_engine(url)
+    with made_logins(db, ("producer", "scheduler", "reader"), "aqu") as made:
         assetq.grant_roles(
             db.engine,
-            producer=grantees["producer"],
-            scheduler=grantees["scheduler"],
-            reader=grantees["reader"],
+            producer=made["producer"].grantee,
+            scheduler=made["scheduler"].grantee,
+            reader=made["reader"].grantee,
         )
-        yield {kind: (grantees[kind], engines[kind]) for kind in names}
-    finally:
-        for engine in engines.values():
-            engine.dispose()
-        for name in names.values():
-            for statement in sql["drop"].format(name=name, host=host).split("; "):
-                db.execute(statement)
+        yield made
 
 
 def test_upgrading_from_0003_keeps_existing_grants_and_data_working(
-    empty_db: TestDatabase, logins_at_0003: dict[str, tuple[assetq.ops.Grantee, sa.Engine]]
+    empty_db: TestDatabase, logins_at_0003: dict[str, Login]
 ) -> None:
     db = empty_db
     producer, scheduler, reader = (
-        logins_at_0003[kind][1] for kind in ("producer", "scheduler", "reader")
+        logins_at_0003[kind].engine for kind in ("producer", "scheduler", "reader")
     )
     # A consumer and an event written at 0003, through 0003's own routine and trigger.
     with db.engine.begin() as conn:

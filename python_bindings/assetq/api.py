@@ -624,6 +624,13 @@ def _event_record(row: Any) -> EventRecord:
     )
 
 
+def _check_state(state: object) -> None:
+    if state not in RUN_STATES:
+        raise errors.InvalidRunState(
+            f"unknown run state {state!r}: use one of {', '.join(RUN_STATES)}", code="AQ008"
+        )
+
+
 def _run_key(dag_id: object, run_id: object) -> tuple[str, str]:
     return check_dag_id(dag_id), check_name(run_id, "run_id", RUN_ID_MAX)
 
@@ -645,10 +652,7 @@ def set_run_state(
     the next run. Runs in the caller's transaction.
     """
     dag_id, run_id = _run_key(dag_id, run_id)
-    if state not in RUN_STATES:
-        raise errors.InvalidRunState(
-            f"unknown run state {state!r}: use one of {', '.join(RUN_STATES)}", code="AQ008"
-        )
+    _check_state(state)
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
     params = {"dag_id": dag_id, "run_id": run_id, "state": state}
@@ -724,10 +728,8 @@ def runs(
     read with one indexed range query however many runs the consumer has.
     """
     dag_id = check_dag_id(dag_id)
-    if state is not None and state not in RUN_STATES:
-        raise errors.InvalidRunState(
-            f"unknown run state {state!r}: use one of {', '.join(RUN_STATES)}", code="AQ008"
-        )
+    if state is not None:
+        _check_state(state)
     check_int(limit, "limit", 1, PAGE_MAX)
     if before is not None and not isinstance(before, RunInfo):
         raise errors.InvalidArgumentType(

@@ -41,7 +41,7 @@ class AnyOf:
     items: tuple[Condition, ...]
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Ref:
     """A reference to an asset by name or by uri, or to an asset alias."""
 

@@ -770,6 +770,7 @@ DECLARE
     v_times     timestamptz[];
     v_claim     integer[];
     v_chosen    bigint[];
+    v_witness   integer[];
     v_try       bigint[];
     v_pick      bigint;
     v_clause    integer;
@@ -876,22 +877,17 @@ BEGIN
                     v_chosen := v_try;
                 END IF;
             END LOOP;
-            -- The oldest row of each chosen asset, then the oldest others, N in all.
+            -- The oldest row of each chosen asset (its first position), then the oldest
+            -- others, N in all.
+            v_witness := ARRAY(SELECT array_position(v_assets, a) FROM unnest(v_chosen) AS a);
             SELECT array_agg(c.pos ORDER BY c.pos) INTO v_claim
-              FROM (SELECT w.pos
-                      FROM (SELECT min(u.pos) AS pos
-                              FROM unnest(v_assets) WITH ORDINALITY AS u(asset, pos)
-                             WHERE u.asset = ANY (v_chosen)
-                             GROUP BY u.asset) w
+              FROM (SELECT unnest(v_witness) AS pos
                     UNION ALL
                     (SELECT u.pos
                        FROM generate_series(1, v_n) AS u(pos)
-                      WHERE u.pos NOT IN (SELECT min(x.pos)
-                                            FROM unnest(v_assets) WITH ORDINALITY AS x(asset, pos)
-                                           WHERE x.asset = ANY (v_chosen)
-                                           GROUP BY x.asset)
+                      WHERE u.pos <> ALL (v_witness)
                       ORDER BY u.pos
-                      LIMIT greatest(v_dag.max_events_per_run - cardinality(v_chosen), 0))) c;
+                      LIMIT greatest(v_dag.max_events_per_run - cardinality(v_witness), 0))) c;
         END IF;
 
         -- The claimed rows, in queue order: the last one is the newest, the triggering event.
@@ -1047,7 +1043,7 @@ BEGIN
     DELETE FROM {{ns}}.asset_dag_run_queue q WHERE q.asset_id = v_id;
     DELETE FROM {{ns}}.asset_event e WHERE e.asset_id = v_id;
     GET DIAGNOSTICS deleted_events = ROW_COUNT;
-    DELETE FROM {{ns}}.dag_schedule_asset_reference r WHERE r.asset_id = v_id;
+    -- No reference row names it either: references are the conditions' assets, checked above.
     DELETE FROM {{ns}}.asset a WHERE a.id = v_id;
     RETURN NEXT;
 END
