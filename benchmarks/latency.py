@@ -1,12 +1,14 @@
 """Event -> run latency of the long-running scheduler (assetq.run_scheduler), both engines.
 
-    python benchmarks/latency.py                 # about 2 minutes on 2 cores
+    python benchmarks/latency.py                 # about 6 minutes on 2 cores
     python benchmarks/latency.py --seconds 3     # shorter rounds
 
 Latency of an event: from the moment its producer's COMMIT returned to the moment the
 scheduler's pass that consumed it had committed and handed the run to ``on_run``. Both
 instants are read from one monotonic clock: producers and the scheduler are threads of this
-process, each with its own connection. Every consumer is scheduled on one asset of its own,
+process, each with its own connection. (Under load a latency can come out a little below
+zero: the scheduler's thread may hand out the run before the producer's thread, back from its
+COMMIT, gets to read the clock.) Every consumer is scheduled on one asset of its own,
 so every event makes a run of its own consumer.
 
 Scenarios, each a round of ``--seconds`` seconds, for each engine:
@@ -21,7 +23,16 @@ PostgreSQL polling only, for comparison; MySQL/MariaDB polls every ``--poll-inte
 seconds. Polling latency is about half the poll interval at idle, by construction.
 
 Producer cost of the wake-up (PostgreSQL): registration throughput with the notification
-trigger enabled and disabled, at 1 and ``--producers`` threads, rounds interleaved.
+trigger enabled and disabled, at 1 and ``--producers`` threads, rounds interleaved, in three
+states of the schedulers (a transaction notifies only while a scheduler holds the wake-up
+lock, migration 0005_wakeup_on_demand):
+
+none     no scheduler runs: no transaction notifies;
+running  one run_scheduler loop consumes the events as they come (what production looks
+         like): it holds the lock only when a pass found nothing;
+2 running  two loops: one may hold the lock while the other is busy;
+waiting  a session holds the wake-up lock throughout, as a scheduler that has nothing to
+         do: every transaction notifies (the worst case, and the cost before 0005).
 
 Servers: PostgreSQL at ``--postgres`` (default: the local server, postgres@127.0.0.1:5432) in
 a database created for the run and dropped after; MariaDB/MySQL on a throw-away server
@@ -182,12 +193,15 @@ def measure(
     )
 
 
+SCHEDULER_STATES = ("none", "running", "2 running", "waiting")
+
+
 def producer_cost(
     engine: sa.Engine, seconds: float, producers: int, repetitions: int
-) -> list[tuple[str, int, list[float], list[float]]]:
+) -> list[tuple[str, str, int, list[float], list[float]]]:
     """Registration events/s with the PostgreSQL notification trigger on and off, in
-    interleaved rounds, with durable commits and with synchronous_commit off. Returns
-    (commit mode, threads, on, off) per row."""
+    interleaved rounds, with durable commits and with synchronous_commit off, for each of
+    SCHEDULER_STATES. Returns (schedulers, commit mode, threads, on, off) per row."""
     queries = sqlfiles.parse_queries((HERE / "sql" / "latency.postgresql.sql").read_text("utf-8"))
 
     def sql(name: str) -> sa.TextClause:
@@ -222,17 +236,47 @@ def producer_cost(
             w.join()
         return sum(count) / seconds
 
+    def round_(state: str, threads: int, durable: bool) -> float:
+        if state == "none":
+            return throughput(threads, durable)
+        if state == "waiting":
+            with engine.connect() as conn:  # holds the wake-up lock for the round
+                conn.execute(sa.text(POSTGRESQL.query("wakeup_arm", dbs.NAMESPACE)))
+                conn.commit()
+                try:
+                    return throughput(threads, durable)
+                finally:
+                    conn.invalidate()  # a session lock: it goes with the connection
+        stop = threading.Event()
+        schedulers = [
+            threading.Thread(
+                target=assetq.run_scheduler,
+                args=(engine,),
+                kwargs={"stop_event": stop, "poll_interval": 1.0, "summary_interval": 3600},
+            )
+            for _ in range(2 if state == "2 running" else 1)
+        ]
+        for scheduler in schedulers:
+            scheduler.start()
+        try:
+            return throughput(threads, durable)
+        finally:
+            stop.set()
+            for scheduler in schedulers:
+                scheduler.join()
+
     results = []
-    for durable in (True, False):
-        for threads in (1, producers):
-            on: list[float] = []
-            off: list[float] = []
-            for _ in range(repetitions):
-                for enabled, into in ((True, on), (False, off)):
-                    set_trigger(enabled)
-                    into.append(throughput(threads, durable))
-            set_trigger(True)
-            results.append(("durable" if durable else "async", threads, on, off))
+    for state in SCHEDULER_STATES:
+        for durable in (True, False):
+            for threads in (1, producers):
+                on: list[float] = []
+                off: list[float] = []
+                for _ in range(repetitions):
+                    for enabled, into in ((True, on), (False, off)):
+                        set_trigger(enabled)
+                        into.append(round_(state, threads, durable))
+                set_trigger(True)
+                results.append((state, "durable" if durable else "async", threads, on, off))
     return results
 
 
@@ -288,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unknown engine {name!r}")
 
     results: list[Result] = []
-    cost: list[tuple[str, int, list[float], list[float]]] = []
+    cost: list[tuple[str, str, int, list[float], list[float]]] = []
     for engine_name, listen, make in rounds:
         backend, database = make()
         engine = backend.create_engine(database.url, pool_size=args.producers + 4)
@@ -331,16 +375,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             f" {min(args.seconds, 2.0):g} s; durable: synchronous_commit on (the server's"
             " default here), async: off for the producers' sessions:\n"
         )
-        print("commits | threads | trigger on          | trigger off         | ratio on/off")
-        print("--------|---------|---------------------|---------------------|-----------------")
-        for mode, threads, on, off in cost:
+        print(
+            "schedulers | commits | threads | trigger on          | trigger off         |"
+            " ratio on/off\n"
+            "-----------|---------|---------|---------------------|---------------------|"
+            "-----------------"
+        )
+        for state, mode, threads, on, off in cost:
             ratios = [a / b for a, b in zip(on, off, strict=True)]
 
             def fmt(values: list[float]) -> str:
                 return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
 
             print(
-                f"{mode:<7} | {threads:>7} | {fmt(on):<19} | {fmt(off):<19} |"
+                f"{state:<10} | {mode:<7} | {threads:>7} | {fmt(on):<19} | {fmt(off):<19} |"
                 f" {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
             )
     return 0

@@ -38,6 +38,39 @@ def _register(db: TestDatabase, *assets: str) -> list[assetq.Event]:
         return [assetq.register_event(conn, a) for a in assets]
 
 
+#: High halves of the keys of the scheduler's advisory locks (sql/postgresql/queries.sql);
+#: the low half is the queue table's oid. pg_locks shows them as classid and objid.
+WAKEUP, BUSY = 0x61737471, 0x61737462
+
+
+def _locks(db: TestDatabase, key: int, *, granted: bool, shared: bool = False) -> int:
+    """Sessions holding (granted) or waiting for (not granted) one of the scheduler's locks."""
+    return int(
+        db.scalar(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+            " AND classid = :key AND objsubid = 1 AND mode = :mode"
+            " AND objid = CAST(CAST('{ns}.asset_dag_run_queue' AS regclass) AS oid)"
+            " AND granted = :granted",
+            key=key,
+            mode="ShareLock" if shared else "ExclusiveLock",
+            granted=granted,
+        )
+    )
+
+
+def _wakeup_lock(db: TestDatabase, *, granted: bool) -> int:
+    """Schedulers holding or waiting for the wake-up lock: asking producers to notify."""
+    return _locks(db, WAKEUP, granted=granted)
+
+
+def _until(condition: Any, what: str, timeout: float = 60) -> None:
+    """Wait for ``condition()`` to hold; only a hang makes this fail."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
 class _Loop:
     """run_scheduler in a thread, with events a test can wait for."""
 
@@ -45,11 +78,16 @@ class _Loop:
         self.stop = threading.Event()
         self.runs: queue.Queue[assetq.Run] = queue.Queue()
         self.first_pass = threading.Event()
+        self.passes = 0  # successful passes so far
         self.stats: assetq.SchedulerStats | None = None
         self.error: BaseException | None = None
+        on_pass_too = kwargs.pop("on_pass", None)
 
         def on_pass(runs: list[assetq.Run]) -> None:
+            self.passes += 1
             self.first_pass.set()
+            if on_pass_too is not None:
+                on_pass_too(runs)
 
         def target() -> None:
             try:
@@ -120,13 +158,15 @@ def test_an_idle_loop_picks_up_a_registration_by_polling(db: TestDatabase) -> No
 
 @pytest.mark.engines("postgresql")
 def test_a_notification_wakes_an_idle_scheduler_long_before_its_poll(db: TestDatabase) -> None:
-    """With a 30 s poll interval, a registration is consumed within seconds: the commit of
-    the producer notifies the scheduler listening on the namespace's channel."""
+    """With a 30 s poll interval, a registration is consumed within seconds: the scheduler
+    found nothing, took the wake-up lock, passed once more and waits; the commit of the
+    producer notifies it on the namespace's channel."""
     assert db.dialect.supports_notify
     _declare(db, "consumer", "orders")
     loop = _Loop(db, poll_interval=30)
     try:
-        assert loop.first_pass.wait(timeout=60)  # listening, and now waiting
+        # The first pass, the lock, the pass after it: now it waits.
+        _until(lambda: loop.passes >= 2 and _wakeup_lock(db, granted=True) == 1, "the wait")
         started = time.monotonic()
         (event,) = _register(db, "orders")
         run = loop.runs.get(timeout=20)  # a hang here means no wake-up: the poll is 30 s
@@ -135,7 +175,137 @@ def test_a_notification_wakes_an_idle_scheduler_long_before_its_poll(db: TestDat
         stats = loop.finish()
     assert run.event_ids == (event.id,)
     assert stats.wakeups >= 1
+    assert stats.arms >= 1
     assert waited < 20
+
+
+@pytest.mark.engines("postgresql")
+def test_a_scheduler_that_wants_to_wait_first_waits_for_producers_that_did_not_notify(
+    db: TestDatabase,
+) -> None:
+    """The interleaving a wake-up on demand must survive: a producer queues an event while no
+    scheduler waits (so it will not notify) and commits late, after the scheduler's pass
+    found nothing. The scheduler's request for the wake-up lock waits for that producer's
+    transaction; once it commits, the pass made under the lock consumes the event, within
+    seconds, with no notification and long before the 30 s poll."""
+    _declare(db, "consumer", "orders")
+    with db.engine.connect() as producer:
+        event = assetq.register_event(producer, "orders")  # not committed yet
+        loop = _Loop(db, poll_interval=30)
+        try:
+            _until(lambda: _wakeup_lock(db, granted=False) == 1, "the scheduler to wait")
+            assert loop.passes == 1  # found nothing: the event is not committed
+            assert loop.runs.empty()
+            started = time.monotonic()
+            producer.commit()
+            run = loop.runs.get(timeout=20)  # a hang here means the event was missed
+            waited = time.monotonic() - started
+        finally:
+            stats = loop.finish()
+    assert run.event_ids == (event.id,)
+    assert stats.wakeups == 0  # the producer did not notify: the lock's pass found it
+    assert stats.arms >= 1
+    assert waited < 20
+
+
+@pytest.mark.engines("postgresql")
+def test_a_busy_scheduler_gives_the_wake_up_lock_back(db: TestDatabase) -> None:
+    """The lock is held from the first empty pass until a pass creates runs: producers notify
+    only while the scheduler has nothing to do. Seen from the on_pass hook, which the loop
+    calls after each pass and before it takes or gives back the lock."""
+    _declare(db, "consumer", "orders")
+    # (runs of the pass, wake-up lock holders, busy lock holders) per pass
+    held_after: list[tuple[int, int, int]] = []
+
+    def on_pass(runs: list[assetq.Run]) -> None:
+        busy = _locks(db, BUSY, granted=True, shared=True)
+        held_after.append((len(runs), _wakeup_lock(db, granted=True), busy))
+
+    loop = _Loop(db, poll_interval=30, on_pass=on_pass)
+    try:
+        _until(lambda: loop.passes >= 2, "the pass under the lock")
+        _register(db, "orders")
+        loop.runs.get(timeout=20)
+        _until(lambda: loop.passes >= 4, "the pass after the run")
+    finally:
+        stats = loop.finish()
+    # Empty pass without the lock; empty pass under it; the woken pass that made the run,
+    # still under it; the next pass, after the lock was given back and the busy lock taken.
+    assert held_after[:4] == [(0, 0, 0), (0, 1, 0), (1, 1, 0), (0, 0, 1)]
+    assert stats.wakeups >= 1
+
+
+def _psycopg_url(db: TestDatabase) -> str:
+    return db.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _notifications_until_marker(db: TestDatabase, listener: psycopg.Connection[Any]) -> list[str]:
+    """The channels of what ``listener`` received up to a marker notified now: notifications
+    arrive in commit order, so that is everything committed before."""
+    with db.engine.begin() as conn:
+        conn.exec_driver_sql("NOTIFY aqo_marker")
+    seen = []
+    for note in listener.notifies(timeout=30):
+        seen.append(note.channel)
+        if note.channel == "aqo_marker":
+            break
+    return seen
+
+
+@pytest.mark.engines("postgresql")
+def test_while_another_scheduler_is_busy_an_idle_one_waits_for_it_and_nobody_notifies(
+    db: TestDatabase,
+) -> None:
+    """Several schedulers: one that finds nothing while another is busy (holds the busy
+    lock, as a loop whose passes create runs does) does not ask producers to notify; it
+    waits for the busy one, which passes again anyway. A producer commits meanwhile: no
+    notification. The busy one stops (here: gives the busy lock back): the waiting one
+    takes the wake-up lock, passes under it and consumes the event, long before its poll."""
+    _declare(db, "consumer", "orders")
+    with (
+        psycopg.connect(_psycopg_url(db), autocommit=True) as other,
+        psycopg.connect(_psycopg_url(db), autocommit=True) as listener,
+    ):
+        assert other.execute(db.dialect.query("busy_mark", db.namespace)).fetchone() == (True,)
+        listener.execute(f'LISTEN "{db.namespace}"')
+        listener.execute("LISTEN aqo_marker")
+        loop = _Loop(db, poll_interval=30)
+        try:
+            _until(lambda: _locks(db, BUSY, granted=False) == 1, "the idle one to wait")
+            assert _wakeup_lock(db, granted=True) == 0
+            (event,) = _register(db, "orders")
+            assert _notifications_until_marker(db, listener) == ["aqo_marker"]
+            assert (loop.passes, loop.runs.empty()) == (1, True)
+            other.execute(db.dialect.query("busy_unmark", db.namespace))
+            run = loop.runs.get(timeout=20)  # a hang here means the event was left behind
+        finally:
+            stats = loop.finish()
+    assert run.event_ids == (event.id,)
+    assert stats.wakeups == 0
+    assert stats.arms >= 1
+
+
+@pytest.mark.engines("postgresql")
+def test_a_waiting_scheduler_woken_for_nothing_while_another_is_busy_steps_back(
+    db: TestDatabase,
+) -> None:
+    """A scheduler waits under the wake-up lock; another becomes busy; a notification wakes
+    the first, whose pass finds nothing: it gives the wake-up lock back (producers stop
+    notifying) and waits for the busy one instead."""
+    _declare(db, "consumer", "orders")
+    loop = _Loop(db, poll_interval=30)
+    try:
+        _until(lambda: loop.passes >= 2 and _wakeup_lock(db, granted=True) == 1, "the wait")
+        with psycopg.connect(_psycopg_url(db), autocommit=True) as other:
+            assert other.execute(db.dialect.query("busy_mark", db.namespace)).fetchone() == (True,)
+            other.execute(f'NOTIFY "{db.namespace}"')  # a wake-up with nothing queued
+            _until(lambda: _locks(db, BUSY, granted=False) == 1, "the step back")
+            assert _wakeup_lock(db, granted=True) == 0
+            assert loop.passes == 3
+            assert loop.runs.empty()
+    finally:
+        stats = loop.finish()
+    assert stats.wakeups == 1
 
 
 @pytest.mark.engines("postgresql")
@@ -153,6 +323,7 @@ def test_a_transaction_that_queues_events_sends_one_notification_at_commit(
     with psycopg.connect(url, autocommit=True) as listener:
         listener.execute(f'LISTEN "{db.namespace}"')
         listener.execute("LISTEN aqo_marker")
+        listener.execute(db.dialect.query("wakeup_arm", db.namespace))  # a scheduler waits
 
         with db.engine.begin() as conn:  # three events, two consumers: six queue rows
             for _ in range(3):
@@ -171,6 +342,38 @@ def test_a_transaction_that_queues_events_sends_one_notification_at_commit(
             if note.channel == "aqo_marker":
                 break
     assert channels == [db.namespace, "aqo_marker"]
+
+
+@pytest.mark.engines("postgresql")
+def test_producers_notify_only_while_a_scheduler_holds_the_wake_up_lock(
+    db: TestDatabase,
+) -> None:
+    """No scheduler waits: a producer's commit sends nothing (its commit is not serialized
+    with the others'). A session holds the lock: the next commit notifies. Given back: none
+    again. Markers on another channel, committed after each step, show what came when."""
+    _declare(db, "consumer", "orders")
+    url = db.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(url, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{db.namespace}"')
+        listener.execute("LISTEN aqo_marker")
+
+        def step(marker: str) -> list[str]:
+            _register(db, "orders")
+            with db.engine.begin() as conn:
+                conn.exec_driver_sql(f"NOTIFY aqo_marker, '{marker}'")
+            seen = []
+            for note in listener.notifies(timeout=30):
+                seen.append(note.channel)
+                if note.channel == "aqo_marker":
+                    assert note.payload == marker
+                    break
+            return seen
+
+        assert step("no scheduler waits") == ["aqo_marker"]
+        listener.execute(db.dialect.query("wakeup_arm", db.namespace))
+        assert step("a scheduler waits") == [db.namespace, "aqo_marker"]
+        listener.execute(db.dialect.query("wakeup_disarm", db.namespace))
+        assert step("given back") == ["aqo_marker"]
 
 
 def test_errors_are_logged_once_with_their_code_and_the_loop_recovers(

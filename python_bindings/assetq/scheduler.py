@@ -2,11 +2,26 @@
 
 A loop of :func:`assetq.schedule` passes. After a pass that created runs it passes again at
 once (more may be waiting); otherwise it waits for a wake-up or for ``poll_interval``. On
-PostgreSQL the wake-up is a notification: migration 0003's trigger on the queue sends one on
-the namespace's channel when a producer's transaction that queued events commits, and the
-loop LISTENs on a connection of its own. It still polls: a notification sent while the
-listening connection was down is simply missed, and the poll catches up. MySQL has no
-notifications: the loop polls.
+PostgreSQL the wake-up is a notification on the namespace's channel, which the loop LISTENs
+to on a connection of its own. Producers pay for a notification (PostgreSQL serializes the
+commits of notifying transactions), so they send one only while a scheduler asked for it
+(migration 0005_wakeup_on_demand). Two session locks of the listening connection say who
+needs what:
+
+* the wake-up lock, exclusive: a loop whose pass found nothing takes it, which waits for the
+  producers in flight that did not notify (they hold it shared), passes once more (that pass
+  sees their events) and then waits for a notification, holding it: every producer that
+  commits meanwhile notifies. The first pass that creates runs gives it back;
+* the busy lock, shared: held while the loop's passes create runs. A loop with nothing to do
+  while another one is busy does not take the wake-up lock (the busy one passes again and
+  sees what producers commit): it waits until nobody is busy, then takes it. A loop woken
+  for nothing while another one is busy gives the wake-up lock back and does the same.
+
+So while any scheduler is busy, producers commit without notifying; only when all of them
+are idle does one of them (one at a time) ask to be woken.
+
+It still polls: a notification sent while the listening connection was down is simply
+missed, and the poll catches up. MySQL has no notifications: the loop polls.
 
 Errors never end the loop: it backs off (exponentially, capped, with jitter) and tries again,
 logging each error once (with its code) until a pass succeeds again. Stopping is graceful: the
@@ -51,6 +66,8 @@ class SchedulerStats:
     errors: int = 0
     #: Waits ended by a notification rather than the poll interval (PostgreSQL).
     wakeups: int = 0
+    #: Times the loop took the wake-up lock, asking producers to notify (PostgreSQL).
+    arms: int = 0
 
 
 def _error_code(exc: BaseException) -> str | None:
@@ -72,12 +89,21 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+#: SQLSTATE of a lock wait ended by lock_timeout (PostgreSQL's lock_not_available).
+_LOCK_TIMEOUT = "55P03"
+
+#: What _Listener.settle says to do next.
+PASS, ARMED, WOKEN, POLL = "pass", "armed", "woken", "poll"
+
+
 class _Listener:
-    """A connection of its own that LISTENs on the namespace's channel (PostgreSQL).
+    """A connection of its own that LISTENs on the namespace's channel (PostgreSQL), and
+    holds the namespace's wake-up lock while the loop waits.
 
     Taken from the engine (so it gets the engine's connect arguments and hooks), detached
     from its pool (it is never handed to anyone else) and switched to autocommit (LISTEN in
-    a transaction would only take effect at commit).
+    a transaction would only take effect at commit). The lock is a session lock of this
+    connection: when the connection goes, so does the lock.
     """
 
     def __init__(self, engine: Engine, dialect: Dialect, namespace: str) -> None:
@@ -87,10 +113,17 @@ class _Listener:
         self._raw: Any = None
         self._driver: Any = None
         self._failed_once = False
+        #: The wake-up lock is held: producers notify.
+        self.armed = False
+        #: The busy lock is held (shared): other schedulers need not be woken.
+        self.busy = False
 
     @property
     def connected(self) -> bool:
         return self._driver is not None
+
+    def _run(self, name: str) -> None:
+        self._driver.execute(self._dialect.query(name, self._namespace))
 
     def connect(self) -> None:
         raw = self._engine.raw_connection()
@@ -99,6 +132,7 @@ class _Listener:
             raw.detach()
             driver.autocommit = True
             driver.execute(self._dialect.query("listen", self._namespace))
+            driver.execute(self._dialect.query("wakeup_lock_timeout", self._namespace))
         except BaseException:
             raw.close()
             raise
@@ -118,6 +152,90 @@ class _Listener:
             self._failed_once = True
         self.close()
 
+    def _ask(self, name: str) -> bool:
+        row = self._driver.execute(self._dialect.query(name, self._namespace)).fetchone()
+        return bool(row[0])
+
+    def _lock(self, name: str, deadline: float, stop: threading.Event) -> bool:
+        """Run lock query ``name`` (which waits up to the session's lock_timeout) until it
+        succeeds (True), ``deadline`` passes or ``stop`` is set (False)."""
+        while not stop.is_set():
+            try:
+                self._run(name)
+            except Exception as exc:
+                if getattr(exc, "sqlstate", None) != _LOCK_TIMEOUT:
+                    raise
+            else:
+                return True
+            if time.monotonic() >= deadline:
+                break
+        return False
+
+    def settle(
+        self, productive: bool, after_wakeup: bool, timeout: float, stop: threading.Event
+    ) -> str:
+        """What to do after a pass (``productive``: it created runs; ``after_wakeup``: it
+        followed a notification). Returns PASS (pass at once), ARMED (the wake-up lock was
+        taken: pass once more, then producers notify), WOKEN (a notification came) or POLL
+        (``timeout`` seconds went by, or ``stop`` was set).
+
+        Busy (the pass created runs): give the wake-up lock back, so that producers stop
+        notifying, and hold the busy lock shared, so that other schedulers know somebody will
+        pass again. Idle: give the busy lock back; then, if another scheduler is busy, wait
+        for it to be idle (it covers what producers commit meanwhile), and otherwise take
+        the wake-up lock and wait for notifications.
+        """
+        if productive:
+            if self.armed:
+                self._run("wakeup_disarm")
+                self.armed = False
+            if not self.busy:  # tried again after every busy pass until it is held
+                self.busy = self._ask("busy_mark")
+            return PASS
+        if self.busy:
+            self._run("busy_unmark")
+            self.busy = False
+        deadline = time.monotonic() + timeout
+        if self.armed:
+            if not (after_wakeup and self._ask("busy_others")):
+                return WOKEN if self.wait(timeout, stop) else POLL
+            # Woken, found nothing: another scheduler is busy and takes what comes.
+            self._run("wakeup_disarm")
+            self.armed = False
+        if self._ask("busy_others"):
+            log.debug("assetq scheduler: another scheduler is busy; waiting for it")
+            if not self._lock("busy_wait", deadline, stop):
+                return POLL
+            self._run("busy_release")
+        return self._arm(deadline, stop)
+
+    def _arm(self, deadline: float, stop: threading.Event) -> str:
+        """Take the wake-up lock: ARMED, WOKEN or POLL as for :meth:`settle`.
+
+        Taking it waits for the producers in flight that did not notify; once taken, they
+        all have ended and from now on they notify, so a pass started now and a wait after it
+        miss nothing. While it cannot be taken, a notification means a producer committed:
+        WOKEN, unless another scheduler holds (or waits for) the lock, which is then woken
+        by it.
+        """
+        while not stop.is_set():
+            if self._lock("wakeup_arm", time.monotonic(), stop):
+                self.armed = True
+                self._drain()  # from commits the pass that follows sees anyway
+                return ARMED
+            if self._drain() and not self._ask("wakeup_held_by_scheduler"):
+                return WOKEN
+            if time.monotonic() >= deadline:
+                break
+        return POLL
+
+    def _drain(self) -> bool:
+        """Read the notifications that arrived; True when there was one."""
+        woken = False
+        for _ in self._driver.notifies(timeout=0):
+            woken = True
+        return woken
+
     def wait(self, timeout: float, stop: threading.Event) -> bool:
         """Wait up to ``timeout`` seconds for a notification; True when one came. Returns
         early (False) when ``stop`` is set."""
@@ -131,15 +249,14 @@ class _Listener:
             for _ in driver.notifies(timeout=min(remaining, _STOP_CHECK), stop_after=1):
                 woken = True
             if woken:
-                # Others that arrived meanwhile are for the same pass.
-                for _ in driver.notifies(timeout=0):
-                    pass
+                self._drain()  # others that arrived meanwhile are for the same pass
                 return True
         return False
 
     def close(self) -> None:
         raw, driver = self._raw, self._driver
         self._raw = self._driver = None
+        self.armed = self.busy = False  # session locks: they go with the connection
         if raw is not None:
             try:
                 raw.close()  # detached: closes the DB-API connection
@@ -199,9 +316,10 @@ def run_scheduler(
 
     Each pass is :func:`assetq.schedule` over at most ``limit`` consumers. After a pass that
     created runs the next one starts at once; otherwise the loop waits ``poll_interval``
-    seconds, or less when woken: on PostgreSQL (``listen=True``) a notification sent at the
-    commit of a producer that queued events starts the next pass at once. Safe to run in
-    any number of threads and processes at once, like :func:`assetq.schedule`.
+    seconds, or less when woken: on PostgreSQL (``listen=True``) a producer that queues
+    events while the schedulers have nothing to do notifies at commit, which starts the next
+    pass at once (the module's docstring tells how). Safe to run in any number of threads
+    and processes at once, like :func:`assetq.schedule`.
 
     ``on_run`` is called with each run created, after its pass committed; ``on_pass`` with
     the list of runs of each successful pass. An exception they raise ends the loop and
@@ -243,6 +361,7 @@ def run_scheduler(
         if listener is not None
         else f"polling every {poll_interval:g} s",
     )
+    after_wakeup = False  # the next pass follows a notification
     try:
         while not stop.is_set() and (max_passes is None or stats.passes < max_passes):
             if listener is not None and not listener.connected:
@@ -289,18 +408,22 @@ def run_scheduler(
                 window = SchedulerStats()
                 last_summary = now
 
-            if runs or stop.is_set() or (max_passes is not None and stats.passes >= max_passes):
+            if stop.is_set() or (max_passes is not None and stats.passes >= max_passes):
                 continue
             if listener is not None and listener.connected:
                 try:
-                    woken = listener.wait(poll_interval, stop)
-                except Exception as exc:  # the connection broke: poll until it is back
+                    outcome = listener.settle(bool(runs), after_wakeup, poll_interval, stop)
+                except Exception as exc:  # the connection broke, and its locks with it
                     listener.lost(exc)
-                    continue
-                if woken:
+                    outcome = PASS if runs else POLL  # poll until it is back
+                after_wakeup = outcome == WOKEN
+                if outcome == WOKEN:
                     stats.wakeups += 1
                     window.wakeups += 1
-            else:
+                elif outcome == ARMED:  # one more pass, now that producers notify
+                    stats.arms += 1
+                    window.arms += 1
+            elif not runs:
                 stop.wait(poll_interval)
     finally:
         if listener is not None:

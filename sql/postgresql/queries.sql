@@ -164,6 +164,83 @@ DROP SCHEMA IF EXISTS {{ns}} RESTRICT
 -- Subscribe this session to the namespace's wake-up channel (trigger asset_dag_run_queue_notify).
 LISTEN {{ns}}
 
+-- wakeup_lock_timeout --
+-- The listening session waits at most this long for a lock at a time, so a scheduler waiting
+-- for one still looks at its stop event and its notifications (run_scheduler's _STOP_CHECK).
+SET lock_timeout = '250ms'
+
+-- wakeup_arm --
+-- The scheduler's locks, all session locks of its listening connection (run_scheduler; the
+-- protocol is explained in migrations/0005_wakeup_on_demand.up.sql and scheduler.py):
+--   the wake-up lock, key ('astq' << 32) + the queue table's oid: exclusive while a scheduler
+--     waits for notifications (producers try it shared, and notify when they cannot have it);
+--   the busy lock, key ('astb' << 32) + the queue table's oid: shared while a scheduler's
+--     passes create runs, so the others know they need not be woken.
+--
+-- Take the wake-up lock: from now on producers' transactions notify. Waits (up to the
+-- session's lock_timeout) for the producers in flight that did not notify: they hold it shared.
+SELECT pg_advisory_lock(
+    (CAST(1634956401 AS bigint) << 32)
+    + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint))
+
+-- wakeup_disarm --
+-- Give the wake-up lock back: producers stop notifying.
+SELECT pg_advisory_unlock(
+    (CAST(1634956401 AS bigint) << 32)
+    + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint))
+
+-- wakeup_held_by_scheduler --
+-- Does another session hold the wake-up lock exclusively (or wait for it)? Producers only
+-- ever hold it shared, so a shared lock this session can take (and gives back at once)
+-- means no.
+SELECT CASE
+         WHEN pg_try_advisory_lock_shared(
+                (CAST(1634956401 AS bigint) << 32)
+                + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint))
+         THEN NOT pg_advisory_unlock_shared(
+                (CAST(1634956401 AS bigint) << 32)
+                + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint))
+         ELSE true
+       END AS held
+
+-- busy_mark --
+-- Try to take the busy lock shared (never waits): true when this session holds it now.
+SELECT pg_try_advisory_lock_shared(
+    (CAST(1634956386 AS bigint) << 32)
+    + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint)) AS marked
+
+-- busy_unmark --
+-- Give the busy lock back.
+SELECT pg_advisory_unlock_shared(
+    (CAST(1634956386 AS bigint) << 32)
+    + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint))
+
+-- busy_others --
+-- Is another scheduler busy (holding the busy lock)? An exclusive lock this session can take
+-- (and gives back at once) means no.
+SELECT CASE
+         WHEN pg_try_advisory_lock(
+                (CAST(1634956386 AS bigint) << 32)
+                + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint))
+         THEN NOT pg_advisory_unlock(
+                (CAST(1634956386 AS bigint) << 32)
+                + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint))
+         ELSE true
+       END AS busy
+
+-- busy_wait --
+-- Wait (up to the session's lock_timeout) until no scheduler is busy: the busy lock,
+-- exclusive. Given back at once with busy_release.
+SELECT pg_advisory_lock(
+    (CAST(1634956386 AS bigint) << 32)
+    + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint))
+
+-- busy_release --
+-- Give back the busy lock busy_wait took.
+SELECT pg_advisory_unlock(
+    (CAST(1634956386 AS bigint) << 32)
+    + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint))
+
 -- dag_queue_status --
 -- One row per consumer from the dag_queue_status view: queue depth, oldest queued, recent runs.
 SELECT dag_id, is_paused, queued_events, oldest_queued_at, oldest_queued_age_seconds,
