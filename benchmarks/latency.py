@@ -27,12 +27,18 @@ trigger enabled and disabled, at 1 and ``--producers`` threads, rounds interleav
 states of the schedulers (a transaction notifies only while a scheduler holds the wake-up
 lock, migration 0005_wakeup_on_demand):
 
-none     no scheduler runs: no transaction notifies;
-running  one run_scheduler loop consumes the events as they come (what production looks
-         like): it holds the lock only when a pass found nothing;
+none       no scheduler runs: no transaction notifies;
+running    one run_scheduler loop consumes the events as they come (what production looks
+           like): it holds the lock only when a pass found nothing;
 2 running  two loops: one may hold the lock while the other is busy;
-waiting  a session holds the wake-up lock throughout, as a scheduler that has nothing to
-         do: every transaction notifies (the worst case, and the cost before 0005).
+waiting    a session holds the wake-up lock throughout, as a scheduler that has nothing to
+           do: every transaction notifies (the worst case, and the cost before 0005).
+
+With the trigger off, the running loops poll every 5 ms (with it on: every second, woken by
+notifications), so that both sides consume events about as promptly: a loop that slept a
+whole poll interval would consume them in fewer, larger runs, fewer commits that compete
+with the producers' for the disk, and the ratio would measure that rather than the
+notification.
 
 Servers: PostgreSQL at ``--postgres`` (default: the local server, postgres@127.0.0.1:5432) in
 a database created for the run and dropped after; MariaDB/MySQL on a throw-away server
@@ -44,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import random
 import statistics
 import sys
@@ -51,6 +58,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -236,7 +244,7 @@ def producer_cost(
             w.join()
         return sum(count) / seconds
 
-    def round_(state: str, threads: int, durable: bool) -> float:
+    def round_(state: str, threads: int, durable: bool, trigger: bool) -> float:
         if state == "none":
             return throughput(threads, durable)
         if state == "waiting":
@@ -252,7 +260,11 @@ def producer_cost(
             threading.Thread(
                 target=assetq.run_scheduler,
                 args=(engine,),
-                kwargs={"stop_event": stop, "poll_interval": 1.0, "summary_interval": 3600},
+                kwargs={
+                    "stop_event": stop,
+                    "poll_interval": 1.0 if trigger else 0.005,
+                    "summary_interval": 3600,
+                },
             )
             for _ in range(2 if state == "2 running" else 1)
         ]
@@ -274,7 +286,7 @@ def producer_cost(
                 for _ in range(repetitions):
                     for enabled, into in ((True, on), (False, off)):
                         set_trigger(enabled)
-                        into.append(round_(state, threads, durable))
+                        into.append(round_(state, threads, durable, enabled))
                 set_trigger(True)
                 results.append((state, "durable" if durable else "async", threads, on, off))
     return results
@@ -315,7 +327,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--mysql", default="private", help="'private' or a server URL")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="also write the tables, with the command and the machine's load, to this"
+        " Markdown file (docs/benchmarks.md includes docs/benchmarks/latency.md)",
+    )
     args = parser.parse_args(argv)
+    command = " ".join(["python benchmarks/latency.py", *(sys.argv[1:] if argv is None else argv)])
+    load_before = os.getloadavg()
+    servers: dict[str, str] = {}
 
     rounds: list[tuple[str, bool, Callable[[], tuple[Any, Any]]]] = []
     figures = set(args.figures.split(","))
@@ -338,6 +359,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         engine = backend.create_engine(database.url, pool_size=args.producers + 4)
         try:
             _setup(engine)
+            version = engine.dialect.server_version_info or ()
+            servers[engine_name] = ".".join(str(part) for part in version) + (
+                " (MariaDB)" if getattr(engine.dialect, "is_mariadb", False) else ""
+            )
             for scenario in ("idle", "load") if "latency" in figures else ():
                 result = measure(
                     engine,
@@ -359,38 +384,55 @@ def main(argv: Sequence[str] | None = None) -> int:
             backend.drop(database)
             backend.close()
 
+    lines: list[str] = []
     if results:
-        print(
+        lines += [
             f"Event -> run latency; {args.seconds:g} s rounds, poll interval"
             f" {args.poll_interval:g} s, idle: 1 producer, an event every 50-150 ms; load:"
-            f" {args.producers} producers back to back; 1 scheduler; {CONSUMERS} consumers.\n"
-        )
-        print(HEADER)
-        for result in results:
-            print(result.row())
+            f" {args.producers} producers back to back; 1 scheduler; {CONSUMERS} consumers.",
+            "",
+            HEADER,
+            *(result.row() for result in results),
+        ]
     if cost:
-        print(
-            "\nProducer cost of the wake-up trigger (PostgreSQL), registration events/s,"
+        lines += [
+            "",
+            "Producer cost of the wake-up trigger (PostgreSQL), registration events/s,"
             f" median (min-max) of {args.repetitions} interleaved rounds of"
             f" {min(args.seconds, 2.0):g} s; durable: synchronous_commit on (the server's"
-            " default here), async: off for the producers' sessions:\n"
-        )
-        print(
+            " default here), async: off for the producers' sessions. Schedulers: none; one"
+            " or two run_scheduler loops (polling every 5 ms when the trigger is off, so"
+            " that they consume as promptly as when woken); a session holding the wake-up"
+            " lock throughout (every transaction notifies, as before schema 0005):",
+            "",
             "schedulers | commits | threads | trigger on          | trigger off         |"
-            " ratio on/off\n"
+            " ratio on/off",
             "-----------|---------|---------|---------------------|---------------------|"
-            "-----------------"
-        )
+            "-----------------",
+        ]
         for state, mode, threads, on, off in cost:
             ratios = [a / b for a, b in zip(on, off, strict=True)]
 
             def fmt(values: list[float]) -> str:
                 return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
 
-            print(
+            lines.append(
                 f"{state:<10} | {mode:<7} | {threads:>7} | {fmt(on):<19} | {fmt(off):<19} |"
                 f" {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
             )
+    print("\n".join(lines))
+    if args.output is not None:
+        load_after = os.getloadavg()
+        versions = ", ".join(f"{name} {version}" for name, version in servers.items())
+        preface = [
+            f"Measured with `{command}` on"
+            f" {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, schema"
+            f" {assetq.head_revision()}; servers: {versions}; load average"
+            f" {load_before[0]:.1f} before, {load_after[0]:.1f} after ({os.cpu_count()} cores).",
+            "",
+        ]
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text("\n".join(preface + lines) + "\n", "utf-8")
     return 0
 
 

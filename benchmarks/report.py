@@ -284,7 +284,29 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines
 
 
-def markdown(report: dict[str, Any], plots: Sequence[str]) -> str:
+#: Written by benchmarks/latency.py --output, next to the plots; included in the page.
+LATENCY = "latency.md"
+
+
+def latency_section(latency: str | None) -> list[str]:
+    """The page's section on benchmarks/latency.py: its --output file, or how to make it."""
+    heading = ["", "## Event -> run latency and what the wake-up costs producers", ""]
+    if latency:
+        return [
+            *heading,
+            "The long-running scheduler (`assetq scheduler`), from benchmarks/latency.py, a"
+            " separate run from the figures above (docs/operations.md explains the wake-up):",
+            "",
+            latency.rstrip("\n"),
+        ]
+    return [
+        *heading,
+        "Not measured for this page: `python benchmarks/latency.py --output"
+        f" docs/{PLOTS}/{LATENCY}` writes the figures that go here.",
+    ]
+
+
+def markdown(report: dict[str, Any], plots: Sequence[str], latency: str | None = None) -> str:
     machine = report["machine"]
     cfg = report["config"]
     out: list[str] = [
@@ -467,6 +489,7 @@ def markdown(report: dict[str, Any], plots: Sequence[str]) -> str:
                     for s in run["sizes"]
                 ],
             )
+    out += latency_section(latency)
     if plots:
         out += ["", "## Plots", ""]
         out += [f"![{name[:-4]}]({PLOTS}/{name})" for name in plots]
@@ -510,11 +533,14 @@ def markdown(report: dict[str, Any], plots: Sequence[str]) -> str:
 
 
 def write(report: dict[str, Any], out: Path) -> None:
-    """docs/benchmarks.json, docs/benchmarks/*.png and docs/benchmarks.md."""
+    """docs/benchmarks.json, docs/benchmarks/*.png and docs/benchmarks.md (which includes
+    docs/benchmarks/latency.md when benchmarks/latency.py wrote it)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "benchmarks.json").write_text(json.dumps(report, indent=1) + "\n", "utf-8")
     plots = _plots(report, out / PLOTS)
-    (out / "benchmarks.md").write_text(markdown(report, plots), "utf-8")
+    latency = out / PLOTS / LATENCY
+    text = latency.read_text("utf-8") if latency.exists() else None
+    (out / "benchmarks.md").write_text(markdown(report, plots, text), "utf-8")
 
 
 if __name__ == "__main__":  # re-draw the page and plots from the raw figures of a run

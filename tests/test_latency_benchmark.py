@@ -63,3 +63,25 @@ def test_the_producer_cost_has_every_row_and_leaves_the_trigger_on(
         " AND tgrelid = CAST('{ns}.asset_dag_run_queue' AS regclass)"
     )
     assert enabled == "O"
+
+
+@pytest.mark.engines("postgresql")
+def test_the_command_writes_the_page_that_docs_benchmarks_md_includes(
+    db: TestDatabase, latency: ModuleType, tmp_path: Path
+) -> None:
+    """`python benchmarks/latency.py --output F`, tiny, against the test server: F holds the
+    command, both tables, and goes into the page report.py writes."""
+    url = db.url.set(drivername="postgresql", database="postgres")
+    page = tmp_path / "benchmarks" / "latency.md"
+    argv = ["--engines", "postgresql", "--seconds", "0.3", "--repetitions", "1"]
+    argv += ["--producers", "2", "--poll-interval", "0.2", "--output", str(page)]
+    argv += ["--postgres", url.render_as_string(hide_password=False)]
+    assert latency.main(argv) == 0
+    text = page.read_text("utf-8")
+    assert text.startswith("Measured with `python benchmarks/latency.py --engines postgresql")
+    assert "schema " + latency.assetq.head_revision() in text
+    for row in ("| notify  | idle  |", "| poll    | load  |", "2 running  | durable |"):
+        assert row in text
+    sys.path.insert(0, str(BENCHMARKS))
+    report = importlib.import_module("report")
+    assert text.rstrip("\n") in "\n".join(report.latency_section(text))

@@ -24,7 +24,7 @@ import pytest
 import sqlalchemy as sa
 
 import assetq
-from assetq import api
+from assetq import api, sqlfiles
 from dbs import TestDatabase
 
 
@@ -525,3 +525,58 @@ def test_a_database_that_is_down_at_start_is_an_error_the_loop_backs_off_from(
     finally:
         engine.dispose()
     assert (stats.passes, stats.errors) == (2, 2)
+
+
+@pytest.mark.engines("postgresql")
+def test_with_the_trigger_of_0004_every_producer_notifies_and_the_loop_still_wakes(
+    db: TestDatabase,
+) -> None:
+    """Schedulers may be upgraded before the schema: with the trigger as 0005's down script
+    leaves it (0004's), a producer notifies whether or not a scheduler waits, and this
+    version's loop, which takes the wake-up lock all the same, is woken by it."""
+    with db.engine.begin() as conn:
+        down = sqlfiles.read("postgresql", "migrations/0005_wakeup_on_demand.down.sql")
+        db.dialect.run_script(conn, down, db.namespace)
+    _declare(db, "consumer", "orders")
+    with psycopg.connect(_psycopg_url(db), autocommit=True) as listener:
+        listener.execute(f'LISTEN "{db.namespace}"')
+        listener.execute("LISTEN aqo_marker")
+        _register(db, "orders")  # nobody waits: notifies anyway
+        assert _notifications_until_marker(db, listener) == [db.namespace, "aqo_marker"]
+    assert len(assetq.schedule(db.engine)) == 1  # that event's run: the queue is empty
+    loop = _Loop(db, poll_interval=30)
+    try:
+        _until(lambda: loop.passes >= 2 and _wakeup_lock(db, granted=True) == 1, "the wait")
+        (event,) = _register(db, "orders")
+        run = loop.runs.get(timeout=20)  # a hang here means no wake-up: the poll is 30 s
+    finally:
+        stats = loop.finish()
+    assert run.event_ids == (event.id,)
+    assert stats.wakeups >= 1
+
+
+@pytest.mark.engines("postgresql")
+def test_a_producer_transaction_left_open_does_not_keep_notifications_from_waking_the_loop(
+    db: TestDatabase,
+) -> None:
+    """A producer queues an event and leaves its transaction open: the scheduler cannot take
+    the wake-up lock (it would wait for that transaction). Another producer commits, and a
+    notification comes: the scheduler passes and consumes the committed event while the open
+    transaction is still open, long before the 30 s poll. (The notification is sent by hand
+    too: the second producer's own is certain only while the scheduler's request is queued,
+    not in the instant between two of its attempts.)"""
+    _declare(db, "consumer", "orders")
+    with db.engine.connect() as open_producer:
+        assetq.register_event(open_producer, "orders")  # never committed
+        loop = _Loop(db, poll_interval=30)
+        try:
+            _until(lambda: _locks(db, WAKEUP, granted=False) == 1, "the scheduler to wait")
+            (event,) = _register(db, "orders")
+            with db.engine.begin() as conn:
+                conn.exec_driver_sql(f'NOTIFY "{db.namespace}"')
+            run = loop.runs.get(timeout=20)  # a hang here means the notification was ignored
+        finally:
+            stats = loop.finish()
+            open_producer.rollback()
+    assert run.event_ids == (event.id,)
+    assert stats.wakeups >= 1

@@ -215,8 +215,11 @@ class _Listener:
         Taking it waits for the producers in flight that did not notify; once taken, they
         all have ended and from now on they notify, so a pass started now and a wait after it
         miss nothing. While it cannot be taken, a notification means a producer committed:
-        WOKEN, unless another scheduler holds (or waits for) the lock, which is then woken
-        by it.
+        WOKEN, unless another scheduler holds the lock, which is woken by it. So while a
+        producer's transaction left open keeps the lock from being taken, notifications are
+        still looked at, every lock_timeout (250 ms); a producer that starts its fan-out in
+        the instant between two attempts has the lock shared and does not notify: its events
+        wait for the next notification, the lock or the poll.
         """
         while not stop.is_set():
             if self._lock("wakeup_arm", time.monotonic(), stop):

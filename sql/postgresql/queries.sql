@@ -190,18 +190,17 @@ SELECT pg_advisory_unlock(
     + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint))
 
 -- wakeup_held_by_scheduler --
--- Does another session hold the wake-up lock exclusively (or wait for it)? Producers only
--- ever hold it shared, so a shared lock this session can take (and gives back at once)
--- means no.
-SELECT CASE
-         WHEN pg_try_advisory_lock_shared(
-                (CAST(1634956401 AS bigint) << 32)
-                + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint))
-         THEN NOT pg_advisory_unlock_shared(
-                (CAST(1634956401 AS bigint) << 32)
-                + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint))
-         ELSE true
-       END AS held
+-- Does a session hold the wake-up lock exclusively (a scheduler waiting for notifications)?
+-- pg_locks shows a bigint advisory key as classid (high half), objid (low half), objsubid 1.
+SELECT EXISTS (
+    SELECT 1
+      FROM pg_locks
+     WHERE locktype = 'advisory'
+       AND classid = CAST(1634956401 AS oid)
+       AND objid = CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid)
+       AND objsubid = 1
+       AND mode = 'ExclusiveLock'
+       AND granted) AS held
 
 -- busy_mark --
 -- Try to take the busy lock shared (never waits): true when this session holds it now.
