@@ -319,7 +319,7 @@ def test_a_transaction_that_queues_events_sends_one_notification_at_commit(
     _declare(db, "second", "orders")
     with db.engine.begin() as conn:
         assetq.declare_asset(conn, "unconsumed")
-    url = db.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    url = _psycopg_url(db)
     with psycopg.connect(url, autocommit=True) as listener:
         listener.execute(f'LISTEN "{db.namespace}"')
         listener.execute("LISTEN aqo_marker")
@@ -333,15 +333,7 @@ def test_a_transaction_that_queues_events_sends_one_notification_at_commit(
             assetq.register_event(conn, "orders")
             conn.rollback()
         _register(db, "unconsumed")  # queues nothing
-        with db.engine.begin() as conn:
-            conn.exec_driver_sql("NOTIFY aqo_marker")
-
-        channels = []
-        for note in listener.notifies(timeout=30):
-            channels.append(note.channel)
-            if note.channel == "aqo_marker":
-                break
-    assert channels == [db.namespace, "aqo_marker"]
+        assert _notifications_until_marker(db, listener) == [db.namespace, "aqo_marker"]
 
 
 @pytest.mark.engines("postgresql")
@@ -350,30 +342,21 @@ def test_producers_notify_only_while_a_scheduler_holds_the_wake_up_lock(
 ) -> None:
     """No scheduler waits: a producer's commit sends nothing (its commit is not serialized
     with the others'). A session holds the lock: the next commit notifies. Given back: none
-    again. Markers on another channel, committed after each step, show what came when."""
+    again. A marker on another channel, committed after each step, shows what came when."""
     _declare(db, "consumer", "orders")
-    url = db.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    url = _psycopg_url(db)
     with psycopg.connect(url, autocommit=True) as listener:
         listener.execute(f'LISTEN "{db.namespace}"')
         listener.execute("LISTEN aqo_marker")
 
-        def step(marker: str) -> list[str]:
-            _register(db, "orders")
-            with db.engine.begin() as conn:
-                conn.exec_driver_sql(f"NOTIFY aqo_marker, '{marker}'")
-            seen = []
-            for note in listener.notifies(timeout=30):
-                seen.append(note.channel)
-                if note.channel == "aqo_marker":
-                    assert note.payload == marker
-                    break
-            return seen
-
-        assert step("no scheduler waits") == ["aqo_marker"]
+        _register(db, "orders")  # no scheduler waits
+        assert _notifications_until_marker(db, listener) == ["aqo_marker"]
         listener.execute(db.dialect.query("wakeup_arm", db.namespace))
-        assert step("a scheduler waits") == [db.namespace, "aqo_marker"]
+        _register(db, "orders")  # a scheduler waits
+        assert _notifications_until_marker(db, listener) == [db.namespace, "aqo_marker"]
         listener.execute(db.dialect.query("wakeup_disarm", db.namespace))
-        assert step("given back") == ["aqo_marker"]
+        _register(db, "orders")  # given back
+        assert _notifications_until_marker(db, listener) == ["aqo_marker"]
 
 
 def test_errors_are_logged_once_with_their_code_and_the_loop_recovers(
