@@ -8,6 +8,7 @@ NOTIFY wake-up, compares "seconds" against a 30-second poll interval.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -235,6 +236,27 @@ def test_a_busy_scheduler_gives_the_wake_up_lock_back(db: TestDatabase) -> None:
     assert stats.wakeups >= 1
 
 
+@contextlib.contextmanager
+def _logged(text: str) -> Iterator[threading.Event]:
+    """An event set when the assetq logger logs a message containing ``text`` (debug too)."""
+    seen = threading.Event()
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if text in record.getMessage():
+                seen.set()
+
+    logger = logging.getLogger("assetq")
+    handler, level = Handler(logging.DEBUG), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield seen
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def _psycopg_url(db: TestDatabase) -> str:
     return db.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
@@ -265,14 +287,15 @@ def test_while_another_scheduler_is_busy_an_idle_one_waits_for_it_and_nobody_not
     with (
         psycopg.connect(_psycopg_url(db), autocommit=True) as other,
         psycopg.connect(_psycopg_url(db), autocommit=True) as listener,
+        _logged("another scheduler is busy") as waiting,
     ):
         assert other.execute(db.dialect.query("busy_mark", db.namespace)).fetchone() == (True,)
         listener.execute(f'LISTEN "{db.namespace}"')
         listener.execute("LISTEN aqo_marker")
         loop = _Loop(db, poll_interval=30)
         try:
-            _until(lambda: _locks(db, BUSY, granted=False) == 1, "the idle one to wait")
-            assert _wakeup_lock(db, granted=True) == 0
+            assert waiting.wait(timeout=60)
+            assert _wakeup_lock(db, granted=True) == _wakeup_lock(db, granted=False) == 0
             (event,) = _register(db, "orders")
             assert _notifications_until_marker(db, listener) == ["aqo_marker"]
             assert (loop.passes, loop.runs.empty()) == (1, True)
@@ -298,8 +321,9 @@ def test_a_waiting_scheduler_woken_for_nothing_while_another_is_busy_steps_back(
         _until(lambda: loop.passes >= 2 and _wakeup_lock(db, granted=True) == 1, "the wait")
         with psycopg.connect(_psycopg_url(db), autocommit=True) as other:
             assert other.execute(db.dialect.query("busy_mark", db.namespace)).fetchone() == (True,)
-            other.execute(f'NOTIFY "{db.namespace}"')  # a wake-up with nothing queued
-            _until(lambda: _locks(db, BUSY, granted=False) == 1, "the step back")
+            with _logged("another scheduler is busy") as waiting:
+                other.execute(f'NOTIFY "{db.namespace}"')  # a wake-up with nothing queued
+                assert waiting.wait(timeout=60)
             assert _wakeup_lock(db, granted=True) == 0
             assert loop.passes == 3
             assert loop.runs.empty()
@@ -563,3 +587,31 @@ def test_a_producer_transaction_left_open_does_not_keep_notifications_from_wakin
             open_producer.rollback()
     assert run.event_ids == (event.id,)
     assert stats.wakeups >= 1
+
+
+@pytest.mark.engines("postgresql")
+def test_while_another_scheduler_waits_for_wake_ups_an_idle_one_is_woken_too(
+    db: TestDatabase,
+) -> None:
+    """Another session holds the wake-up lock, as a scheduler waiting for notifications. An
+    idle loop then queues no request for the lock (a queued request would time out every
+    so often, each time an ERROR in the server's log, and would make producers' and other
+    schedulers' checks fail) and waits for notifications too: the other's pass may skip a
+    consumer this loop's pass holds. A producer commits: it notifies, this loop passes."""
+    _declare(db, "consumer", "orders")
+    with (
+        psycopg.connect(_psycopg_url(db), autocommit=True) as other,
+        _logged("another scheduler waits for wake-ups") as waiting,
+    ):
+        other.execute(db.dialect.query("wakeup_arm", db.namespace))
+        loop = _Loop(db, poll_interval=30)
+        try:
+            assert waiting.wait(timeout=60)
+            assert _wakeup_lock(db, granted=False) == 0
+            (event,) = _register(db, "orders")
+            run = loop.runs.get(timeout=20)  # a hang here means no wake-up: the poll is 30 s
+        finally:
+            stats = loop.finish()
+    assert run.event_ids == (event.id,)
+    assert stats.wakeups >= 1
+    assert stats.arms == 0  # the other session held the lock throughout

@@ -14,11 +14,14 @@ needs what:
   commits meanwhile notifies. The first pass that creates runs gives it back;
 * the busy lock, shared: held while the loop's passes create runs. A loop with nothing to do
   while another one is busy does not take the wake-up lock (the busy one passes again and
-  sees what producers commit): it waits until nobody is busy, then takes it. A loop woken
-  for nothing while another one is busy gives the wake-up lock back and does the same.
+  sees what producers commit): it looks again every second. A loop woken for nothing while
+  another one is busy gives the wake-up lock back and does the same.
 
-So while any scheduler is busy, producers commit without notifying; only when all of them
-are idle does one of them (one at a time) ask to be woken.
+A loop that finds the wake-up lock held by another waits for notifications too (they wake
+both), without queueing for the lock. So while any scheduler is busy, producers commit
+without notifying; only when all of them are idle does one of them ask to be woken. Errors:
+both locks are given back before a backoff, and the listening session has TCP keepalives, so
+the server releases them within about two minutes of a scheduler's death.
 
 It still polls: a notification sent while the listening connection was down is simply
 missed, and the poll catches up. MySQL has no notifications: the loop polls.
@@ -51,6 +54,8 @@ log = logging.getLogger("assetq")
 
 #: Longest stretch the loop waits without looking at its stop event, seconds.
 _STOP_CHECK = 0.25
+#: How often an idle loop that waits for another scheduler looks again, seconds.
+_RECHECK = 1.0
 
 
 @dataclass
@@ -117,6 +122,7 @@ class _Listener:
         self.armed = False
         #: The busy lock is held (shared): other schedulers need not be woken.
         self.busy = False
+        self._long_timeout = False
 
     @property
     def connected(self) -> bool:
@@ -132,7 +138,8 @@ class _Listener:
             raw.detach()
             driver.autocommit = True
             driver.execute(self._dialect.query("listen", self._namespace))
-            driver.execute(self._dialect.query("wakeup_lock_timeout", self._namespace))
+            driver.execute(self._dialect.query("listener_settings", self._namespace))
+            driver.execute(self._dialect.query("wakeup_lock_timeout_short", self._namespace))
         except BaseException:
             raw.close()
             raise
@@ -156,80 +163,104 @@ class _Listener:
         row = self._driver.execute(self._dialect.query(name, self._namespace)).fetchone()
         return bool(row[0])
 
-    def _lock(self, name: str, deadline: float, stop: threading.Event) -> bool:
-        """Run lock query ``name`` (which waits up to the session's lock_timeout) until it
-        succeeds (True), ``deadline`` passes or ``stop`` is set (False)."""
-        while not stop.is_set():
-            try:
-                self._run(name)
-            except Exception as exc:
-                if getattr(exc, "sqlstate", None) != _LOCK_TIMEOUT:
-                    raise
-            else:
-                return True
-            if time.monotonic() >= deadline:
-                break
-        return False
+    def _arm_waiting(self, long: bool) -> bool:
+        """Wait for the wake-up lock, up to the session's lock_timeout (the short one first,
+        the long one while producers keep it): True when taken."""
+        if long != self._long_timeout:
+            self._run("wakeup_lock_timeout_long" if long else "wakeup_lock_timeout_short")
+            self._long_timeout = long
+        try:
+            self._run("wakeup_arm")
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) != _LOCK_TIMEOUT:
+                raise
+            return False
+        return True
 
-    def settle(
-        self, productive: bool, after_wakeup: bool, timeout: float, stop: threading.Event
-    ) -> str:
-        """What to do after a pass (``productive``: it created runs; ``after_wakeup``: it
-        followed a notification). Returns PASS (pass at once), ARMED (the wake-up lock was
-        taken: pass once more, then producers notify), WOKEN (a notification came) or POLL
-        (``timeout`` seconds went by, or ``stop`` was set).
+    def release(self) -> None:
+        """Give both locks back (before a backoff: others take over meanwhile)."""
+        if self.armed:
+            self._run("wakeup_disarm")
+            self.armed = False
+        if self.busy:
+            self._run("busy_unmark")
+            self.busy = False
 
-        Busy (the pass created runs): give the wake-up lock back, so that producers stop
-        notifying, and hold the busy lock shared, so that other schedulers know somebody will
-        pass again. Idle: give the busy lock back; then, if another scheduler is busy, wait
-        for it to be idle (it covers what producers commit meanwhile), and otherwise take
-        the wake-up lock and wait for notifications.
+    def settle(self, productive: bool, timeout: float, stop: threading.Event) -> str:
+        """What to do after a pass (``productive``: it created runs). Returns PASS (pass at
+        once), ARMED (the wake-up lock was taken: pass once more, then producers notify),
+        WOKEN (a notification came) or POLL (``timeout`` seconds went by, or ``stop`` was
+        set).
+
+        Busy (the pass created runs): hold the busy lock shared, so that other schedulers
+        know somebody passes again, and give the wake-up lock back, so that producers stop
+        notifying. Idle: give the busy lock back; keep waiting under the wake-up lock unless
+        another scheduler became busy; otherwise see :meth:`_idle`.
         """
         if productive:
+            if not self.busy:  # tried again after every busy pass until it is held
+                self.busy = self._ask("busy_mark")
             if self.armed:
                 self._run("wakeup_disarm")
                 self.armed = False
-            if not self.busy:  # tried again after every busy pass until it is held
-                self.busy = self._ask("busy_mark")
             return PASS
         if self.busy:
             self._run("busy_unmark")
             self.busy = False
         deadline = time.monotonic() + timeout
         if self.armed:
-            if not (after_wakeup and self._ask("busy_others")):
+            # (A query each time also proves the connection is alive: a wait alone would
+            # not notice a half-open one.)
+            if not self._ask("busy_others"):
                 return WOKEN if self.wait(timeout, stop) else POLL
-            # Woken, found nothing: another scheduler is busy and takes what comes.
-            self._run("wakeup_disarm")
+            self._run("wakeup_disarm")  # another scheduler is busy: it takes what comes
             self.armed = False
-        if self._ask("busy_others"):
-            log.debug("assetq scheduler: another scheduler is busy; waiting for it")
-            if not self._lock("busy_wait", deadline, stop):
-                return POLL
-            self._run("busy_release")
-        return self._arm(deadline, stop)
+        return self._idle(deadline, stop)
 
-    def _arm(self, deadline: float, stop: threading.Event) -> str:
-        """Take the wake-up lock: ARMED, WOKEN or POLL as for :meth:`settle`.
+    def _idle(self, deadline: float, stop: threading.Event) -> str:
+        """Wait, with nothing to do, until ``deadline``; ARMED, WOKEN or POLL as for
+        :meth:`settle`.
 
-        Taking it waits for the producers in flight that did not notify; once taken, they
-        all have ended and from now on they notify, so a pass started now and a wait after it
-        miss nothing. While it cannot be taken, a notification means a producer committed:
-        WOKEN, unless another scheduler holds the lock, which is woken by it. So while a
-        producer's transaction left open keeps the lock from being taken, notifications are
-        still looked at, every lock_timeout (250 ms); a producer that starts its fan-out in
-        the instant between two attempts has the lock shared and does not notify: its events
-        wait for the next notification, the lock or the poll.
+        Another scheduler is busy: it passes again and sees what producers commit, so wait
+        (looking again every second). Another scheduler holds the wake-up lock: it is woken
+        by notifications, and so is this one (its pass may find what the other's skipped),
+        so wait. Nobody holds it: take it. Producers in flight hold it shared: wait for them
+        with a queued request, which makes the next producers notify; that wait times out
+        now and then (an ERROR line in the server's log each time: after 250 ms, then every
+        2 s while a producer's transaction stays open), and a producer that starts its
+        fan-out between two of those waits does not notify: its events wait for the next
+        notification, the lock or the poll. No request is left queued otherwise, so the
+        other schedulers' checks stay true.
         """
+        long = False
         while not stop.is_set():
-            if self._lock("wakeup_arm", time.monotonic(), stop):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if self._ask("busy_others"):
+                log.debug("assetq scheduler: another scheduler is busy; waiting for it")
+                if self.wait(min(_RECHECK, remaining), stop):
+                    return WOKEN
+                continue
+            held = False
+            if self._ask("wakeup_try") or (
+                not (held := self._ask("wakeup_held_by_scheduler")) and self._arm_waiting(long)
+            ):
                 self.armed = True
+                if self._ask("busy_others"):  # became busy meanwhile: it takes what comes
+                    self._run("wakeup_disarm")
+                    self.armed = False
+                    continue
                 self._drain()  # from commits the pass that follows sees anyway
                 return ARMED
-            if self._drain() and not self._ask("wakeup_held_by_scheduler"):
+            if held:
+                log.debug("assetq scheduler: another scheduler waits for wake-ups")
+                if self.wait(min(_RECHECK, remaining), stop):
+                    return WOKEN
+                continue
+            long = True  # producers kept it
+            if self._drain():
                 return WOKEN
-            if time.monotonic() >= deadline:
-                break
         return POLL
 
     def _drain(self) -> bool:
@@ -260,6 +291,7 @@ class _Listener:
         raw, driver = self._raw, self._driver
         self._raw = self._driver = None
         self.armed = self.busy = False  # session locks: they go with the connection
+        self._long_timeout = False
         if raw is not None:
             try:
                 raw.close()  # detached: closes the DB-API connection
@@ -364,7 +396,6 @@ def run_scheduler(
         if listener is not None
         else f"polling every {poll_interval:g} s",
     )
-    after_wakeup = False  # the next pass follows a notification
     try:
         while not stop.is_set() and (max_passes is None or stats.passes < max_passes):
             if listener is not None and not listener.connected:
@@ -380,6 +411,11 @@ def run_scheduler(
             except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
                 stats.errors += 1
                 window.errors += 1
+                if listener is not None and listener.connected:
+                    try:
+                        listener.release()  # others take over during the backoff
+                    except Exception as lost:
+                        listener.lost(lost)
                 delay = min(backoff_max, backoff_initial * 2 ** min(error_log.failures, 30))
                 delay *= random.uniform(0.5, 1.0)  # schedulers that failed together spread out
                 error_log.failed(exc, delay)
@@ -415,11 +451,12 @@ def run_scheduler(
                 continue
             if listener is not None and listener.connected:
                 try:
-                    outcome = listener.settle(bool(runs), after_wakeup, poll_interval, stop)
+                    outcome = listener.settle(bool(runs), poll_interval, stop)
                 except Exception as exc:  # the connection broke, and its locks with it
                     listener.lost(exc)
-                    outcome = PASS if runs else POLL  # poll until it is back
-                after_wakeup = outcome == WOKEN
+                    outcome = PASS
+                    if not runs:  # poll; reconnect after that
+                        stop.wait(poll_interval)
                 if outcome == WOKEN:
                     stats.wakeups += 1
                     window.wakeups += 1

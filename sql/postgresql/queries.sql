@@ -164,10 +164,23 @@ DROP SCHEMA IF EXISTS {{ns}} RESTRICT
 -- Subscribe this session to the namespace's wake-up channel (trigger asset_dag_run_queue_notify).
 LISTEN {{ns}}
 
--- wakeup_lock_timeout --
--- The listening session waits at most this long for a lock at a time, so a scheduler waiting
--- for one still looks at its stop event and its notifications (run_scheduler's _STOP_CHECK).
+-- listener_settings --
+-- The listening session of run_scheduler: no statement timeout (a role's default would break
+-- its lock waits), and TCP keepalives, so that the server notices a dead scheduler within
+-- about two minutes and releases its locks (ignored on a Unix socket).
+SELECT set_config('statement_timeout', '0', false),
+       set_config('tcp_keepalives_idle', '60', false),
+       set_config('tcp_keepalives_interval', '10', false),
+       set_config('tcp_keepalives_count', '6', false)
+
+-- wakeup_lock_timeout_short --
+-- How long the listening session's first wait for the wake-up lock lasts (run_scheduler).
 SET lock_timeout = '250ms'
+
+-- wakeup_lock_timeout_long --
+-- Its later waits, while a producer's transaction stays open: each wait that times out is an
+-- ERROR line in the server's log, so they are longer.
+SET lock_timeout = '2s'
 
 -- wakeup_arm --
 -- The scheduler's locks, all session locks of its listening connection (run_scheduler; the
@@ -177,11 +190,17 @@ SET lock_timeout = '250ms'
 --   the busy lock, key ('astb' << 32) + the queue table's oid: shared while a scheduler's
 --     passes create runs, so the others know they need not be woken.
 --
--- Take the wake-up lock: from now on producers' transactions notify. Waits (up to the
--- session's lock_timeout) for the producers in flight that did not notify: they hold it shared.
+-- Take the wake-up lock, waiting (up to the session's lock_timeout) for the producers in
+-- flight that did not notify: they hold it shared. While this waits, producers notify.
 SELECT pg_advisory_lock(
     (CAST(1634956401 AS bigint) << 32)
     + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint))
+
+-- wakeup_try --
+-- Take the wake-up lock if nobody holds it; never waits.
+SELECT pg_try_advisory_lock(
+    (CAST(1634956401 AS bigint) << 32)
+    + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint)) AS armed
 
 -- wakeup_disarm --
 -- Give the wake-up lock back: producers stop notifying.
@@ -191,11 +210,13 @@ SELECT pg_advisory_unlock(
 
 -- wakeup_held_by_scheduler --
 -- Does a session hold the wake-up lock exclusively (a scheduler waiting for notifications)?
--- pg_locks shows a bigint advisory key as classid (high half), objid (low half), objsubid 1.
+-- pg_locks shows a bigint advisory key as classid (high half), objid (low half), objsubid 1,
+-- for every database of the server: this one's only.
 SELECT EXISTS (
     SELECT 1
       FROM pg_locks
      WHERE locktype = 'advisory'
+       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
        AND classid = CAST(1634956401 AS oid)
        AND objid = CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid)
        AND objsubid = 1
@@ -216,7 +237,7 @@ SELECT pg_advisory_unlock_shared(
 
 -- busy_others --
 -- Is another scheduler busy (holding the busy lock)? An exclusive lock this session can take
--- (and gives back at once) means no.
+-- (and gives back at once) means no. Never waits.
 SELECT CASE
          WHEN pg_try_advisory_lock(
                 (CAST(1634956386 AS bigint) << 32)
@@ -226,19 +247,6 @@ SELECT CASE
                 + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint))
          ELSE true
        END AS busy
-
--- busy_wait --
--- Wait (up to the session's lock_timeout) until no scheduler is busy: the busy lock,
--- exclusive. Given back at once with busy_release.
-SELECT pg_advisory_lock(
-    (CAST(1634956386 AS bigint) << 32)
-    + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint))
-
--- busy_release --
--- Give back the busy lock busy_wait took.
-SELECT pg_advisory_unlock(
-    (CAST(1634956386 AS bigint) << 32)
-    + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint))
 
 -- dag_queue_status --
 -- One row per consumer from the dag_queue_status view: queue depth, oldest queued, recent runs.
