@@ -34,11 +34,11 @@ running    one run_scheduler loop consumes the events as they come (what product
 waiting    a session holds the wake-up lock throughout, as a scheduler that has nothing to
            do: every transaction notifies (the worst case, and the cost before 0005).
 
-With the trigger off, the running loops poll every 5 ms (with it on: every second, woken by
-notifications), so that both sides consume events about as promptly: a loop that slept a
-whole poll interval would consume them in fewer, larger runs, fewer commits that compete
-with the producers' for the disk, and the ratio would measure that rather than the
-notification.
+With the trigger off, the running loops only poll, every 5 ms (listen=False: no listening
+connection, no locks); with it on they poll every second and are woken by notifications. So
+both sides consume events about as promptly: a loop that slept a whole poll interval would
+consume them in fewer, larger runs, fewer commits that compete with the producers' for the
+disk, and the ratio would measure that rather than the notification.
 
 Servers: PostgreSQL at ``--postgres`` (default: the local server, postgres@127.0.0.1:5432) in
 a database created for the run and dropped after; MariaDB/MySQL on a throw-away server
@@ -263,6 +263,7 @@ def producer_cost(
                 kwargs={
                     "stop_event": stop,
                     "poll_interval": 1.0 if trigger else 0.005,
+                    "listen": trigger,
                     "summary_interval": 3600,
                 },
             )
@@ -401,9 +402,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f" median (min-max) of {args.repetitions} interleaved rounds of"
             f" {min(args.seconds, 2.0):g} s; durable: synchronous_commit on (the server's"
             " default here), async: off for the producers' sessions. Schedulers: none; one"
-            " or two run_scheduler loops (polling every 5 ms when the trigger is off, so"
-            " that they consume as promptly as when woken); a session holding the wake-up"
-            " lock throughout (every transaction notifies, as before schema 0005):",
+            " or two run_scheduler loops (when the trigger is off, polling every 5 ms without"
+            " listening, so that they consume as promptly as when woken); a session holding"
+            " the wake-up lock throughout (every transaction notifies, as before schema"
+            " 0005):",
             "",
             "schedulers | commits | threads | trigger on          | trigger off         |"
             " ratio on/off",
