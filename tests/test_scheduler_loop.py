@@ -8,7 +8,6 @@ NOTIFY wake-up, compares "seconds" against a 30-second poll interval.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import queue
@@ -236,25 +235,10 @@ def test_a_busy_scheduler_gives_the_wake_up_lock_back(db: TestDatabase) -> None:
     assert stats.wakeups >= 1
 
 
-@contextlib.contextmanager
-def _logged(text: str) -> Iterator[threading.Event]:
-    """An event set when the assetq logger logs a message containing ``text`` (debug too)."""
-    seen = threading.Event()
-
-    class Handler(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if text in record.getMessage():
-                seen.set()
-
-    logger = logging.getLogger("assetq")
-    handler, level = Handler(logging.DEBUG), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield seen
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+def _logged(caplog: pytest.LogCaptureFixture, text: str) -> bool:
+    """Whether the assetq logger logged a message containing ``text`` (under
+    ``caplog.at_level(logging.DEBUG, logger="assetq")``)."""
+    return any(text in record.getMessage() for record in caplog.records)
 
 
 def _psycopg_url(db: TestDatabase) -> str:
@@ -276,7 +260,7 @@ def _notifications_until_marker(db: TestDatabase, listener: psycopg.Connection[A
 
 @pytest.mark.engines("postgresql")
 def test_while_another_scheduler_is_busy_an_idle_one_waits_for_it_and_nobody_notifies(
-    db: TestDatabase,
+    db: TestDatabase, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Several schedulers: one that finds nothing while another is busy (holds the busy
     lock, as a loop whose passes create runs does) does not ask producers to notify; it
@@ -287,14 +271,14 @@ def test_while_another_scheduler_is_busy_an_idle_one_waits_for_it_and_nobody_not
     with (
         psycopg.connect(_psycopg_url(db), autocommit=True) as other,
         psycopg.connect(_psycopg_url(db), autocommit=True) as listener,
-        _logged("another scheduler is busy") as waiting,
+        caplog.at_level(logging.DEBUG, logger="assetq"),
     ):
         assert other.execute(db.dialect.query("busy_mark", db.namespace)).fetchone() == (True,)
         listener.execute(f'LISTEN "{db.namespace}"')
         listener.execute("LISTEN aqo_marker")
         loop = _Loop(db, poll_interval=30)
         try:
-            assert waiting.wait(timeout=60)
+            _until(lambda: _logged(caplog, "another scheduler is busy"), "the idle one to wait")
             assert _wakeup_lock(db, granted=True) == _wakeup_lock(db, granted=False) == 0
             (event,) = _register(db, "orders")
             assert _notifications_until_marker(db, listener) == ["aqo_marker"]
@@ -310,7 +294,7 @@ def test_while_another_scheduler_is_busy_an_idle_one_waits_for_it_and_nobody_not
 
 @pytest.mark.engines("postgresql")
 def test_a_waiting_scheduler_woken_for_nothing_while_another_is_busy_steps_back(
-    db: TestDatabase,
+    db: TestDatabase, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A scheduler waits under the wake-up lock; another becomes busy; a notification wakes
     the first, whose pass finds nothing: it gives the wake-up lock back (producers stop
@@ -321,9 +305,9 @@ def test_a_waiting_scheduler_woken_for_nothing_while_another_is_busy_steps_back(
         _until(lambda: loop.passes >= 2 and _wakeup_lock(db, granted=True) == 1, "the wait")
         with psycopg.connect(_psycopg_url(db), autocommit=True) as other:
             assert other.execute(db.dialect.query("busy_mark", db.namespace)).fetchone() == (True,)
-            with _logged("another scheduler is busy") as waiting:
+            with caplog.at_level(logging.DEBUG, logger="assetq"):
                 other.execute(f'NOTIFY "{db.namespace}"')  # a wake-up with nothing queued
-                assert waiting.wait(timeout=60)
+                _until(lambda: _logged(caplog, "another scheduler is busy"), "the step back")
             assert _wakeup_lock(db, granted=True) == 0
             assert loop.passes == 3
             assert loop.runs.empty()
@@ -591,7 +575,7 @@ def test_a_producer_transaction_left_open_does_not_keep_notifications_from_wakin
 
 @pytest.mark.engines("postgresql")
 def test_while_another_scheduler_waits_for_wake_ups_an_idle_one_is_woken_too(
-    db: TestDatabase,
+    db: TestDatabase, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Another session holds the wake-up lock, as a scheduler waiting for notifications. An
     idle loop then queues no request for the lock (a queued request would time out every
@@ -601,12 +585,12 @@ def test_while_another_scheduler_waits_for_wake_ups_an_idle_one_is_woken_too(
     _declare(db, "consumer", "orders")
     with (
         psycopg.connect(_psycopg_url(db), autocommit=True) as other,
-        _logged("another scheduler waits for wake-ups") as waiting,
+        caplog.at_level(logging.DEBUG, logger="assetq"),
     ):
         other.execute(db.dialect.query("wakeup_arm", db.namespace))
         loop = _Loop(db, poll_interval=30)
         try:
-            assert waiting.wait(timeout=60)
+            _until(lambda: _logged(caplog, "another scheduler waits for wake-ups"), "the wait")
             assert _wakeup_lock(db, granted=False) == 0
             (event,) = _register(db, "orders")
             run = loop.runs.get(timeout=20)  # a hang here means no wake-up: the poll is 30 s

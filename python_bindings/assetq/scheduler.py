@@ -122,7 +122,8 @@ class _Listener:
         self.armed = False
         #: The busy lock is held (shared): other schedulers need not be woken.
         self.busy = False
-        self._long_timeout = False
+        #: The session's lock_timeout is the long one (None: not set yet).
+        self._long_timeout: bool | None = None
 
     @property
     def connected(self) -> bool:
@@ -139,7 +140,6 @@ class _Listener:
             driver.autocommit = True
             driver.execute(self._dialect.query("listen", self._namespace))
             driver.execute(self._dialect.query("listener_settings", self._namespace))
-            driver.execute(self._dialect.query("wakeup_lock_timeout_short", self._namespace))
         except BaseException:
             raw.close()
             raise
@@ -177,14 +177,20 @@ class _Listener:
             return False
         return True
 
-    def release(self) -> None:
-        """Give both locks back (before a backoff: others take over meanwhile)."""
+    def _disarm(self) -> None:
         if self.armed:
             self._run("wakeup_disarm")
             self.armed = False
+
+    def _unmark(self) -> None:
         if self.busy:
             self._run("busy_unmark")
             self.busy = False
+
+    def release(self) -> None:
+        """Give both locks back (before a backoff: others take over meanwhile)."""
+        self._disarm()
+        self._unmark()
 
     def settle(self, productive: bool, timeout: float, stop: threading.Event) -> str:
         """What to do after a pass (``productive``: it created runs). Returns PASS (pass at
@@ -200,21 +206,16 @@ class _Listener:
         if productive:
             if not self.busy:  # tried again after every busy pass until it is held
                 self.busy = self._ask("busy_mark")
-            if self.armed:
-                self._run("wakeup_disarm")
-                self.armed = False
+            self._disarm()
             return PASS
-        if self.busy:
-            self._run("busy_unmark")
-            self.busy = False
+        self._unmark()
         deadline = time.monotonic() + timeout
         if self.armed:
             # (A query each time also proves the connection is alive: a wait alone would
             # not notice a half-open one.)
             if not self._ask("busy_others"):
                 return WOKEN if self.wait(timeout, stop) else POLL
-            self._run("wakeup_disarm")  # another scheduler is busy: it takes what comes
-            self.armed = False
+            self._disarm()  # another scheduler is busy: it takes what comes
         return self._idle(deadline, stop)
 
     def _idle(self, deadline: float, stop: threading.Event) -> str:
@@ -242,14 +243,12 @@ class _Listener:
                 if self.wait(min(_RECHECK, remaining), stop):
                     return WOKEN
                 continue
-            held = False
-            if self._ask("wakeup_try") or (
-                not (held := self._ask("wakeup_held_by_scheduler")) and self._arm_waiting(long)
-            ):
+            taken = self._ask("wakeup_try")
+            held = not taken and self._ask("wakeup_held_by_scheduler")
+            if taken or (not held and self._arm_waiting(long)):
                 self.armed = True
                 if self._ask("busy_others"):  # became busy meanwhile: it takes what comes
-                    self._run("wakeup_disarm")
-                    self.armed = False
+                    self._disarm()
                     continue
                 self._drain()  # from commits the pass that follows sees anyway
                 return ARMED
@@ -291,7 +290,7 @@ class _Listener:
         raw, driver = self._raw, self._driver
         self._raw = self._driver = None
         self.armed = self.busy = False  # session locks: they go with the connection
-        self._long_timeout = False
+        self._long_timeout = None
         if raw is not None:
             try:
                 raw.close()  # detached: closes the DB-API connection
