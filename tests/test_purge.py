@@ -33,6 +33,15 @@ def _register(db: TestDatabase, *assets: str) -> list[assetq.Event]:
         return [assetq.register_event(conn, a) for a in assets]
 
 
+def _schedule(db: TestDatabase) -> list[assetq.Run]:
+    """One pass, whose runs then succeed: purge deletes finished runs only."""
+    runs = assetq.schedule(db.engine)
+    with db.engine.begin() as conn:
+        for run in runs:
+            assetq.set_run_state(conn, run.dag_id, run.run_id, "success")
+    return runs
+
+
 def _count(db: TestDatabase, table: str) -> int:
     return int(db.scalar(f"SELECT count(*) FROM {{ns}}.{table}"))
 
@@ -47,7 +56,7 @@ def _age(db: TestDatabase, table: str, column: str, hours: int) -> None:
 def test_purge_deletes_runs_links_and_consumed_events_before_the_cutoff(db: TestDatabase) -> None:
     _declare(db, "report", "orders")
     _register(db, "orders", "orders")
-    (run,) = assetq.schedule(db.engine)
+    (run,) = _schedule(db)
     result = assetq.purge(db.engine, older_than=NOW)
     assert (result.runs_deleted, result.events_deleted, result.events_examined) == (1, 2, 2)
     for table in ("dag_run", "dagrun_asset_event", "asset_event", "asset_dag_run_queue"):
@@ -57,14 +66,14 @@ def test_purge_deletes_runs_links_and_consumed_events_before_the_cutoff(db: Test
         (report,) = assetq.status(conn)
     assert report.runs_total == 1  # the run sequence survives its runs
     _register(db, "orders")
-    (later,) = assetq.schedule(db.engine)
+    (later,) = _schedule(db)
     assert later.seq == run.seq + 1
 
 
 def test_purge_keeps_everything_newer_than_the_cutoff(db: TestDatabase) -> None:
     _declare(db, "report", "orders")
     _register(db, "orders")
-    assetq.schedule(db.engine)
+    _schedule(db)
     before = db.counts()
     result = assetq.purge(db.engine, older_than=timedelta(days=1))
     assert (result.runs_deleted, result.events_deleted, result.events_examined) == (0, 0, 0)
@@ -82,7 +91,7 @@ def test_purge_never_deletes_a_queued_event_however_old(db: TestDatabase) -> Non
     assert (result.events_deleted, result.events_examined) == (0, 1)
     assert _count(db, "asset_event") == 1
     (payment,) = _register(db, "payments")
-    (run,) = assetq.schedule(db.engine)
+    (run,) = _schedule(db)
     assert run.event_ids == (waiting.id, payment.id)
 
 
@@ -105,7 +114,7 @@ def test_an_old_event_consumed_by_a_kept_run_is_kept_with_its_link(db: TestDatab
     old_event, _ = _register(db, "orders", "nobody_reads_this")
     _age(db, "asset_event", "timestamp", 48)
     _age(db, "asset_dag_run_queue", "created_at", 48)
-    assetq.schedule(db.engine)  # a new run consuming a two-day-old event
+    _schedule(db)  # a new run consuming a two-day-old event
     result = assetq.purge(db.engine, older_than=timedelta(hours=1))
     assert (result.runs_deleted, result.events_deleted) == (0, 1)  # the unread one only
     assert db.links() == [("report", old_event.id)]
@@ -122,7 +131,7 @@ def test_batches_walk_past_kept_events_instead_of_examining_them_again(db: TestD
         for _ in range(25):
             assetq.register_event(conn, "orders")
             assetq.register_event(conn, "refunds")  # stays queued for sales
-    assetq.schedule(db.engine)
+    _schedule(db)
     result = assetq.purge(db.engine, older_than=NOW, batch_size=7)
     assert (result.runs_deleted, result.events_deleted, result.events_examined) == (1, 25, 50)
     # 1 run batch + 1 empty; 50 events in batches of 7: 8 batches (the last short).
@@ -135,7 +144,7 @@ def test_purge_never_waits_for_an_open_producer_or_scheduler_transaction(
 ) -> None:
     _declare(db, "report", "orders")
     _register(db, "orders", "orders")
-    assetq.schedule(db.engine)  # history to purge
+    _schedule(db)  # history to purge
     (pending,) = _register(db, "orders")
     result: list[assetq.PurgeResult] = []
     with db.engine.connect() as producer, db.engine.connect() as scheduler:
@@ -155,7 +164,7 @@ def test_purge_never_waits_for_an_open_producer_or_scheduler_transaction(
         scheduler.commit()
         producer.commit()
     assert (result[0].runs_deleted, result[0].events_deleted) == (1, 2)
-    (run,) = assetq.schedule(db.engine)
+    (run,) = _schedule(db)
     assert run.event_ids == (late.id,)
     assert db.links() == sorted([("report", pending.id), ("report", late.id)])
 
@@ -165,16 +174,16 @@ def test_an_open_purge_batch_never_holds_back_producers_or_schedulers(db: TestDa
     meanwhile a producer commits a new event and a scheduler pass consumes it."""
     _declare(db, "report", "orders")
     _register(db, "orders", "orders")
-    assetq.schedule(db.engine)
+    _schedule(db)
     _register(db, "orders")
-    assetq.schedule(db.engine)  # two runs: one to purge in the open batch, one after
+    _schedule(db)  # two runs: one to purge in the open batch, one after
     dialect = db.dialect
     done: list[str] = []
 
     def produce_and_schedule() -> None:
         (event,) = _register(db, "orders")
         done.append("registered")
-        (run,) = assetq.schedule(db.engine)
+        (run,) = _schedule(db)
         assert run.event_ids == (event.id,)
         done.append("scheduled")
 
@@ -231,6 +240,8 @@ def test_under_load_purge_loses_nothing_queued_and_exactly_once_holds(db: TestDa
     def on_run(run: assetq.Run) -> None:
         with lock:
             delivered[run.dag_id].update(run.event_ids)
+        with engine.begin() as conn:  # finished runs are purged with their links
+            assetq.set_run_state(conn, run.dag_id, run.run_id, "success")
 
     def schedule() -> None:
         try:
@@ -267,6 +278,28 @@ def test_under_load_purge_loses_nothing_queued_and_exactly_once_holds(db: TestDa
     assert (_count(db, "asset_event"), _count(db, "dag_run")) == (0, 0)
 
 
+def test_purge_never_deletes_a_queued_or_running_run_however_old(db: TestDatabase) -> None:
+    """A long run's worker must still find its run: only finished runs are purged, with the
+    events they alone linked."""
+    _declare(db, "report", "orders")
+    _register(db, "orders")
+    (queued,) = assetq.schedule(db.engine)
+    _register(db, "orders")
+    (running,) = assetq.schedule(db.engine)
+    (claim,) = assetq.claim_runs(db.engine, "w1", dag_ids=["report"], limit=1)
+    assert claim.run_id == queued.run_id
+    _register(db, "orders")
+    (finished,) = _schedule(db)
+    _age(db, "dag_run", "created_at", 48)
+    result = assetq.purge(db.engine, older_than=timedelta(hours=1))
+    assert result.runs_deleted == 1
+    with db.engine.connect() as conn:
+        left = {r.run_id: r.state for r in assetq.runs(conn, "report")}
+    assert left == {queued.run_id: "running", running.run_id: "queued"}
+    assert finished.run_id not in left
+    assert _count(db, "dagrun_asset_event") == 2
+
+
 def test_purge_refuses_bad_arguments(db: TestDatabase) -> None:
     with pytest.raises(assetq.InvalidArgumentType):
         assetq.purge(db.engine, older_than=3600)  # type: ignore[arg-type]
@@ -279,7 +312,7 @@ def test_purge_refuses_bad_arguments(db: TestDatabase) -> None:
 def test_purge_command(db: TestDatabase) -> None:
     _declare(db, "report", "orders")
     _register(db, "orders")
-    assetq.schedule(db.engine)
+    _schedule(db)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASSETQ_")}
     env["ASSETQ_DATABASE_URL"] = db.url.render_as_string(hide_password=False)
 

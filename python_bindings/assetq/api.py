@@ -16,9 +16,9 @@ import random
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -31,9 +31,11 @@ from .validation import (
     BATCH_MAX_BYTES,
     BATCH_MAX_EVENTS,
     DAG_ID_MAX,
+    ERROR_MAX,
     IDEMPOTENCY_KEY_MAX,
     RUN_ID_MAX,
     TASK_ID_MAX,
+    WORKER_MAX,
     check_bool,
     check_dag_id,
     check_int,
@@ -41,6 +43,7 @@ from .validation import (
     check_namespace,
     check_optional_name,
     extra_json,
+    seconds,
 )
 
 log = logging.getLogger("assetq")
@@ -105,6 +108,25 @@ class Run:
     state: str = "queued"
 
 
+@dataclass(frozen=True)
+class Claim(Run):
+    """A run claimed by a worker (:func:`claim_runs`): what :class:`Run` carries, and the
+    claim. Every later call about the run (:func:`heartbeat`, :func:`complete_run`) names
+    this ``attempt``; once another worker holds the run, or it is finished, those calls raise
+    :class:`~assetq.LeaseLost` and write nothing."""
+
+    #: 1 for the first claim of the run, 2 for the next, ... (retries and expired leases).
+    attempt: int = 0
+    #: Who holds it (the ``worker`` given to :func:`claim_runs`).
+    worker: str = ""
+    #: When the lease ends (UTC, database clock), unless renewed by :func:`heartbeat`.
+    lease_until: datetime | None = None
+    #: The lease this claim was taken with; :func:`heartbeat` renews by as much by default.
+    lease: timedelta = timedelta(seconds=60)
+    #: When this attempt started (the claim).
+    started_at: datetime | None = None
+
+
 #: The states of a run, and those that count against ``max_active_runs``.
 RUN_STATES = ("queued", "running", "success", "failed")
 ACTIVE_RUN_STATES = ("queued", "running")
@@ -129,6 +151,19 @@ class RunInfo:
     triggering_event_id: int | None
     #: How many events it consumed (purge and delete_asset never change it).
     event_count: int
+    #: Claims so far (0: never claimed by a worker), see :func:`claim_runs`.
+    attempt: int = 0
+    #: The worker that holds it, or last held it.
+    worker: str | None = None
+    #: End of the current lease while a worker holds it.
+    lease_until: datetime | None = None
+    #: When a worker may claim it next (a retry's delay, an expired lease); None when no
+    #: worker will (it is finished, or was moved by hand with :func:`set_run_state`).
+    not_before: datetime | None = None
+    #: The error of its last failed attempt.
+    error: str | None = None
+    #: The events its successful completion registered (:func:`complete_run` only).
+    output_event_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -218,6 +253,9 @@ def declare_dag(
     max_active_runs: int | None = None,
     max_events_per_run: int | None = None,
     queue_while_paused: bool = False,
+    max_attempts: int = 1,
+    retry_delay: timedelta | float = timedelta(0),
+    max_retry_delay: timedelta | float | None = None,
     namespace: str = DEFAULT_NAMESPACE,
 ) -> None:
     """Declare consumer ``dag_id`` scheduled on ``condition``, or replace its declaration.
@@ -231,7 +269,11 @@ def declare_dag(
     oldest first; it must be at least the condition's size (one per reference of an all_of,
     the largest item of an any_of). ``queue_while_paused``: events that commit while it is
     paused are queued for it (consumed after unpausing) instead of skipped. None means no
-    cap; every option is replaced by a re-declaration. Atomic in the caller's transaction: a
+    cap. Workers (docs/workers.md): a run gets ``max_attempts`` claims (1 to 1,000); after
+    a failed attempt with attempts left it is queued again, claimable after ``retry_delay``,
+    doubled for each further failed attempt up to ``max_retry_delay`` when that is given
+    (a timedelta or seconds). Every option is replaced by a re-declaration. Atomic in the
+    caller's transaction: a
     concurrent scheduler pass sees the old declaration or the new one. Queued events of
     assets the new condition does not depend on are dropped; the others stay queued and are
     consumed by its next run.
@@ -251,6 +293,13 @@ def declare_dag(
                 " a run may need that many events to satisfy it"
             )
     check_bool(queue_while_paused, "queue_while_paused")
+    check_int(max_attempts, "max_attempts", 1, 1000)
+    delay = seconds(retry_delay, "retry_delay", allow_zero=True)
+    max_delay = None if max_retry_delay is None else seconds(max_retry_delay, "max_retry_delay")
+    if max_delay is not None and max_delay < delay:
+        raise errors.InvalidArgument(
+            f"max_retry_delay ({max_delay:g} s) must be at least retry_delay ({delay:g} s)"
+        )
     namespace = check_namespace(namespace)
     params = {
         "dag_id": dag_id,
@@ -260,6 +309,9 @@ def declare_dag(
         "max_active_runs": max_active_runs,
         "max_events_per_run": max_events_per_run,
         "queue_while_paused": queue_while_paused,
+        "max_attempts": max_attempts,
+        "retry_delay_seconds": delay,
+        "max_retry_delay_seconds": max_delay,
     }
     dialect = dialect_for(conn)
     with _translated(dialect):
@@ -597,6 +649,15 @@ def _run_info(row: Any) -> RunInfo:
         if row.triggering_event_id is None
         else int(row.triggering_event_id),
         event_count=int(row.event_count),
+        attempt=int(row.attempt),
+        worker=row.worker,
+        lease_until=_utc_or_none(row.lease_until),
+        not_before=_utc_or_none(row.not_before),
+        error=row.error,
+        # Only complete_run and retry_run return it.
+        output_event_ids=_event_ids(row.output_event_ids)
+        if "output_event_ids" in row._fields
+        else (),
     )
 
 
@@ -714,27 +775,28 @@ def delete_asset(conn: Connection, asset: str, *, namespace: str = DEFAULT_NAMES
 
 def runs(
     conn: Connection,
-    dag_id: str,
+    dag_id: str | None = None,
     *,
     state: str | None = None,
     limit: int = 100,
     before: RunInfo | None = None,
     namespace: str = DEFAULT_NAMESPACE,
 ) -> list[RunInfo]:
-    """One page of consumer ``dag_id``'s runs, newest (highest ``seq``) first.
+    """One page of consumer ``dag_id``'s runs, newest (highest ``seq``) first; with
+    ``dag_id`` None, of every consumer's runs, newest (highest ``id``) first.
 
-    ``state`` keeps only runs in that state. For the next page pass the last run of this one
-    as ``before``; an empty page is the end. At most ``limit`` (1 to 10,000) runs per page,
-    read with one indexed range query however many runs the consumer has.
+    ``state`` keeps only runs in that state (``runs(conn, state="failed")``: what failed,
+    anywhere). For the next page pass the last run of this one as ``before``; an empty page
+    is the end. At most ``limit`` (1 to 10,000) runs per page, read with one indexed range
+    query however many runs there are.
     """
+    if dag_id is None:
+        return _all_runs(conn, state, limit, before, namespace)
     dag_id = check_dag_id(dag_id)
     if state is not None:
         _check_state(state)
     check_int(limit, "limit", 1, PAGE_MAX)
-    if before is not None and not isinstance(before, RunInfo):
-        raise errors.InvalidArgumentType(
-            f"before must be an assetq.RunInfo from the previous page, got {type(before).__name__}"
-        )
+    _check_before(before)
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
     params = {
@@ -745,6 +807,32 @@ def runs(
     }
     with _translated(dialect):
         rows = dialect.execute(conn, "runs_page", namespace, params)
+    return [_run_info(row) for row in rows]
+
+
+def _check_before(before: object) -> None:
+    if before is not None and not isinstance(before, RunInfo):
+        raise errors.InvalidArgumentType(
+            f"before must be an assetq.RunInfo from the previous page, got {type(before).__name__}"
+        )
+
+
+def _all_runs(
+    conn: Connection, state: str | None, limit: int, before: RunInfo | None, namespace: str
+) -> list[RunInfo]:
+    if state is not None:
+        _check_state(state)
+    check_int(limit, "limit", 1, PAGE_MAX)
+    _check_before(before)
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    params = {
+        "state": state,
+        "before_id": None if before is None else before.id,
+        "limit": limit,
+    }
+    with _translated(dialect):
+        rows = dialect.execute(conn, "runs_page_all", namespace, params)
     return [_run_info(row) for row in rows]
 
 
@@ -819,3 +907,235 @@ def _db_time(dialect: Dialect, value: datetime) -> datetime:
     if dialect.name == "mysql":
         return value.astimezone(timezone.utc).replace(tzinfo=None)
     return value
+
+
+# -- runs as work (docs/workers.md) -------------------------------------------------------
+
+#: The states :func:`complete_run` finishes an attempt with.
+CompletionState = Literal["success", "failed"]
+
+
+def _claim(row: Any, lease: timedelta) -> Claim:
+    return Claim(
+        id=int(row.dag_run_id),
+        dag_id=str(row.dag_id),
+        run_id=str(row.run_id),
+        seq=int(row.seq),
+        run_after=_utc(row.run_after),
+        created_at=_utc(row.created_at),
+        event_ids=_event_ids(row.event_ids),
+        triggering_event_id=None
+        if row.triggering_event_id is None
+        else int(row.triggering_event_id),
+        state=str(row.state),
+        attempt=int(row.attempt),
+        worker=str(row.worker),
+        lease_until=_utc(row.lease_until),
+        lease=lease,
+        started_at=_utc_or_none(row.started_at),
+    )
+
+
+def _check_claim(claim: object) -> Claim:
+    if not isinstance(claim, Claim):
+        raise errors.InvalidArgumentType(
+            f"claim must be an assetq.Claim from claim_runs, got {type(claim).__name__}"
+        )
+    return claim
+
+
+def claim_runs(
+    engine: Engine,
+    worker: str,
+    *,
+    limit: int = 1,
+    lease: timedelta | float = timedelta(seconds=60),
+    dag_ids: Sequence[str] | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+    max_attempts: int = 8,
+) -> list[Claim]:
+    """Claim up to ``limit`` (1 to 1,000) runs for ``worker`` and return them, running.
+
+    Queued runs whose retry delay has passed, and running runs whose lease expired, oldest
+    first (of the consumers ``dag_ids``, or of all). Each claim is a new attempt, held under
+    a lease of ``lease`` (a timedelta or seconds) on the database's clock; renew it with
+    :func:`heartbeat` and finish with :func:`complete_run`. A run whose lease expired on its
+    last attempt (the consumer's ``max_attempts``) is failed instead of claimed. One short
+    READ COMMITTED transaction of its own (deadlocks and lost connections are retried up to
+    ``max_attempts`` times). Safe to call from any number of workers at once: each attempt is
+    claimed by exactly one of them (row locks, SKIP LOCKED: claimers never wait for each
+    other).
+    """
+    worker = check_name(worker, "worker", WORKER_MAX)
+    check_int(limit, "limit", 1, 1000)
+    lease_seconds = seconds(lease, "lease")
+    dag_ids_json = None
+    if dag_ids is not None:
+        if isinstance(dag_ids, str) or not isinstance(dag_ids, Iterable):
+            raise errors.InvalidArgumentType(
+                f"dag_ids must be a sequence of dag ids, got {type(dag_ids).__name__}"
+            )
+        dag_ids_json = json.dumps(sorted({check_dag_id(d) for d in dag_ids}))
+    check_int(max_attempts, "max_attempts", 1, 100)
+    namespace = check_namespace(namespace)
+    params = {
+        "worker": worker,
+        "limit": limit,
+        "lease_seconds": lease_seconds,
+        "dag_ids": dag_ids_json,
+    }
+    rows = read_committed_transaction(
+        engine, "claim_runs", namespace, params, "claim", max_attempts
+    )
+    claims = sorted(
+        (_claim(row, timedelta(seconds=lease_seconds)) for row in rows), key=lambda c: c.id
+    )
+    for claim in claims:
+        log.info(
+            "assetq: %s claimed run %s of %s (attempt %d, lease until %s)",
+            worker,
+            claim.run_id,
+            claim.dag_id,
+            claim.attempt,
+            claim.lease_until,
+        )
+    return claims
+
+
+def heartbeat(
+    engine: Engine,
+    claim: Claim,
+    *,
+    lease: timedelta | float | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> Claim:
+    """Renew ``claim``'s lease to ``lease`` from now (default: the lease it was claimed
+    with), on the database's clock, and return the claim with its new ``lease_until``.
+
+    Raises :class:`~assetq.LeaseLost` (nothing written) when the run is no longer held at
+    the claim's attempt: another worker claimed it after the lease expired, or it was
+    finished. A lease that expired while nobody claimed the run is simply renewed. One short
+    transaction of its own; a deadlock or lost connection is retried.
+    """
+    claim = _check_claim(claim)
+    lease_seconds = claim.lease.total_seconds() if lease is None else seconds(lease, "lease")
+    namespace = check_namespace(namespace)
+    params = {
+        "dag_id": claim.dag_id,
+        "run_id": claim.run_id,
+        "attempt": claim.attempt,
+        "lease_seconds": lease_seconds,
+    }
+    rows = read_committed_transaction(engine, "heartbeat_run", namespace, params, "heartbeat", 3)
+    return replace(
+        claim, lease_until=_utc(rows[0].lease_until), lease=timedelta(seconds=lease_seconds)
+    )
+
+
+def _output_events(claim: Claim, events: object) -> str | None:
+    """The JSON array complete_run registers: register_events' items, with the run as their
+    source unless an item names its own."""
+    if events is None:
+        return None
+    if isinstance(events, str | bytes | Mapping) or not isinstance(events, Iterable):
+        raise errors.InvalidArgumentType(
+            f"events must be a sequence of assetq.NewEvent or mappings, got {type(events).__name__}"
+        )
+    items = list(events)
+    if len(items) > BATCH_MAX_EVENTS:
+        raise errors.InvalidArgument(f"a run produces at most {BATCH_MAX_EVENTS} events")
+    texts = []
+    for number, item in enumerate(items, start=1):
+        try:
+            new = _new_event(item)
+            if new.source is None:
+                new = replace(new, source=Source(dag_id=claim.dag_id, run_id=claim.run_id))
+            texts.append(_batch_item(new)[2])
+        except errors.InvalidArgument as exc:
+            raise type(exc)(f"output event {number}: {exc}", code=exc.code) from None
+    if not texts:
+        return None
+    payload = "[" + ",".join(texts) + "]"
+    if len(payload.encode("utf-8")) > BATCH_MAX_BYTES:
+        raise errors.InvalidArgument(
+            f"the run's output events are more than {BATCH_MAX_BYTES} bytes of JSON"
+        )
+    return payload
+
+
+def complete_run(
+    conn: Connection,
+    claim: Claim,
+    state: CompletionState,
+    *,
+    events: Iterable[NewEvent | Mapping[str, Any]] | None = None,
+    error: str | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> RunInfo:
+    """Finish ``claim``'s attempt as ``"success"`` or ``"failed"``, in the caller's
+    transaction, and return the run.
+
+    Success: the run succeeds and ``events`` (as :func:`register_events` takes them; their
+    source defaults to this run) are registered and queued for their consumers, so your own
+    writes in this transaction, the success and the output events commit together or not at
+    all. Failed: ``error`` is recorded (its first 4,000 characters); with attempts left (the
+    consumer's ``max_attempts``) the run is queued again after its retry delay, else it fails
+    for good. Success and a final failure free a place under ``max_active_runs``.
+
+    Raises :class:`~assetq.LeaseLost` when the run is no longer held at the claim's attempt
+    (nothing written: roll back). A worker whose lease expired may still complete while
+    nobody claimed the run again.
+    """
+    claim = _check_claim(claim)
+    if state not in ("success", "failed"):
+        raise errors.InvalidRunState(
+            f"a run is completed as 'success' or 'failed', got {state!r}", code="AQ008"
+        )
+    payload = _output_events(claim, events)
+    if state == "failed" and payload is not None:
+        raise errors.InvalidArgument("a failed run produces no events")
+    if error is not None:
+        if not isinstance(error, str):
+            raise errors.InvalidArgumentType(f"error must be a str, got {type(error).__name__}")
+        error = error.replace("\x00", "")[:ERROR_MAX]
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    params = {
+        "dag_id": claim.dag_id,
+        "run_id": claim.run_id,
+        "attempt": claim.attempt,
+        "state": state,
+        "error": error,
+        "events": payload,
+    }
+    with _translated(dialect), dialect.atomic(conn):
+        rows = dialect.execute(conn, "complete_run", namespace, params)
+    info = _run_info(rows[0])
+    log.info(
+        "assetq: run %s of %s attempt %d completed %s: now %s",
+        claim.run_id,
+        claim.dag_id,
+        claim.attempt,
+        state,
+        info.state,
+    )
+    return info
+
+
+def retry_run(
+    conn: Connection, dag_id: str, run_id: str, *, namespace: str = DEFAULT_NAMESPACE
+) -> RunInfo:
+    """Put failed run ``run_id`` of consumer ``dag_id`` back in the queue, claimable now,
+    with the same events and run id, and return it. Its next claim is the next attempt (the
+    count goes on: attempt 4 after three), and it gets that one attempt whatever the
+    consumer's ``max_attempts`` says. InvalidRunState unless the run is failed; UnknownRun.
+    May put the consumer one run over ``max_active_runs``. Runs in the caller's transaction.
+    """
+    dag_id, run_id = _run_key(dag_id, run_id)
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    with _translated(dialect), dialect.atomic(conn):
+        rows = dialect.execute(conn, "retry_run", namespace, {"dag_id": dag_id, "run_id": run_id})
+    info = _run_info(rows[0])
+    log.info("assetq: run %s of %s queued again for attempt %d", run_id, dag_id, info.attempt + 1)
+    return info

@@ -32,6 +32,7 @@ _AQ_ERRORS: dict[str, type[errors.AssetqError]] = {
     "AQ006": errors.UnknownRun,
     "AQ007": errors.AssetInUse,
     "AQ008": errors.InvalidRunState,
+    "AQ010": errors.LeaseLost,
     "AQ900": errors.ClaimGuardAbort,
 }
 

@@ -63,6 +63,12 @@ class IdempotencyConflict(AssetqError):
     """An idempotency key was reused for a different registration (code AQ005)."""
 
 
+class LeaseLost(AssetqError):
+    """A worker's call names an attempt that no longer holds the run (code AQ010): another
+    worker claimed it after the lease expired, or it was finished. Nothing was written; roll
+    the transaction back and stop working on the run."""
+
+
 class NotInstalled(AssetqError):
     """The namespace has no assetq schema, or not the version this package needs."""
 

@@ -97,6 +97,9 @@ def _first_line(exc: BaseException) -> str:
 #: SQLSTATE of a lock wait ended by lock_timeout (PostgreSQL's lock_not_available).
 _LOCK_TIMEOUT = "55P03"
 
+#: Payload of the notifications sent when runs are created: for workers, not schedulers.
+_RUNS = "runs"
+
 #: What _Listener.settle says to do next.
 PASS, ARMED, WOKEN, POLL = "pass", "armed", "woken", "poll"
 
@@ -263,10 +266,10 @@ class _Listener:
         return POLL
 
     def _drain(self) -> bool:
-        """Read the notifications that arrived; True when there was one."""
+        """Read the notifications that arrived; True when there was one for schedulers."""
         woken = False
-        for _ in self._driver.notifies(timeout=0):
-            woken = True
+        for note in self._driver.notifies(timeout=0):
+            woken = woken or note.payload != _RUNS
         return woken
 
     def wait(self, timeout: float, stop: threading.Event) -> bool:
@@ -279,8 +282,8 @@ class _Listener:
             if remaining <= 0:
                 return False
             woken = False
-            for _ in driver.notifies(timeout=min(remaining, _STOP_CHECK), stop_after=1):
-                woken = True
+            for note in driver.notifies(timeout=min(remaining, _STOP_CHECK), stop_after=1):
+                woken = note.payload != _RUNS
             if woken:
                 self._drain()  # others that arrived meanwhile are for the same pass
                 return True
@@ -297,6 +300,55 @@ class _Listener:
                 driver.close()  # psycopg: a no-op when closed already
             except Exception:  # a dead connection may fail to close; it is gone anyway
                 log.debug("assetq scheduler: closing the wake-up connection failed", exc_info=True)
+
+
+class _Round:
+    """Makes the loop reach every ready consumer (I10) without waiting for the poll.
+
+    A pass examines at most ``limit`` consumers, least recently examined first. Consumers at
+    their cap or whose condition is not met yet may fill that window, and the pass creates
+    nothing while a ready consumer waits further on. So a round starts, on the database's
+    clock, before the first pass after a productive one; after a pass that created nothing,
+    the loop passes again at once while some unpaused consumer with queued events has not been
+    examined since the round started, as long as each pass leaves fewer of them unexamined
+    (consumers that another session keeps locked are not waited for).
+    """
+
+    def __init__(self, engine: Engine, dialect: Dialect, namespace: str) -> None:
+        self._engine = engine
+        self._dialect = dialect
+        self._namespace = namespace
+        self._since: Any = None
+        self._behind: int | None = None
+
+    def _scalar(self, query: str, params: dict[str, Any]) -> Any:
+        with self._engine.connect() as conn:
+            return self._dialect.execute(conn, query, self._namespace, params)[0][0]
+
+    def start(self) -> None:
+        if self._since is None:
+            try:
+                self._since = self._scalar("server_clock", {})
+            except (SQLAlchemyError, OSError):
+                self._since = None  # the pass reports the error
+
+    def again(self) -> bool:
+        """After a pass that created nothing: True to pass again at once."""
+        if self._since is None:
+            return False
+        try:
+            behind = int(self._scalar("unexamined_consumers", {"since": self._since}))
+        except (SQLAlchemyError, OSError):
+            behind = 0
+        if behind and (self._behind is None or behind < self._behind):
+            self._behind = behind
+            return True
+        self.reset()
+        return False
+
+    def reset(self) -> None:
+        self._since = None
+        self._behind = None
 
 
 class _ErrorLog:
@@ -382,6 +434,7 @@ def run_scheduler(
     dialect = dialect_of(engine)
     listener = _Listener(engine, dialect, namespace) if listen and dialect.supports_notify else None
 
+    rounds = _Round(engine, dialect, namespace)
     stats = SchedulerStats()
     window = SchedulerStats()
     error_log = _ErrorLog()
@@ -405,6 +458,7 @@ def run_scheduler(
 
             stats.passes += 1
             window.passes += 1
+            rounds.start()
             try:
                 runs = api.schedule(engine, limit=limit, namespace=namespace)
             except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
@@ -448,6 +502,10 @@ def run_scheduler(
 
             if stop.is_set() or (max_passes is not None and stats.passes >= max_passes):
                 continue
+            if runs:
+                rounds.reset()
+            elif rounds.again():
+                continue  # a ready consumer may be waiting outside this pass's window
             if listener is not None and listener.connected:
                 try:
                     outcome = listener.settle(bool(runs), poll_interval, stop)

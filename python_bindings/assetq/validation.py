@@ -11,6 +11,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from .errors import InvalidArgument, InvalidArgumentType, InvalidExtra, NameTooLong
@@ -20,6 +21,11 @@ DAG_ID_MAX = 250
 RUN_ID_MAX = 250
 TASK_ID_MAX = 250
 IDEMPOTENCY_KEY_MAX = 200
+#: A worker's name (claim_runs), and the longest error a failed attempt keeps.
+WORKER_MAX = 250
+ERROR_MAX = 4000
+#: Longest lease, retry delay or backoff: a week, in seconds.
+DURATION_MAX = 604_800.0
 #: Largest ``extra`` accepted, in bytes of its UTF-8 JSON text.
 EXTRA_MAX_BYTES = 65_535
 NAMESPACE_MAX = 63
@@ -94,6 +100,27 @@ def check_int(value: object, what: str, low: int = _INT32[0], high: int = _INT32
     if not low <= value <= high:
         raise InvalidArgument(f"{what} must be between {low} and {high}, got {value}")
     return value
+
+
+def seconds(value: object, what: str, *, allow_zero: bool = False) -> float:
+    """A duration given as a timedelta or a number of seconds, as seconds: above 0 (or 0
+    with ``allow_zero``) and at most a week."""
+    if isinstance(value, timedelta):
+        number = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+    else:
+        raise InvalidArgumentType(
+            f"{what} must be a datetime.timedelta or a number of seconds,"
+            f" got {type(value).__name__}"
+        )
+    low_ok = number >= 0 if allow_zero else number > 0
+    if not (math.isfinite(number) and low_ok and number <= DURATION_MAX):
+        low = "at least 0" if allow_zero else "above 0"
+        raise InvalidArgument(
+            f"{what} must be {low} and at most {DURATION_MAX:g} seconds (a week), got {value!r}"
+        )
+    return number
 
 
 def _check_json_value(value: Any, path: str) -> None:

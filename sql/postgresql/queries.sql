@@ -33,7 +33,10 @@ SELECT {{ns}}.declare_dag(
         p_paused => :paused,
         p_max_active_runs => CAST(:max_active_runs AS integer),
         p_max_events_per_run => CAST(:max_events_per_run AS integer),
-        p_queue_while_paused => :queue_while_paused)
+        p_queue_while_paused => :queue_while_paused,
+        p_max_attempts => CAST(:max_attempts AS integer),
+        p_retry_delay_seconds => CAST(:retry_delay_seconds AS double precision),
+        p_max_retry_delay_seconds => CAST(:max_retry_delay_seconds AS double precision))
 
 -- set_dag_paused --
 -- Pause or unpause a consumer.
@@ -53,7 +56,7 @@ SELECT dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids, trigge
 -- set_run_state --
 -- Move a run to another state; returns the run (the get_run columns).
 SELECT dag_run_id, dag_id, run_id, seq, state, run_after, created_at, started_at, ended_at,
-       triggering_event_id, event_count
+       triggering_event_id, event_count, attempt, worker, lease_until, not_before, error
   FROM {{ns}}.set_run_state(p_dag_id => :dag_id, p_run_id => :run_id, p_state => :state)
 
 -- delete_dag --
@@ -67,7 +70,8 @@ SELECT deleted_events FROM {{ns}}.delete_asset(p_asset => :asset)
 -- get_run --
 -- One run of a consumer by run id (no row when there is none).
 SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
-       r.started_at, r.ended_at, r.triggering_event_id, r.event_count
+       r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
+       r.lease_until, r.not_before, r.error
   FROM {{ns}}.dag_run r
  WHERE r.dag_id = :dag_id AND r.run_id = :run_id
 
@@ -75,13 +79,66 @@ SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.cr
 -- A page of a consumer's runs, newest first: seq below :before_seq (NULL: from the newest),
 -- in state :state (NULL: any).
 SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
-       r.started_at, r.ended_at, r.triggering_event_id, r.event_count
+       r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
+       r.lease_until, r.not_before, r.error
   FROM {{ns}}.dag_run r
  WHERE r.dag_id = :dag_id
    AND (CAST(:state AS text) IS NULL OR r.state = CAST(:state AS text))
    AND (CAST(:before_seq AS bigint) IS NULL OR r.seq < CAST(:before_seq AS bigint))
  ORDER BY r.seq DESC
  LIMIT :limit
+
+-- runs_page_all --
+-- A page of every consumer's runs, newest (highest id) first: id below :before_id (NULL: from
+-- the newest), in state :state (NULL: any). With a state it reads dag_run_state_idx.
+SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
+       r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
+       r.lease_until, r.not_before, r.error
+  FROM {{ns}}.dag_run r
+ WHERE (CAST(:state AS text) IS NULL OR r.state = CAST(:state AS text))
+   AND (CAST(:before_id AS bigint) IS NULL OR r.id < CAST(:before_id AS bigint))
+ ORDER BY r.id DESC
+ LIMIT :limit
+
+-- claim_runs --
+-- Claim up to :limit runs for worker :worker with a lease of :lease_seconds (own transaction).
+SELECT dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids, triggering_event_id,
+       state, attempt, worker, lease_until, started_at
+  FROM {{ns}}.claim_runs(
+        p_worker => :worker,
+        p_limit => CAST(:limit AS integer),
+        p_lease_seconds => CAST(:lease_seconds AS double precision),
+        p_dag_ids => CAST(:dag_ids AS jsonb))
+
+-- heartbeat_run --
+-- Renew the lease of a run held at :attempt; returns the new end of the lease.
+SELECT lease_until
+  FROM {{ns}}.heartbeat_run(
+        p_dag_id => :dag_id,
+        p_run_id => :run_id,
+        p_attempt => CAST(:attempt AS integer),
+        p_lease_seconds => CAST(:lease_seconds AS double precision))
+
+-- complete_run --
+-- Finish attempt :attempt of a run as :state (success with output :events, or failed with
+-- :error) in the caller's transaction; returns the run.
+SELECT dag_run_id, dag_id, run_id, seq, state, run_after, created_at, started_at, ended_at,
+       triggering_event_id, event_count, attempt, worker, lease_until, not_before, error,
+       output_event_ids
+  FROM {{ns}}.complete_run(
+        p_dag_id => :dag_id,
+        p_run_id => :run_id,
+        p_attempt => CAST(:attempt AS integer),
+        p_state => :state,
+        p_error => :error,
+        p_events => CAST(:events AS jsonb))
+
+-- retry_run --
+-- Put a failed run back in the queue as its next attempt; returns the run.
+SELECT dag_run_id, dag_id, run_id, seq, state, run_after, created_at, started_at, ended_at,
+       triggering_event_id, event_count, attempt, worker, lease_until, not_before, error,
+       output_event_ids
+  FROM {{ns}}.retry_run(p_dag_id => :dag_id, p_run_id => :run_id)
 
 -- queued_events_page --
 -- A page of the events queued for a consumer, oldest first (the order max_events_per_run
@@ -251,9 +308,25 @@ SELECT CASE
 -- dag_queue_status --
 -- One row per consumer from the dag_queue_status view: queue depth, oldest queued, recent runs.
 SELECT dag_id, is_paused, queued_events, oldest_queued_at, oldest_queued_age_seconds,
-       runs_last_hour, last_run_at, runs_total, last_scheduled_at, max_active_runs, active_runs
+       runs_last_hour, last_run_at, runs_total, last_scheduled_at, max_active_runs, active_runs,
+       running_runs, oldest_lease_until, expired_leases, retrying_runs, failed_runs, max_attempts
   FROM {{ns}}.dag_queue_status
  ORDER BY dag_id
+
+-- unexamined_consumers --
+-- How many unpaused consumers with queued events no pass has examined since :since (the
+-- database's clock, from server_clock)? The scheduler loop passes again while there are and
+-- their number goes down: a pass examines at most :limit consumers, and may have found
+-- nothing while a ready one waits further on.
+SELECT count(*) AS behind
+  FROM {{ns}}.dag d
+ WHERE NOT d.is_paused
+   AND (d.last_scheduled_at IS NULL OR d.last_scheduled_at < CAST(:since AS timestamptz))
+   AND d.dag_id IN (SELECT q.target_dag_id FROM {{ns}}.asset_dag_run_queue q)
+
+-- server_clock --
+-- The database's current time (UTC): when a scheduler round starts.
+SELECT clock_timestamp() AS now
 
 -- purge_cutoff --
 -- The cutoff of a purge: the server's current time minus :seconds (one clock for every batch).

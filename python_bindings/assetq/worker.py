@@ -1,0 +1,483 @@
+"""The worker loop: :func:`run_worker`, behind ``assetq worker``.
+
+Each of ``concurrency`` slots (threads) claims one run at a time (:func:`assetq.claim_runs`)
+of the consumers it has handlers for, and calls the consumer's handler inside the
+transaction that completes the run (:func:`assetq.complete_run`): a handler that writes to
+this database has exactly-once effects, because its writes commit with the run's success
+and its output events, or not at all, and a zombie worker's completion is refused (the
+claim's attempt fences it). While handlers run, one heartbeat thread renews every held
+lease. A handler that raises is a failed attempt: its transaction is rolled back and the
+error is recorded in a transaction of its own; the consumer's ``max_attempts`` and retry
+delay decide whether the run is tried again.
+
+Idle slots wait with a backoff that grows from 50 ms to ``poll_interval``. On PostgreSQL a
+listening connection ends the wait as soon as a scheduler pass creates runs (a notification
+with payload ``runs`` on the namespace's channel, sent by the pass's own transaction: producers
+pay nothing for it). MySQL has no notifications: slots poll.
+
+Stopping is graceful: ``stop`` is looked at between runs, so a run in progress finishes and
+commits (or fails) whole; a worker that is killed instead leaves its runs to be claimed again
+when their leases expire, as new attempts with the same events.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import secrets
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from . import api, errors
+from .dialects import dialect_of
+from .migrate import DEFAULT_NAMESPACE
+from .validation import WORKER_MAX, check_dag_id, check_int, check_name, check_namespace, seconds
+
+log = logging.getLogger("assetq.worker")
+
+#: What a handler is called with and may return: ``handler(claim, conn)`` runs inside the
+#: transaction that completes the run and returns the run's output events (or None).
+Handler = Callable[[api.Claim, Connection], "Iterable[api.NewEvent | Mapping[str, Any]] | None"]
+
+#: The first idle wait after a claim found nothing, seconds; it doubles up to poll_interval.
+_IDLE_FIRST = 0.05
+#: Longest stretch a wait goes without looking at the stop event, seconds.
+_STOP_CHECK = 0.25
+
+
+@dataclass
+class WorkerStats:
+    """What a :func:`run_worker` call did (all slots together)."""
+
+    #: Runs claimed (attempts started).
+    claimed: int = 0
+    #: Attempts completed as success, and attempts that failed (the handler raised).
+    succeeded: int = 0
+    failed: int = 0
+    #: Completions refused because another worker held the run by then (LeaseLost).
+    lost: int = 0
+    #: Database errors of claims and completions (retried after a backoff).
+    errors: int = 0
+    #: Idle waits ended by a notification that runs were created (PostgreSQL).
+    wakeups: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
+
+    @property
+    def completed(self) -> int:
+        return self.succeeded + self.failed + self.lost
+
+
+def default_worker_name() -> str:
+    """``host:pid:random``: unique per process, readable in ``assetq status``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"[:WORKER_MAX]
+
+
+class _Wakeup:
+    """Idle slots wait here; the listener (PostgreSQL) wakes them all when runs are created."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        with self._cond:
+            return self._generation
+
+    def wake(self) -> None:
+        with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+
+    def wait(self, generation: int, timeout: float, stop: threading.Event) -> bool:
+        """Wait up to ``timeout`` seconds for a wake-up after ``generation``; True if one came."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._generation == generation and not stop.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(min(remaining, _STOP_CHECK))
+            return self._generation != generation
+
+
+class _Listener(threading.Thread):
+    """A connection of its own (detached from the pool, autocommit) that LISTENs on the
+    namespace's channel and wakes idle slots on each ``runs`` notification. Reconnects after
+    ``retry`` seconds when the connection breaks; slots poll meanwhile."""
+
+    def __init__(
+        self, engine: Engine, namespace: str, wakeup: _Wakeup, stop: threading.Event, retry: float
+    ) -> None:
+        super().__init__(name="assetq-worker-listener", daemon=True)
+        self._engine = engine
+        self._namespace = namespace
+        self._wakeup = wakeup
+        self._stop_event = stop
+        self._retry = retry
+        self.woken = 0
+
+    def run(self) -> None:
+        dialect = dialect_of(self._engine)
+        failed = False
+        while not self._stop_event.is_set():
+            raw = None
+            try:
+                raw = self._engine.raw_connection()
+                driver: Any = raw.driver_connection
+                raw.detach()
+                driver.autocommit = True
+                driver.execute(dialect.query("listen", self._namespace))
+                if failed:
+                    log.warning("assetq worker: listening for new runs again")
+                    failed = False
+                while not self._stop_event.is_set():
+                    for note in driver.notifies(timeout=_STOP_CHECK):
+                        if note.payload == "runs":
+                            self.woken += 1
+                            self._wakeup.wake()
+            except Exception as exc:  # psycopg's own errors come from here
+                if not failed:
+                    log.warning(
+                        "assetq worker: no wake-up connection (%s); polling until it is back",
+                        str(exc).strip().splitlines()[0] if str(exc).strip() else exc,
+                    )
+                    failed = True
+                self._stop_event.wait(self._retry)
+            finally:
+                if raw is not None:
+                    try:
+                        raw.close()
+                    except Exception:
+                        log.debug("assetq worker: closing the listener failed", exc_info=True)
+
+
+class _Heartbeat(threading.Thread):
+    """Renews the lease of every claim the slots hold, every ``interval`` seconds."""
+
+    def __init__(
+        self, engine: Engine, namespace: str, interval: float, stop: threading.Event
+    ) -> None:
+        super().__init__(name="assetq-worker-heartbeat", daemon=True)
+        self._engine = engine
+        self._namespace = namespace
+        self._interval = interval
+        self._stop_event = stop
+        self._held: dict[int, api.Claim] = {}
+        self._lock = threading.Lock()
+        self._failing = False
+
+    def hold(self, claim: api.Claim) -> None:
+        with self._lock:
+            self._held[claim.id] = claim
+
+    def drop(self, claim: api.Claim) -> None:
+        with self._lock:
+            self._held.pop(claim.id, None)
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self._interval):
+            self.beat()
+        # Stopping: slots finish their runs; keep their leases alive until they are done.
+        while True:
+            with self._lock:
+                if not self._held:
+                    return
+            time.sleep(min(self._interval, _STOP_CHECK))
+            self.beat(only_due=True)
+
+    def beat(self, *, only_due: bool = False) -> None:
+        with self._lock:
+            held = list(self._held.values())
+        now = time.time()
+        for claim in held:
+            if only_due and claim.lease_until is not None:
+                left = claim.lease_until.timestamp() - now
+                if left > claim.lease.total_seconds() * 2 / 3:
+                    continue
+            try:
+                renewed = api.heartbeat(self._engine, claim, namespace=self._namespace)
+            except errors.LeaseLost as exc:
+                log.warning(
+                    "assetq worker: lost run %s of %s (attempt %d): %s; its completion will"
+                    " be refused",
+                    claim.run_id,
+                    claim.dag_id,
+                    claim.attempt,
+                    exc,
+                )
+                self.drop(claim)
+                continue
+            except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
+                if not self._failing:
+                    log.error(
+                        "assetq worker: heartbeat of run %s of %s failed: %s; trying again",
+                        claim.run_id,
+                        claim.dag_id,
+                        exc,
+                    )
+                    self._failing = True
+                continue
+            self._failing = False
+            with self._lock:
+                if claim.id in self._held:
+                    self._held[claim.id] = renewed
+
+
+def _handlers(handlers: object) -> dict[str, Handler]:
+    if not isinstance(handlers, Mapping) or not handlers:
+        raise errors.InvalidArgumentType(
+            "handlers must be a non-empty mapping of dag id -> callable(claim, conn)"
+        )
+    checked: dict[str, Handler] = {}
+    for dag_id, handler in handlers.items():
+        check_dag_id(dag_id)
+        if not callable(handler):
+            raise errors.InvalidArgumentType(
+                f"the handler of {dag_id!r} must be callable, got {type(handler).__name__}"
+            )
+        checked[dag_id] = handler
+    return checked
+
+
+def _error_text(exc: BaseException) -> str:
+    """What a failed attempt records: the exception and the last frames of its traceback."""
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-8)
+    return "".join(lines).strip()
+
+
+def run_worker(
+    engine: Engine,
+    handlers: Mapping[str, Handler],
+    *,
+    worker: str | None = None,
+    concurrency: int = 1,
+    lease: timedelta | float = timedelta(seconds=60),
+    stop: threading.Event | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+    poll_interval: float = 1.0,
+    listen: bool = True,
+    heartbeat_interval: float | None = None,
+    max_runs: int | None = None,
+    on_complete: Callable[[api.Claim, api.RunInfo | None, str], None] | None = None,
+    backoff_max: float = 30.0,
+) -> WorkerStats:
+    """Claim and execute runs of the consumers in ``handlers`` until ``stop`` is set (or
+    ``max_runs`` attempts were completed), and return what was done.
+
+    ``handlers`` maps a dag id to ``handler(claim, conn)``, called in the transaction that
+    completes the run: its writes through ``conn`` commit with the run's success and with the
+    events it returns (NewEvent or mappings, registered as :func:`assetq.register_events`
+    would, with this run as their source), or not at all. An exception it raises fails the
+    attempt: the transaction is rolled back and the error recorded. ``concurrency`` slots
+    (1 to 256 threads) each hold one run at a time, under a lease of ``lease`` renewed every
+    ``heartbeat_interval`` seconds (default: a third of the lease). ``on_complete(claim, run,
+    outcome)`` is called after each attempt with ``outcome`` ``"success"``, ``"failed"`` or
+    ``"lost"`` (``run`` is None when the completion was refused or could not be recorded).
+    Safe to run in any number of threads and processes at once: every attempt is held by one
+    worker (docs/workers.md).
+    """
+    table = _handlers(handlers)
+    name = default_worker_name() if worker is None else check_name(worker, "worker", WORKER_MAX)
+    check_int(concurrency, "concurrency", 1, 256)
+    lease_seconds = seconds(lease, "lease")
+    interval = (
+        lease_seconds / 3
+        if heartbeat_interval is None
+        else seconds(heartbeat_interval, "heartbeat_interval")
+    )
+    if interval >= lease_seconds:
+        raise errors.InvalidArgument(
+            f"heartbeat_interval ({interval:g} s) must be shorter than the lease"
+            f" ({lease_seconds:g} s)"
+        )
+    poll = seconds(poll_interval, "poll_interval")
+    backoff_cap = seconds(backoff_max, "backoff_max")
+    if max_runs is not None:
+        check_int(max_runs, "max_runs", 1, 2**62)
+    namespace = check_namespace(namespace)
+    stop_event = stop if stop is not None else threading.Event()
+    dialect = dialect_of(engine)
+    dag_ids = sorted(table)
+    stats = WorkerStats()
+    finished = threading.Event()  # max_runs reached
+    budget = threading.Semaphore(max_runs) if max_runs is not None else None
+    quit_ = threading.Event()  # stop or max_runs: no new claims
+
+    def stopping() -> bool:
+        return stop_event.is_set() or finished.is_set()
+
+    wakeup = _Wakeup()
+    heart = _Heartbeat(engine, namespace, interval, quit_)
+    listener = (
+        _Listener(engine, namespace, wakeup, quit_, poll)
+        if listen and dialect.supports_notify
+        else None
+    )
+
+    def execute(slot_name: str, claim: api.Claim) -> None:
+        handler = table[claim.dag_id]
+        heart.hold(claim)
+        outcome, info = "lost", None
+        try:
+            try:
+                with engine.connect() as conn, conn.begin():
+                    produced = handler(claim, conn)
+                    info = api.complete_run(
+                        conn, claim, "success", events=produced, namespace=namespace
+                    )
+                outcome = "success"
+                stats.add(succeeded=1)
+            except errors.LeaseLost as exc:
+                log.warning(
+                    "assetq worker: %s: completion of run %s of %s (attempt %d) refused, its"
+                    " writes rolled back: %s",
+                    slot_name,
+                    claim.run_id,
+                    claim.dag_id,
+                    claim.attempt,
+                    exc,
+                )
+                stats.add(lost=1)
+            except Exception as exc:  # the handler's error, or the completion's
+                log.warning(
+                    "assetq worker: %s: run %s of %s (attempt %d) failed: %s: %s",
+                    slot_name,
+                    claim.run_id,
+                    claim.dag_id,
+                    claim.attempt,
+                    type(exc).__name__,
+                    exc,
+                )
+                try:
+                    with engine.connect() as conn, conn.begin():
+                        info = api.complete_run(
+                            conn, claim, "failed", error=_error_text(exc), namespace=namespace
+                        )
+                    outcome = "failed"
+                    stats.add(failed=1)
+                except errors.LeaseLost:
+                    stats.add(lost=1)
+                except (errors.AssetqError, SQLAlchemyError, OSError) as again:
+                    stats.add(errors=1)
+                    log.error(
+                        "assetq worker: %s: could not record the failure of run %s of %s: %s;"
+                        " it is claimed again when its lease expires",
+                        slot_name,
+                        claim.run_id,
+                        claim.dag_id,
+                        again,
+                    )
+        finally:
+            heart.drop(claim)
+        if on_complete is not None:
+            on_complete(claim, info, outcome)
+
+    failures: list[BaseException] = []
+
+    def slot(number: int) -> None:
+        slot_name = name if concurrency == 1 else f"{name}#{number}"
+        idle = _IDLE_FIRST
+        failing = 0
+        try:
+            while not stopping():
+                generation = wakeup.generation
+                if budget is not None and not budget.acquire(blocking=False):
+                    finished.set()
+                    break
+                try:
+                    claims = api.claim_runs(
+                        engine, slot_name, lease=lease_seconds, dag_ids=dag_ids, namespace=namespace
+                    )
+                except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
+                    if budget is not None:
+                        budget.release()
+                    stats.add(errors=1)
+                    delay = min(backoff_cap, 0.5 * 2 ** min(failing, 30)) * random.uniform(0.5, 1)
+                    if not failing:
+                        log.error(
+                            "assetq worker: %s: claim failed: %s; retrying with backoff",
+                            slot_name,
+                            exc,
+                        )
+                    failing += 1
+                    stop_event.wait(delay)
+                    continue
+                if failing:
+                    log.warning("assetq worker: %s: claims work again", slot_name)
+                    failing = 0
+                if not claims:
+                    if budget is not None:
+                        budget.release()
+                    if wakeup.wait(generation, idle, stop_event):
+                        stats.add(wakeups=1)
+                        idle = _IDLE_FIRST
+                    else:
+                        idle = min(poll, idle * 2)
+                    continue
+                idle = _IDLE_FIRST
+                stats.add(claimed=1)
+                execute(slot_name, claims[0])
+        except BaseException as exc:  # a handler's KeyboardInterrupt, on_complete's error
+            failures.append(exc)
+            quit_.set()
+            stop_event.set()
+
+    log.info(
+        "assetq worker: %s started on namespace %s (%s, %d slots, lease %g s, consumers %s, %s)",
+        name,
+        namespace,
+        dialect.name,
+        concurrency,
+        lease_seconds,
+        ", ".join(dag_ids),
+        "woken by NOTIFY" if listener is not None else f"polling up to every {poll:g} s",
+    )
+    started = time.monotonic()
+    heart.start()
+    if listener is not None:
+        listener.start()
+    threads = [
+        threading.Thread(target=slot, args=(n,), name=f"assetq-worker-{n}", daemon=True)
+        for n in range(1, concurrency + 1)
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(_STOP_CHECK)
+    finally:
+        quit_.set()
+        heart.join(timeout=5)
+        if listener is not None:
+            listener.join(timeout=5)
+        log.info(
+            "assetq worker: %s stopped after %d claims: %d succeeded, %d failed, %d lost,"
+            " %d errors in %.0f s",
+            name,
+            stats.claimed,
+            stats.succeeded,
+            stats.failed,
+            stats.lost,
+            stats.errors,
+            time.monotonic() - started,
+        )
+    if failures:
+        raise failures[0]
+    return stats
