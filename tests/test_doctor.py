@@ -95,8 +95,9 @@ def test_doctor_json_lists_every_check(db: TestDatabase) -> None:
 
 def test_a_namespace_without_assetq_is_a_problem(db: TestDatabase) -> None:
     done = _doctor(db, namespace="aq_missing")
-    assert done.returncode == 1
-    assert "not installed" in done.stdout and "assetq install" in done.stdout
+    assert done.returncode == 1  # the answer of every command: tests/test_cli_namespaces.py
+    assert "does not exist" in done.stderr
+    assert "assetq install --namespace aq_missing" in done.stderr
 
 
 @pytest.mark.engines("postgresql")

@@ -503,7 +503,7 @@ def test_the_scheduler_command_refuses_a_namespace_without_assetq(
 ) -> None:
     process, _, err = scheduler_process("--namespace", "aq_missing")
     assert process.wait(timeout=60) == 1
-    _wait_for_line(err, "not installed")
+    _wait_for_line(err, "does not exist (or holds no assetq schema)")
 
 
 def test_a_database_that_is_down_at_start_is_an_error_the_loop_backs_off_from(

@@ -157,4 +157,4 @@ def test_status_command_json(db: TestDatabase) -> None:
 def test_status_command_on_a_namespace_without_assetq_exits_1(db: TestDatabase) -> None:
     done = _assetq(db, "status", "--namespace", "aq_missing")
     assert done.returncode == 1
-    assert "not installed" in done.stderr
+    assert "does not exist (or holds no assetq schema)" in done.stderr

@@ -15,9 +15,11 @@ Exit codes:
 - 0: success; ``scheduler`` also when stopped by SIGTERM or SIGINT (it finishes the current
   pass first);
 - 1: an assetq or database error (the message is printed), ``doctor`` found a problem (each
-  with its fix), ``upgrade``/``status``/``scheduler`` on a namespace where assetq is not
-  installed, or a demo whose verification failed;
-- 2: a usage error (bad option, missing URL, refused confirmation);
+  with its fix), a namespace where assetq is not installed (every command but ``install``,
+  ``demo`` and ``uninstall``, which says there is nothing to remove and exits 0), or a demo
+  whose verification failed;
+- 2: a usage error (bad option or duration, missing or unsupported URL, refused
+  confirmation);
 - 130: interrupted (a second SIGINT/SIGTERM stops ``scheduler`` in the middle of a pass,
   which then rolls back).
 
@@ -68,6 +70,10 @@ _DEFAULT_DRIVERS = {
 }
 
 
+#: The engines assetq runs on, as SQLAlchemy names their backends.
+_ENGINES = frozenset({"postgresql", "mysql", "mariadb"})
+
+
 class UsageError(Exception):
     """A command line that cannot be carried out as given (exit code 2)."""
 
@@ -91,7 +97,14 @@ def database_url(text: str) -> URL:
     except ArgumentError as exc:
         raise UsageError(f"not a database URL: {text!r} ({exc})") from None
     driver = _DEFAULT_DRIVERS.get(url.drivername)
-    return url.set(drivername=driver) if driver else url
+    url = url.set(drivername=driver) if driver else url
+    # Refused before an engine exists: connecting to sqlite:///x.db would create x.db.
+    if url.get_backend_name() not in _ENGINES:
+        raise UsageError(
+            f"unsupported database URL {_shown(url)!r}: assetq runs on PostgreSQL and"
+            " MySQL/MariaDB (postgresql://user@host/db or mysql://user@host/db)"
+        )
+    return url
 
 
 def _url_arg(args: argparse.Namespace) -> URL | None:
@@ -116,6 +129,23 @@ def _namespace(args: argparse.Namespace, command: Command) -> str:
 
 def _shown(url: URL) -> str:
     return url.render_as_string(hide_password=True)
+
+
+def _not_installed(namespace: str, url: URL) -> str:
+    """The one answer of every command for a namespace without assetq."""
+    return (
+        f"namespace {namespace!r} does not exist (or holds no assetq schema) on {_shown(url)}:"
+        f" run 'assetq install --namespace {namespace}' first"
+    )
+
+
+def _installed_revision(engine: sa.Engine, url: URL, namespace: str) -> str:
+    """The revision installed in ``namespace``; NotInstalled, with the fix, when none is."""
+    with engine.connect() as conn:
+        revision = migrate.current_revision(conn, namespace)
+    if revision is None:
+        raise NotInstalled(_not_installed(namespace, url))
+    return revision
 
 
 def _engine(url: URL) -> sa.Engine:
@@ -226,26 +256,78 @@ def _uninstall_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="confirm: every event, queue row and run in the namespace is deleted",
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what would be removed (objects, rows) and remove nothing; needs no --yes",
+    )
+
+
+def _n(count: int, singular: str, plural: str = "") -> str:
+    return f"{count} {singular if count == 1 else plural or singular + 's'}"
+
+
+def _counted(counts: dict[str, int], kinds: Sequence[str]) -> str:
+    parts = [_n(counts.get(kind, 0), kind) for kind in kinds]
+    return ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def cmd_uninstall(args: argparse.Namespace) -> int:
     """Remove every assetq object from the namespace (alembic downgrade to base), then the
     namespace itself if nothing else is left in it. Deletes all events, queues and runs
-    stored there, so it needs --yes. Idempotent."""
+    stored there, so it needs --yes; --dry-run prints what would be removed instead.
+    Idempotent: on a namespace without assetq it says there is nothing to remove."""
     url = _require_url(args)
     namespace = args.resolved_namespace
-    if not args.yes:
+    if not (args.yes or args.dry_run):
         raise UsageError(
             f"uninstall deletes every event, queue row and run in namespace {namespace!r}"
-            " of " + _shown(url) + "; add --yes to confirm"
+            " of " + _shown(url) + "; add --yes to confirm (or --dry-run to see what)"
         )
     engine = _engine(url)
     try:
-        migrate.uninstall(engine, namespace)
+        with engine.connect() as conn:
+            revision = migrate.current_revision(conn, namespace)
+        if revision is None:
+            print(
+                f"assetq: nothing to remove: namespace {namespace!r} does not exist (or holds"
+                f" no assetq schema) on {_shown(url)}"
+            )
+            return EXIT_OK
+        if args.dry_run:
+            preview = ops.uninstall_preview(engine, namespace)
+        else:
+            migrate.uninstall(engine, namespace)
     finally:
         engine.dispose()
-    print(f"assetq: uninstalled from namespace {namespace!r} of {_shown(url)}")
+    if not args.dry_run:
+        print(f"assetq: uninstalled from namespace {namespace!r} of {_shown(url)}")
+        return EXIT_OK
+    data = [_n(preview.rows.get(table, 0), *words) for table, words in _UNINSTALL_ROWS]
+    print(
+        f"assetq: dry run: uninstall would remove schema {revision} from namespace"
+        f" {namespace!r} of {_shown(url)}:"
+        f" {_counted(preview.objects, ('table', 'view', 'routine', 'trigger'))},"
+        f" with {_n(preview.total_rows, 'row')} ({', '.join(data)}); nothing was removed"
+    )
+    if preview.others:
+        print(
+            f"assetq: the namespace would stay: it holds {len(preview.others)} objects that"
+            f" are not assetq's ({', '.join(preview.others[:5])}"
+            + (", ..." if len(preview.others) > 5 else "")
+            + ")"
+        )
     return EXIT_OK
+
+
+#: The rows a dry-run uninstall names, of all it counts: (table, (singular, plural)).
+_UNINSTALL_ROWS = (
+    ("asset_event", ("event", "events")),
+    ("asset_dag_run_queue", ("queue row", "queue rows")),
+    ("dag_run", ("run", "runs")),
+    ("dag", ("consumer", "consumers")),
+    ("asset", ("asset", "assets")),
+)
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
@@ -256,13 +338,7 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     namespace = args.resolved_namespace
     engine = _engine(url)
     try:
-        with engine.connect() as conn:
-            before = migrate.current_revision(conn, namespace)
-        if before is None:
-            raise NotInstalled(
-                f"assetq is not installed in namespace {namespace!r} of {_shown(url)}:"
-                " use `assetq install`"
-            )
+        before = _installed_revision(engine, url, namespace)
         after = migrate.install(engine, namespace)
     finally:
         engine.dispose()
@@ -315,7 +391,11 @@ def _scheduler_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-passes", type=_positive, help="stop after this many passes (default: never)"
     )
-    _json_option(parser, "each run created, one JSON object per line on stdout")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print each run created on stdout, as one JSON object per line",
+    )
 
 
 @contextmanager
@@ -379,13 +459,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     engine = _engine(url)
     stop = threading.Event()
     try:
-        with engine.connect() as conn:
-            revision = migrate.current_revision(conn, namespace)
-        if revision is None:
-            raise NotInstalled(
-                f"assetq is not installed in namespace {namespace!r} of {_shown(url)}:"
-                " run `assetq install` first"
-            )
+        revision = _installed_revision(engine, url, namespace)
         if revision != migrate.head_revision():
             logging.getLogger("assetq").warning(
                 "assetq scheduler: namespace %s holds schema %s, this package expects %s;"
@@ -445,12 +519,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     namespace = args.resolved_namespace
     engine = _engine(url)
     try:
+        revision = _installed_revision(engine, url, namespace)
         with engine.connect() as conn:
-            revision = migrate.current_revision(conn, namespace)
-            if revision is None:
-                raise NotInstalled(
-                    f"assetq is not installed in namespace {namespace!r} of {_shown(url)}"
-                )
             consumers = ops.status(conn, namespace)
     finally:
         engine.dispose()
@@ -536,6 +606,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     url = _require_url(args)
     engine = _engine(url)
     try:
+        _installed_revision(engine, url, args.resolved_namespace)
         report = ops.doctor(engine, namespace=args.resolved_namespace)
     finally:
         engine.dispose()
@@ -566,17 +637,27 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 # -- purge ---------------------------------------------------------------------------------
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_DURATION = re.compile(r"\s*(?:\d+(?:\.\d+)?\s*[smhdw]\s*)+", re.IGNORECASE)
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])", re.IGNORECASE)
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION_HELP = "numbers with units s, m, h, d or w (either case), added up: 30d, 1d12h, 90m, 45s"
 
 
 def _duration(text: str) -> timedelta:
-    match = _DURATION.match(text)
-    if not match:
+    """A duration as people write it: ``30d``, ``1d2h``, ``1h30m``, ``90m``, ``30D``."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"empty duration; write {_DURATION_HELP}")
+    if text.strip().startswith("-"):
         raise argparse.ArgumentTypeError(
-            f"not a duration: {text!r}; write a number and a unit, e.g. 30d, 12h, 90m, 45s, 2w"
+            f"a duration cannot be negative, got {text!r}; write {_DURATION_HELP}"
         )
-    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+    if not _DURATION.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r}; write {_DURATION_HELP}")
+    seconds = sum(float(n) * _UNIT_SECONDS[u.lower()] for n, u in _DURATION_PART.findall(text))
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"duration too long: {text!r}") from None
 
 
 def _purge_arguments(parser: argparse.ArgumentParser) -> None:
@@ -585,13 +666,18 @@ def _purge_arguments(parser: argparse.ArgumentParser) -> None:
         type=_duration,
         required=True,
         metavar="DURATION",
-        help="delete history older than this: 30d, 12h, 90m, 45s, 2w",
+        help=f"delete history older than this: {_DURATION_HELP}",
     )
     parser.add_argument(
         "--batch-size",
         type=_positive,
         default=1000,
         help="rows per transaction (default 1000; smaller holds locks shorter)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print how many runs and events would be deleted, and delete nothing",
     )
     _json_option(parser, "the result")
 
@@ -602,18 +688,44 @@ def cmd_purge(args: argparse.Namespace) -> int:
     no remaining run links them). Queued events are never deleted, however old. Works in
     small batches, each its own short transaction, so producers and schedulers keep going;
     safe to run while they do (e.g. from cron). Deleting an event frees its idempotency
-    key: keep the retention longer than any producer's retry horizon."""
+    key: keep the retention longer than any producer's retry horizon. --dry-run counts
+    what would be deleted now, deleting nothing."""
     url = _require_url(args)
     engine = _engine(url)
     try:
-        result = ops.purge(
-            engine,
-            older_than=args.older_than,
-            batch_size=args.batch_size,
-            namespace=args.resolved_namespace,
-        )
+        _installed_revision(engine, url, args.resolved_namespace)
+        if args.dry_run:
+            preview = ops.purge_preview(
+                engine, older_than=args.older_than, namespace=args.resolved_namespace
+            )
+        else:
+            result = ops.purge(
+                engine,
+                older_than=args.older_than,
+                batch_size=args.batch_size,
+                namespace=args.resolved_namespace,
+            )
     finally:
         engine.dispose()
+    if args.dry_run:
+        cutoff = preview.cutoff.isoformat()
+        if args.json:
+            print(
+                json.dumps(
+                    {
+                        "dry_run": True,
+                        "cutoff": cutoff,
+                        "runs": preview.runs,
+                        "events": preview.events,
+                    }
+                )
+            )
+        else:
+            print(
+                f"assetq: dry run: purge would delete {_n(preview.runs, 'run')} and"
+                f" {_n(preview.events, 'event')} from before {cutoff}; nothing was deleted"
+            )
+        return EXIT_OK
     if args.json:
         data = asdict(result)
         data["cutoff"] = result.cutoff.isoformat()
@@ -670,14 +782,15 @@ def cmd_grant(args: argparse.Namespace) -> int:
     --reader may only read. Producers and schedulers get no right on any table: they call
     routines that run with their owner's rights (PostgreSQL: SECURITY DEFINER with a pinned
     search_path; MySQL: SQL SECURITY DEFINER). Run it as the account that installed
-    assetq; create the roles first (CREATE ROLE ... LOGIN / CREATE USER ...). Grant again
-    after an upgrade. --revoke takes all of it away."""
+    assetq; create the roles first (CREATE ROLE ... LOGIN / CREATE USER ...). Upgrades keep
+    what was granted: no need to grant again. --revoke takes all of it away."""
     url = _require_url(args)
     namespace = args.resolved_namespace
     if not (args.producer or args.scheduler or args.reader or args.revoke):
         raise UsageError("name at least one role: --producer, --scheduler, --reader or --revoke")
     engine = _engine(url)
     try:
+        _installed_revision(engine, url, namespace)
         if args.revoke:
             ops.revoke_roles(engine, _grantees(args.revoke, url), namespace=namespace)
         ops.grant_roles(
@@ -788,10 +901,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_NEGATIVE = re.compile(r"-\d")
+
+
+def _glue_negative_values(argv: Sequence[str]) -> list[str]:
+    """``--older-than -1d`` as ``--older-than=-1d``: argparse takes a separate value that
+    starts with ``-`` and a digit for an option and fails with "expected one argument";
+    glued, it reaches the option's own check, which says what is wrong with it."""
+    glued: list[str] = []
+    for token in argv:
+        previous = glued[-1] if glued else ""
+        if _NEGATIVE.match(token) and previous.startswith("--") and "=" not in previous:
+            glued[-1] = f"{previous}={token}"
+        else:
+            glued.append(token)
+    return glued
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_glue_negative_values(sys.argv[1:] if argv is None else argv))
     command: Command | None = getattr(args, "command_spec", None)
     if command is None:
         parser.print_usage(sys.stderr)

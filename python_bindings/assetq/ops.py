@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any, Literal
 
+import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -56,6 +57,16 @@ class DagStatus:
     #: Its runs in state queued or running, and its cap on them (None: no cap).
     active_runs: int = 0
     max_active_runs: int | None = None
+    #: Workers (docs/workers.md): its runs a worker holds now, the earliest end of their
+    #: leases, how many of those leases have expired (the worker is likely dead: the run is
+    #: claimed again as a new attempt), active runs already on a retry (a failed attempt or an
+    #: expired lease behind them), failed runs still in the history, and its max_attempts.
+    running_runs: int = 0
+    oldest_lease_until: datetime | None = None
+    expired_leases: int = 0
+    retrying_runs: int = 0
+    failed_runs: int = 0
+    max_attempts: int = 1
 
 
 def _optional_utc(value: datetime | None) -> datetime | None:
@@ -85,6 +96,12 @@ def status(conn: Connection, namespace: str = DEFAULT_NAMESPACE) -> list[DagStat
             last_scheduled_at=_optional_utc(row.last_scheduled_at),
             active_runs=int(row.active_runs),
             max_active_runs=None if row.max_active_runs is None else int(row.max_active_runs),
+            running_runs=int(row.running_runs),
+            oldest_lease_until=_optional_utc(row.oldest_lease_until),
+            expired_leases=int(row.expired_leases),
+            retrying_runs=int(row.retrying_runs),
+            failed_runs=int(row.failed_runs),
+            max_attempts=int(row.max_attempts),
         )
         for row in rows
     ]
@@ -142,12 +159,7 @@ def purge(
     from several processes (they skip each other's batches). Deleting an event frees its
     idempotency key: keep ``older_than`` longer than any producer's retry horizon.
     """
-    if not isinstance(older_than, timedelta):
-        raise errors.InvalidArgumentType(
-            f"older_than must be a datetime.timedelta, got {type(older_than).__name__}"
-        )
-    if older_than < timedelta(0):
-        raise errors.InvalidArgument(f"older_than must not be negative, got {older_than}")
+    _check_older_than(older_than)
     check_int(batch_size, "batch_size", 1, 100_000)
     check_int(max_attempts, "max_attempts", 1, 100)
     namespace = check_namespace(namespace)
@@ -155,11 +167,7 @@ def purge(
     with engine.connect() as conn:
         dialect = dialect_for(conn)
         with _translated(dialect):
-            rows = dialect.execute(
-                conn, "purge_cutoff", namespace, {"seconds": older_than.total_seconds()}
-            )
-    # Passed back as the driver returned it: aware on PostgreSQL, naive UTC on MySQL.
-    cutoff = rows[0].cutoff
+            cutoff = _cutoff(dialect, conn, namespace, older_than)
 
     batches = runs_deleted = 0
     while True:
@@ -214,6 +222,133 @@ def purge(
         batches,
     )
     return result
+
+
+def _check_older_than(older_than: object) -> None:
+    if not isinstance(older_than, timedelta):
+        raise errors.InvalidArgumentType(
+            f"older_than must be a datetime.timedelta, got {type(older_than).__name__}"
+        )
+    if older_than < timedelta(0):
+        raise errors.InvalidArgument(f"older_than must not be negative, got {older_than}")
+
+
+def _cutoff(dialect: Dialect, conn: Connection, namespace: str, older_than: timedelta) -> Any:
+    rows = dialect.execute(conn, "purge_cutoff", namespace, {"seconds": older_than.total_seconds()})
+    # Passed back as the driver returned it: aware on PostgreSQL, naive UTC on MySQL.
+    return rows[0].cutoff
+
+
+# -- dry runs -------------------------------------------------------------------------------
+# What purge and uninstall would delete, counted and not deleted. These reads are built with
+# SQLAlchemy Core (the same statement on both engines, identifiers quoted by SQLAlchemy);
+# they belong in queries.sql as purge_preview and namespace_row_count.
+
+
+def _table(namespace: str, name: str, *columns: str) -> sa.TableClause:
+    return sa.table(name, *(sa.column(c) for c in columns), schema=namespace)
+
+
+@dataclass(frozen=True)
+class PurgePreview:
+    """What :func:`purge` would delete now; nothing was deleted."""
+
+    #: Now minus older_than, by the database's clock (UTC).
+    cutoff: datetime
+    #: Runs created before the cutoff (purged with their links).
+    runs: int
+    #: Events from before the cutoff that nobody has queued and no run from the cutoff on
+    #: consumed.
+    events: int
+
+
+def purge_preview(
+    engine: Engine, *, older_than: timedelta, namespace: str = DEFAULT_NAMESPACE
+) -> PurgePreview:
+    """Count what :func:`purge` with this ``older_than`` would delete, deleting nothing: one
+    read, locking nothing. A purge run afterwards may delete a little more or less (events
+    consumed meanwhile, rows another transaction holds, which purge skips). It repeats the
+    tests of the purge_runs and purge_events routines: change them together
+    (tests/test_cli_namespaces.py compares the two)."""
+    _check_older_than(older_than)
+    namespace = check_namespace(namespace)
+    run = _table(namespace, "dag_run", "id", "created_at")
+    event = _table(namespace, "asset_event", "id", "timestamp")
+    queue = _table(namespace, "asset_dag_run_queue", "asset_event_id")
+    link = _table(namespace, "dagrun_asset_event", "dag_run_id", "asset_event_id")
+    with engine.connect() as conn:
+        dialect = dialect_for(conn)
+        with _translated(dialect):
+            cutoff = _cutoff(dialect, conn, namespace, older_than)
+            # The runs purge_runs deletes; the same test as its WHERE clause.
+            purged = run.c.created_at < cutoff
+            runs = conn.execute(
+                sa.select(sa.func.count()).select_from(run).where(purged)
+            ).scalar_one()
+            queued = sa.select(queue.c.asset_event_id).where(queue.c.asset_event_id == event.c.id)
+            kept = (
+                sa.select(link.c.asset_event_id)
+                .join(run, run.c.id == link.c.dag_run_id)
+                .where(link.c.asset_event_id == event.c.id, ~purged)
+            )
+            events = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(event)
+                .where(event.c.timestamp < cutoff, ~sa.exists(queued), ~sa.exists(kept))
+            ).scalar_one()
+    return PurgePreview(cutoff=_utc(cutoff), runs=int(runs), events=int(events))
+
+
+@dataclass(frozen=True)
+class UninstallPreview:
+    """What :func:`assetq.uninstall` would remove from a namespace now; nothing was removed."""
+
+    namespace: str
+    revision: str | None
+    #: assetq's objects by kind (table, view, routine, trigger), its version table included.
+    objects: dict[str, int]
+    #: Rows of each of assetq's tables.
+    rows: dict[str, int]
+    #: Objects in the namespace that are not assetq's: they stay, and so does the namespace.
+    others: list[str]
+
+    @property
+    def total_rows(self) -> int:
+        return sum(self.rows.values())
+
+
+def uninstall_preview(engine: Engine, namespace: str = DEFAULT_NAMESPACE) -> UninstallPreview:
+    """Count what :func:`assetq.uninstall` would remove from ``namespace``, removing nothing:
+    assetq's tables, views, routines and triggers (those of this package's schema), and the
+    rows of its tables. Reads only."""
+    namespace = check_namespace(namespace)
+    with engine.connect() as conn:
+        dialect = dialect_for(conn)
+        with _translated(dialect):
+            revision = migrate.current_revision(conn, namespace)
+            present = {
+                (str(r.kind), str(r.name))
+                for r in dialect.execute(
+                    conn, "namespace_objects", namespace, {"namespace": namespace}
+                )
+            }
+            ours = present & (expected_objects(dialect.name) | {("table", migrate.VERSION_TABLE)})
+            objects: dict[str, int] = {}
+            for kind, _ in ours:
+                objects[kind] = objects.get(kind, 0) + 1
+            rows = {
+                name: int(
+                    conn.execute(
+                        sa.select(sa.func.count()).select_from(_table(namespace, name))
+                    ).scalar_one()
+                )
+                for kind, name in sorted(ours)
+                if kind == "table" and name != migrate.VERSION_TABLE
+            }
+    others = sorted(f"{kind} {name}" for kind, name in present - ours)
+    return UninstallPreview(
+        namespace=namespace, revision=revision, objects=objects, rows=rows, others=others
+    )
 
 
 # -- grant ----------------------------------------------------------------------------------

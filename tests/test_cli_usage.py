@@ -1,0 +1,153 @@
+"""`assetq` usage, refused before any database is reached (exit code 2): durations as people
+write them, negative values, unsupported URLs; and help texts that say what the commands do.
+In-process (``cli.main``), so each test costs no interpreter start."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from assetq import cli
+
+#: Nothing answers here; every test below is refused before connecting.
+NOWHERE = "postgresql://nobody@127.0.0.1:1/nothing"
+
+#: Every command with the options it needs to get past argparse.
+COMMAND_LINES = {
+    "demo": ["demo"],
+    "install": ["install"],
+    "upgrade": ["upgrade"],
+    "uninstall": ["uninstall", "--yes"],
+    "scheduler": ["scheduler"],
+    "status": ["status"],
+    "doctor": ["doctor"],
+    "purge": ["purge", "--older-than", "30d"],
+    "grant": ["grant", "--reader", "grafana"],
+}
+
+
+def _older_than(text: str) -> timedelta:
+    args = cli.build_parser().parse_args(["purge", "--older-than", text])
+    assert isinstance(args.older_than, timedelta)
+    return args.older_than
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("30d", timedelta(days=30)),
+        ("30D", timedelta(days=30)),
+        ("1d2h", timedelta(days=1, hours=2)),
+        ("1h30m", timedelta(hours=1, minutes=30)),
+        ("90m", timedelta(minutes=90)),
+        ("45s", timedelta(seconds=45)),
+        ("2W", timedelta(weeks=2)),
+        ("12H", timedelta(hours=12)),
+        ("1.5h", timedelta(minutes=90)),
+        ("1d 12h", timedelta(hours=36)),
+        ("0s", timedelta(0)),
+    ],
+)
+def test_durations_are_read_as_people_write_them(text: str, expected: timedelta) -> None:
+    assert _older_than(text) == expected
+
+
+def _refused(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """stderr of a command line that must be refused as a usage error."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--url", NOWHERE, *argv])
+    assert exited.value.code == cli.EXIT_USAGE
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--older-than", "-1d"], ["--older-than=-1d"], ["--older-than", "-30D"]],
+    ids=["separate", "glued", "upper-case"],
+)
+def test_a_negative_duration_is_a_usage_error_that_says_so(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    err = _refused(capsys, "purge", *argv)
+    assert "a duration cannot be negative" in err
+    assert "expected one argument" not in err
+
+
+def test_an_empty_duration_is_a_usage_error_that_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert "empty duration" in _refused(capsys, "purge", "--older-than", "")
+
+
+@pytest.mark.parametrize("text", ["30", "d", "1x", "1d-2h", "one day", "1dd"])
+def test_a_malformed_duration_is_a_usage_error_with_examples(
+    capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    err = _refused(capsys, "purge", "--older-than", text)
+    assert f"not a duration: {text!r}" in err and "1d12h" in err
+
+
+def test_a_negative_number_reaches_the_options_own_check(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    err = _refused(capsys, "scheduler", "--limit", "-5")
+    assert "must be at least 1, got -5" in err
+    assert "expected one argument" not in err
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_LINES))
+def test_an_unsupported_url_is_refused_before_anything_touches_the_filesystem(
+    command: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["--url", "sqlite:///x.db", *COMMAND_LINES[command]])
+    assert code == cli.EXIT_USAGE
+    assert "unsupported database URL 'sqlite:///x.db'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unsupported_url_from_the_environment_is_refused_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(cli.URL_ENV, "sqlite:///x.db")
+    assert cli.main(["status"]) == cli.EXIT_USAGE
+    assert "unsupported database URL" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def _help(capsys: pytest.CaptureFixture[str], command: str) -> str:
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    return " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+
+
+def test_scheduler_help_says_once_how_runs_are_printed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = _help(capsys, "scheduler")
+    assert "print each run created on stdout, as one JSON object per line" in text
+    assert "as JSON" not in text
+
+
+def test_grant_help_and_the_operations_guide_agree_that_upgrades_keep_grants(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The behaviour itself: tests/test_cli_grant_upgrade.py."""
+    text = _help(capsys, "grant")
+    guide = " ".join((Path(__file__).parents[1] / "docs" / "operations.md").read_text().split())
+    assert "Upgrades keep what was granted" in text
+    assert "Upgrades keep what was granted" in guide
+    assert "again after an upgrade" not in text
+
+
+@pytest.mark.parametrize("command", ["purge", "uninstall"])
+def test_purge_and_uninstall_offer_a_dry_run(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    assert "--dry-run" in _help(capsys, command)
