@@ -2,18 +2,19 @@
 
     assetq [--url URL] [--namespace NS] [-v] COMMAND [options]
 
-Commands: ``install``, ``upgrade``, ``uninstall``, ``scheduler``, ``status``, ``doctor``,
-``purge``, ``grant``, ``demo``; ``assetq COMMAND --help`` tells more. The database URL comes
-from ``--url`` or the environment variable ``ASSETQ_DATABASE_URL`` (``postgresql://...`` and
-``mysql://...`` get the drivers assetq ships with: psycopg 3 and PyMySQL). The namespace comes
-from ``--namespace`` or ``ASSETQ_NAMESPACE``. Both options are accepted before or after the
-command. ``status``, ``doctor``, ``purge`` and ``scheduler`` print JSON with ``--json``
-(``scheduler``: one object per run created, one per line), for machines.
+Commands: ``install``, ``upgrade``, ``uninstall``, ``scheduler``, ``worker``, ``status``,
+``doctor``, ``purge``, ``grant``, ``demo``; ``assetq COMMAND --help`` tells more. The database
+URL comes from ``--url`` or the environment variable ``ASSETQ_DATABASE_URL``
+(``postgresql://...`` and ``mysql://...`` get the drivers assetq ships with: psycopg 3 and
+PyMySQL). The namespace comes from ``--namespace`` or ``ASSETQ_NAMESPACE``. Both options are
+accepted before or after the command. ``status``, ``doctor``, ``purge``, ``scheduler`` and
+``worker`` print JSON with ``--json`` (``scheduler``: one object per run created, ``worker``:
+one per completed attempt, one per line), for machines.
 
 Exit codes:
 
-- 0: success; ``scheduler`` also when stopped by SIGTERM or SIGINT (it finishes the current
-  pass first);
+- 0: success; ``scheduler`` and ``worker`` also when stopped by SIGTERM or SIGINT (they
+  finish the current pass, the runs in progress, first);
 - 1: an assetq or database error (the message is printed), ``doctor`` found a problem (each
   with its fix), a namespace where assetq is not installed (every command but ``install``,
   ``demo`` and ``uninstall``, which says there is nothing to remove and exits 0), or a demo
@@ -21,7 +22,8 @@ Exit codes:
 - 2: a usage error (bad option or duration, missing or unsupported URL, refused
   confirmation);
 - 130: interrupted (a second SIGINT/SIGTERM stops ``scheduler`` in the middle of a pass,
-  which then rolls back).
+  which then rolls back, or ``worker`` in the middle of its runs, which are claimed again
+  when their leases expire).
 
 To add a command, write a function ``(args) -> exit code`` whose docstring is its help text
 and add a :class:`Command` for it to ``COMMANDS``.
@@ -30,6 +32,7 @@ and add a :class:`Command` for it to ``COMMANDS``.
 from __future__ import annotations
 
 import argparse
+import importlib
 import inspect
 import json
 import logging
@@ -399,7 +402,10 @@ def _scheduler_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @contextmanager
-def _graceful_stop(stop: threading.Event) -> Iterator[None]:
+def _graceful_stop(
+    stop: threading.Event,
+    what: str = "assetq scheduler: %s received: stopping after the current pass",
+) -> Iterator[None]:
     """SIGTERM and SIGINT set ``stop`` (the current pass finishes); a second one raises
     KeyboardInterrupt at once (exit code 130)."""
 
@@ -407,8 +413,7 @@ def _graceful_stop(stop: threading.Event) -> Iterator[None]:
         if stop.is_set():
             raise KeyboardInterrupt
         logging.getLogger("assetq").warning(
-            "assetq scheduler: %s received: stopping after the current pass"
-            " (send it again to stop at once)",
+            what + " (send it again to stop at once)",
             signal.Signals(signum).name,
         )
         stop.set()
@@ -491,6 +496,135 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- worker --------------------------------------------------------------------------------
+
+
+def _worker_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--handlers",
+        required=True,
+        metavar="MODULE:NAME",
+        help="the handlers: NAME in importable module MODULE (the current directory is on the"
+        " path) is a mapping of dag id -> handler(claim, conn); the worker claims runs of"
+        " those consumers only",
+    )
+    parser.add_argument(
+        "--concurrency", type=_positive, default=1, help="runs held at once (threads; default 1)"
+    )
+    parser.add_argument(
+        "--lease",
+        type=_duration,
+        default=timedelta(seconds=60),
+        metavar="DURATION",
+        help="lease of each claim, renewed while its handler runs (default 60s): a worker"
+        " that dies holds its runs at most this long",
+    )
+    parser.add_argument(
+        "--poll-interval",
+        type=_positive_float,
+        default=1.0,
+        metavar="SECONDS",
+        help="longest wait between two claims when idle (default 1; on PostgreSQL a"
+        " notification ends the wait as soon as a pass creates runs)",
+    )
+    parser.add_argument(
+        "--no-listen", action="store_true", help="poll only, never LISTEN (PostgreSQL)"
+    )
+    parser.add_argument(
+        "--worker-id", metavar="NAME", help="this worker's name in claims (default host:pid:random)"
+    )
+    parser.add_argument(
+        "--max-runs", type=_positive, help="stop after this many attempts (default: never)"
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per completed attempt on stdout, one per line",
+    )
+
+
+def _load_handlers(spec: str) -> Any:
+    module_name, colon, attribute = spec.partition(":")
+    if not colon or not module_name or not attribute.isidentifier():
+        raise UsageError(f"--handlers must be MODULE:NAME (e.g. myapp.jobs:HANDLERS), got {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AssetqError(f"cannot import the handlers' module {module_name!r}: {exc}") from exc
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise AssetqError(f"module {module_name!r} has no {attribute!r}") from None
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Claim and execute runs until stopped: each run of a consumer named in --handlers is
+    claimed by one worker at a time, under a lease renewed while its handler runs, and the
+    handler's writes commit with the run's success and its output events (docs/workers.md).
+    Any number of workers may run at once, on any machines. A handler that raises fails the
+    attempt (retried per the consumer's max_attempts). SIGTERM or SIGINT stops claiming and
+    lets the runs in progress finish (exit 0); a second signal stops at once (exit 130: the
+    runs it held are claimed again when their leases expire)."""
+    from .worker import run_worker
+
+    url = _require_url(args)
+    namespace = args.resolved_namespace
+    logging.getLogger("assetq").setLevel(
+        logging.DEBUG if getattr(args, "verbose", False) else logging.INFO
+    )
+    handlers = _load_handlers(args.handlers)
+    engine = _engine(url)
+    stop = threading.Event()
+    try:
+        revision = _installed_revision(engine, url, namespace)
+        if revision != migrate.head_revision():
+            raise NotInstalled(
+                f"namespace {namespace!r} holds schema {revision}, the worker needs"
+                f" {migrate.head_revision()}: run `assetq upgrade` first"
+            )
+        on_complete = None
+        if args.json:
+
+            def on_complete(claim: Any, run: Any, outcome: str) -> None:
+                print(
+                    json.dumps(
+                        {
+                            "dag_id": claim.dag_id,
+                            "run_id": claim.run_id,
+                            "attempt": claim.attempt,
+                            "worker": claim.worker,
+                            "outcome": outcome,
+                            "state": None if run is None else run.state,
+                            "error": None if run is None else run.error,
+                            "output_event_ids": [] if run is None else list(run.output_event_ids),
+                        }
+                    ),
+                    flush=True,
+                )
+
+        with _graceful_stop(
+            stop, "assetq worker: %s received: finishing the runs in progress, claiming no more"
+        ):
+            run_worker(
+                engine,
+                handlers,
+                worker=args.worker_id,
+                concurrency=args.concurrency,
+                lease=args.lease,
+                stop=stop,
+                namespace=namespace,
+                poll_interval=args.poll_interval,
+                listen=not args.no_listen,
+                max_runs=args.max_runs,
+                on_complete=on_complete,
+            )
+    finally:
+        engine.dispose()
+    return EXIT_OK
+
+
 # -- status --------------------------------------------------------------------------------
 
 
@@ -513,8 +647,10 @@ def _age(value: timedelta | None) -> str:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Show the schema revision and, per consumer: paused or not, events queued, age of the
-    oldest queued event, runs in the last hour, total runs and when the last run was
-    created. Reads the dag_queue_status view (see docs/operations.md to chart it)."""
+    oldest queued event, active runs against the cap, runs a worker holds, expired leases
+    (a worker died: the run is claimed again), runs on a retry, failed runs, runs in the last
+    hour, total runs and when the last run was created. Reads the dag_queue_status view (see
+    docs/operations.md to chart it)."""
     url = _require_url(args)
     namespace = args.resolved_namespace
     engine = _engine(url)
@@ -547,6 +683,12 @@ def cmd_status(args: argparse.Namespace) -> int:
                             "max_active_runs": c.max_active_runs,
                             "last_run_at": _iso(c.last_run_at),
                             "last_scheduled_at": _iso(c.last_scheduled_at),
+                            "running_runs": c.running_runs,
+                            "oldest_lease_until": _iso(c.oldest_lease_until),
+                            "expired_leases": c.expired_leases,
+                            "retrying_runs": c.retrying_runs,
+                            "failed_runs": c.failed_runs,
+                            "max_attempts": c.max_attempts,
                         }
                         for c in consumers
                     ],
@@ -567,6 +709,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         "queued",
         "oldest",
         "active/cap",
+        "running",
+        "expired",
+        "retrying",
+        "failed",
         "runs/1h",
         "runs",
         "last run (UTC)",
@@ -578,6 +724,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             str(c.queued_events),
             _age(c.oldest_queued_age),
             f"{c.active_runs}/{'-' if c.max_active_runs is None else c.max_active_runs}",
+            str(c.running_runs),
+            str(c.expired_leases),
+            str(c.retrying_runs),
+            str(c.failed_runs),
             str(c.runs_last_hour),
             str(c.runs_total),
             c.last_run_at.strftime("%Y-%m-%d %H:%M:%S") if c.last_run_at else "-",
@@ -746,7 +896,8 @@ def cmd_purge(args: argparse.Namespace) -> int:
 def _grant_arguments(parser: argparse.ArgumentParser) -> None:
     for access, what in (
         ("producer", "may register events, nothing else"),
-        ("scheduler", "may run scheduler passes, nothing else"),
+        ("scheduler", "may run scheduler passes, move run states and retry runs, nothing else"),
+        ("worker", "may claim runs, renew their leases and complete them, nothing else"),
         ("reader", "may read every table and the status view, never write"),
     ):
         parser.add_argument(
@@ -778,16 +929,19 @@ def _grantees(values: list[str], url: sa.URL) -> list[ops.Grantee]:
 
 def cmd_grant(args: argparse.Namespace) -> int:
     """Give existing roles (MySQL: accounts) exactly one kind of access to the namespace:
-    --producer may only register events, --scheduler may only run scheduler passes,
-    --reader may only read. Producers and schedulers get no right on any table: they call
+    --producer may only register events, --scheduler may only run scheduler passes (and move
+    run states, retry failed runs), --worker may only claim, renew and complete runs,
+    --reader may only read. Producers, schedulers and workers get no right on any table: they call
     routines that run with their owner's rights (PostgreSQL: SECURITY DEFINER with a pinned
     search_path; MySQL: SQL SECURITY DEFINER). Run it as the account that installed
     assetq; create the roles first (CREATE ROLE ... LOGIN / CREATE USER ...). Upgrades keep
     what was granted: no need to grant again. --revoke takes all of it away."""
     url = _require_url(args)
     namespace = args.resolved_namespace
-    if not (args.producer or args.scheduler or args.reader or args.revoke):
-        raise UsageError("name at least one role: --producer, --scheduler, --reader or --revoke")
+    if not (args.producer or args.scheduler or args.worker or args.reader or args.revoke):
+        raise UsageError(
+            "name at least one role: --producer, --scheduler, --worker, --reader or --revoke"
+        )
     engine = _engine(url)
     try:
         _installed_revision(engine, url, namespace)
@@ -797,6 +951,7 @@ def cmd_grant(args: argparse.Namespace) -> int:
             engine,
             producer=_grantees(args.producer, url),
             scheduler=_grantees(args.scheduler, url),
+            worker=_grantees(args.worker, url),
             reader=_grantees(args.reader, url),
             namespace=namespace,
         )
@@ -831,6 +986,12 @@ COMMANDS: tuple[Command, ...] = (
         "run scheduler passes until stopped (woken by NOTIFY on PostgreSQL)",
         cmd_scheduler,
         _scheduler_arguments,
+    ),
+    Command(
+        "worker",
+        "claim and execute runs until stopped (handlers from --handlers MODULE:NAME)",
+        cmd_worker,
+        _worker_arguments,
     ),
     Command(
         "status",

@@ -255,10 +255,9 @@ class PurgePreview:
 
     #: Now minus older_than, by the database's clock (UTC).
     cutoff: datetime
-    #: Runs created before the cutoff (purged with their links).
+    #: Finished runs (success, failed) created before the cutoff, purged with their links.
     runs: int
-    #: Events from before the cutoff that nobody has queued and no run from the cutoff on
-    #: consumed.
+    #: Events from before the cutoff that nobody has queued and no kept run consumed.
     events: int
 
 
@@ -272,7 +271,7 @@ def purge_preview(
     (tests/test_cli_namespaces.py compares the two)."""
     _check_older_than(older_than)
     namespace = check_namespace(namespace)
-    run = _table(namespace, "dag_run", "id", "created_at")
+    run = _table(namespace, "dag_run", "id", "created_at", "state")
     event = _table(namespace, "asset_event", "id", "timestamp")
     queue = _table(namespace, "asset_dag_run_queue", "asset_event_id")
     link = _table(namespace, "dagrun_asset_event", "dag_run_id", "asset_event_id")
@@ -280,8 +279,9 @@ def purge_preview(
         dialect = dialect_for(conn)
         with _translated(dialect):
             cutoff = _cutoff(dialect, conn, namespace, older_than)
-            # The runs purge_runs deletes; the same test as its WHERE clause.
-            purged = run.c.created_at < cutoff
+            # The runs purge_runs deletes: the same test as its WHERE clause (finished runs
+            # only: a worker may still hold an active one).
+            purged = sa.and_(run.c.created_at < cutoff, run.c.state.in_(("success", "failed")))
             runs = conn.execute(
                 sa.select(sa.func.count()).select_from(run).where(purged)
             ).scalar_one()
@@ -357,7 +357,7 @@ def uninstall_preview(engine: Engine, namespace: str = DEFAULT_NAMESPACE) -> Uni
 #: A bare name on MySQL means the account ``name@'%'``.
 Grantee = str | tuple[str, "str | None"]
 
-ACCESS_KINDS = ("producer", "scheduler", "reader")
+ACCESS_KINDS = ("producer", "scheduler", "worker", "reader")
 
 
 def _grantee(value: object) -> tuple[str, str | None]:
@@ -395,13 +395,18 @@ def grant_roles(
     producer: Grantee | Iterable[Grantee] | None = None,
     scheduler: Grantee | Iterable[Grantee] | None = None,
     reader: Grantee | Iterable[Grantee] | None = None,
+    worker: Grantee | Iterable[Grantee] | None = None,
     namespace: str = DEFAULT_NAMESPACE,
 ) -> None:
     """Give existing roles (MySQL: accounts) one kind of access each to ``namespace``.
 
     - producer: may register events (``register_event``, ``register_events``) and nothing
       else: no right on any table.
-    - scheduler: may run scheduler passes (``schedule`` / ``run_scheduler``) and nothing else.
+    - scheduler: may run scheduler passes (``schedule`` / ``run_scheduler``), move run states
+      (``set_run_state``) and retry failed runs (``retry_run``), and nothing else.
+    - worker: may claim runs, renew their leases and complete them with their output events
+      (``claim_runs``, ``heartbeat``, ``complete_run``, ``run_worker``), and nothing else. A
+      handler's own writes need the rights you give the role on your tables.
     - reader: may read every table and the ``dag_queue_status`` view, never write.
 
     The routines run with their owner's (MySQL: definer's) rights, so producers and
@@ -412,7 +417,12 @@ def grant_roles(
     namespace = check_namespace(namespace)
     plan = [
         (access, grantee)
-        for access, value in (("producer", producer), ("scheduler", scheduler), ("reader", reader))
+        for access, value in (
+            ("producer", producer),
+            ("scheduler", scheduler),
+            ("worker", worker),
+            ("reader", reader),
+        )
         for grantee in _grantees(value)
     ]
     with engine.begin() as conn:
@@ -472,11 +482,26 @@ class DoctorReport:
         return not any(c.severity == "problem" for c in self.checks)
 
 
-#: Triggers an operator may disable on purpose: the wake-up (schedulers then only poll).
-OPTIONAL_TRIGGERS = frozenset({"asset_dag_run_queue_notify"})
+#: Triggers an operator may disable on purpose: the wake-ups (schedulers and workers then only
+#: poll), with what disabling one does.
+OPTIONAL_TRIGGERS = {
+    "asset_dag_run_queue_notify": "schedulers are not woken, they poll (a choice: it spares"
+    " durable producers the commit-time cost of NOTIFY)",
+    "dag_run_notify": "workers are not woken when runs are created, they poll",
+}
 
-#: Routines granted to producer and scheduler roles: they must run with their owner's rights.
-DEFINER_ROUTINES = ("register_event", "register_events", "schedule_pass", "set_run_state")
+#: Routines granted to producer, scheduler and worker roles: they must run with their owner's
+#: rights.
+DEFINER_ROUTINES = (
+    "register_event",
+    "register_events",
+    "schedule_pass",
+    "set_run_state",
+    "retry_run",
+    "claim_runs",
+    "heartbeat_run",
+    "complete_run",
+)
 
 _CREATE = re.compile(
     r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:SQL\s+SECURITY\s+\w+\s+)?"
@@ -557,6 +582,7 @@ def _object_checks(
         why = {
             "asset_event_fan_out": ": events are not queued for any consumer (I1)",
             "asset_dag_run_queue_notify": ": schedulers are not woken, they only poll",
+            "dag_run_notify": ": workers are not woken when runs are created, they only poll",
         }.get(name, "")
         checks.append(
             Check(
@@ -574,8 +600,7 @@ def _object_checks(
                 Check(
                     f"trigger {name}",
                     "note",
-                    f"trigger {name} is disabled: schedulers are not woken, they poll"
-                    " (a choice: it spares durable producers the commit-time cost of NOTIFY)",
+                    f"trigger {name} is disabled: {OPTIONAL_TRIGGERS[name]}",
                 )
             )
             continue
@@ -587,7 +612,7 @@ def _object_checks(
                 f"ALTER TABLE ... ENABLE TRIGGER {name} (the table is in {namespace!r})",
             )
         )
-    if not missing and not set(disabled) - OPTIONAL_TRIGGERS:
+    if not missing and not set(disabled) - set(OPTIONAL_TRIGGERS):
         checks.append(
             Check(
                 "objects",
@@ -750,6 +775,47 @@ def _server_checks(settings: dict[str, str]) -> list[Check]:
     return checks
 
 
+def _work_checks(conn: Connection, namespace: str) -> list[Check]:
+    """Runs a dead worker holds (expired leases) and consumers blocked at their cap."""
+    checks: list[Check] = []
+    rows = status(conn, namespace)
+    for row in rows:
+        if row.expired_leases:
+            checks.append(
+                Check(
+                    "leases",
+                    "problem",
+                    f"{row.dag_id}: {row.expired_leases} running runs have expired leases"
+                    f" (the oldest ended at {row.oldest_lease_until:%Y-%m-%d %H:%M:%S} UTC):"
+                    " their workers stopped renewing them",
+                    f"make sure a worker runs for {row.dag_id} (`assetq worker`): the next claim"
+                    " takes each run again as a new attempt, or fails it when that was its"
+                    " last attempt",
+                )
+            )
+        at_cap = row.max_active_runs is not None and row.active_runs >= row.max_active_runs
+        if at_cap and row.queued_events:
+            waiting = row.active_runs - row.running_runs
+            checks.append(
+                Check(
+                    "cap",
+                    "problem" if row.expired_leases or waiting else "note",
+                    f"{row.dag_id} is at its cap ({row.active_runs}/{row.max_active_runs} active"
+                    f" runs: {row.running_runs} running, {waiting} queued) with"
+                    f" {row.queued_events} events waiting",
+                    "queued runs need a worker (`assetq worker`) or `assetq.set_run_state`;"
+                    " the next run is created when an active one finishes"
+                    if waiting or row.expired_leases
+                    else "",
+                )
+            )
+    if not checks:
+        checks.append(
+            Check("work", "ok", f"{len(rows)} consumers: no expired lease, none blocked at its cap")
+        )
+    return checks
+
+
 def doctor(engine: Engine, *, namespace: str = DEFAULT_NAMESPACE) -> DoctorReport:
     """Check the installation in ``namespace``: schema at this package's revision, every
     routine, trigger, view and table present (triggers enabled), the granted routines
@@ -770,6 +836,8 @@ def doctor(engine: Engine, *, namespace: str = DEFAULT_NAMESPACE) -> DoctorRepor
                 checks += _security_checks(dialect, conn, namespace)
                 if not any(c.severity == "problem" for c in checks):
                     checks.append(_privilege_check(dialect, conn, namespace))
+                if revision == head:
+                    checks += _work_checks(conn, namespace)
             checks += _server_checks(settings)
     return DoctorReport(
         namespace=namespace, server=server, revision=revision, head=head, checks=checks

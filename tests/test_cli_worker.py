@@ -1,0 +1,174 @@
+"""`assetq worker`: handlers from MODULE:NAME, one JSON line per attempt, graceful SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import assetq
+from dbs import TestDatabase
+from scenario import declare, register
+
+HANDLERS = """
+import pathlib
+import time
+
+import sqlalchemy as sa
+
+import assetq
+
+HERE = pathlib.Path(__file__).parent
+
+
+def report(claim, conn):
+    conn.execute(
+        sa.text('INSERT INTO {ns}report_rows (run_id, events) VALUES (:r, :n)'),
+        {{"r": claim.run_id, "n": len(claim.event_ids)}},
+    )
+    if (HERE / "block").exists():
+        (HERE / "started").write_text(claim.run_id)
+        deadline = time.monotonic() + 60
+        while not (HERE / "release").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return [assetq.NewEvent("report_done", extra={{"events": len(claim.event_ids)}})]
+
+
+HANDLERS = {{"report": report}}
+"""
+
+
+def _env(db: TestDatabase) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSETQ_")}
+    env["ASSETQ_DATABASE_URL"] = db.url.render_as_string(hide_password=False)
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def _project(db: TestDatabase, tmp_path: Path) -> Path:
+    """A directory holding the handlers' module, and the table its handler writes."""
+    (tmp_path / "jobs.py").write_text(textwrap.dedent(HANDLERS.format(ns=db.sql("{ns}."))))
+    db.execute("CREATE TABLE {ns}.report_rows (run_id varchar(250) PRIMARY KEY, events integer)")
+    declare(db, "report", "orders")
+    declare(db, "publish", "report_done")
+    return tmp_path
+
+
+def _worker(db: TestDatabase, cwd: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "assetq", "worker", "--handlers", "jobs:HANDLERS", *args],
+        cwd=cwd,
+        env=_env(db),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def test_the_worker_command_runs_the_handler_and_prints_each_attempt_as_json(
+    db: TestDatabase, tmp_path: Path
+) -> None:
+    cwd = _project(db, tmp_path)
+    register(db, "orders", "orders")
+    (run,) = assetq.schedule(db.engine)
+    worker = _worker(db, cwd, "--max-runs", "1", "--json", "--poll-interval", "0.2")
+    out, err = worker.communicate(timeout=120)
+    assert worker.returncode == 0, err
+    (line,) = out.splitlines()
+    data = json.loads(line)
+    assert (data["dag_id"], data["run_id"], data["attempt"]) == ("report", run.run_id, 1)
+    assert (data["outcome"], data["state"]) == ("success", "success")
+    assert len(data["output_event_ids"]) == 1
+    assert db.rows("SELECT run_id, events FROM {ns}.report_rows") == [(run.run_id, 2)]
+    (published,) = assetq.schedule(db.engine)
+    assert published.event_ids == tuple(data["output_event_ids"])
+
+
+def test_sigterm_lets_the_run_in_progress_finish_and_claims_no_more(
+    db: TestDatabase, tmp_path: Path
+) -> None:
+    cwd = _project(db, tmp_path)
+    (cwd / "block").write_text("")
+    register(db, "orders")
+    (first,) = assetq.schedule(db.engine)
+    register(db, "orders")
+    (second,) = assetq.schedule(db.engine)
+    worker = _worker(db, cwd, "--json", "--poll-interval", "0.2")
+    stderr: list[str] = []
+    assert worker.stderr is not None
+    reader = threading.Thread(target=lambda: stderr.extend(worker.stderr), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not (cwd / "started").exists():
+            assert worker.poll() is None, "".join(stderr)
+            assert time.monotonic() < deadline, "the handler never started"
+            time.sleep(0.02)
+        assert (cwd / "started").read_text() == first.run_id
+        worker.send_signal(signal.SIGTERM)
+        # The signal is taken before the handler may finish: the run in progress still
+        # completes, the queued one is left for another worker.
+        deadline = time.monotonic() + 30
+        while not any("SIGTERM received" in line for line in stderr):
+            assert time.monotonic() < deadline, "the worker never said it was stopping"
+            time.sleep(0.02)
+        (cwd / "release").write_text("")
+        worker.wait(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    reader.join(timeout=10)
+    assert worker.stdout is not None
+    out = worker.stdout.read()
+    assert worker.returncode == 0, "".join(stderr)
+    assert [json.loads(line)["run_id"] for line in out.splitlines()] == [first.run_id]
+    with db.engine.connect() as conn:
+        assert assetq.get_run(conn, "report", first.run_id).state == "success"
+        assert assetq.get_run(conn, "report", second.run_id).state == "queued"
+
+
+@pytest.mark.parametrize(
+    "handlers",
+    ["jobs", "jobs:", ":HANDLERS", "jobs:not-a-name"],
+    ids=["no-name", "empty", "no-module", "bad"],
+)
+def test_a_malformed_handlers_option_is_a_usage_error(
+    db: TestDatabase, tmp_path: Path, handlers: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "assetq", "worker", "--handlers", handlers],
+        cwd=tmp_path,
+        env=_env(db),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "MODULE:NAME" in done.stderr
+
+
+def test_a_handlers_module_that_cannot_be_imported_is_an_error_with_its_name(
+    db: TestDatabase, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "assetq", "worker", "--handlers", "no_such_jobs:HANDLERS"],
+        cwd=tmp_path,
+        env=_env(db),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 1
+    assert "no_such_jobs" in done.stderr
