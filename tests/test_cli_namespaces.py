@@ -20,6 +20,7 @@ MISSING = "aq_nowhere"
 COMMAND_LINES = {
     "upgrade": ["upgrade"],
     "scheduler": ["scheduler", "--max-passes", "1"],
+    "worker": ["worker", "--handlers", "os:environ"],
     "status": ["status"],
     "status --json": ["status", "--json"],
     "doctor": ["doctor"],
@@ -29,6 +30,11 @@ COMMAND_LINES = {
     "grant": ["grant", "--reader", "grafana"],
     "grant --revoke": ["grant", "--revoke", "grafana"],
 }
+
+
+def test_the_commands_above_are_every_command_that_needs_an_installed_namespace() -> None:
+    names = {command.name for command in cli.COMMANDS} - {"install", "demo", "uninstall"}
+    assert {line.split()[0] for line in COMMAND_LINES} == names
 
 
 def _url(db: TestDatabase) -> str:

@@ -21,11 +21,16 @@ COMMAND_LINES = {
     "upgrade": ["upgrade"],
     "uninstall": ["uninstall", "--yes"],
     "scheduler": ["scheduler"],
+    "worker": ["worker", "--handlers", "os:environ"],
     "status": ["status"],
     "doctor": ["doctor"],
     "purge": ["purge", "--older-than", "30d"],
     "grant": ["grant", "--reader", "grafana"],
 }
+
+
+def test_the_command_lines_above_are_every_command() -> None:
+    assert set(COMMAND_LINES) == {command.name for command in cli.COMMANDS}
 
 
 def _older_than(text: str) -> timedelta:
