@@ -451,9 +451,9 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     producer's transaction that queued events commits; it still polls every
     --poll-interval seconds. On MySQL/MariaDB it polls. Errors (a database restart, lost
     connections) are logged once with their code and retried with exponential backoff; the
-    scheduler never exits on its own. SIGTERM or SIGINT stops it after the current pass
-    (exit 0); a second signal stops it at once (exit 130). Logs each run created and a
-    summary every --summary-interval seconds on stderr (-v: more)."""
+    scheduler never exits on its own (--max-passes aside). SIGTERM or SIGINT stops it after
+    the current pass (exit 0); a second signal stops it at once (exit 130). Logs each run
+    created and a summary every --summary-interval seconds on stderr (-v: more)."""
     from .scheduler import run_scheduler
 
     url = _require_url(args)
@@ -833,13 +833,13 @@ def _purge_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_purge(args: argparse.Namespace) -> int:
-    """Delete history older than --older-than: runs created before the cutoff with their
-    links, then events from before it that are consumed (no consumer still has them queued,
-    no remaining run links them). Queued events are never deleted, however old. Works in
-    small batches, each its own short transaction, so producers and schedulers keep going;
-    safe to run while they do (e.g. from cron). Deleting an event frees its idempotency
-    key: keep the retention longer than any producer's retry horizon. --dry-run counts
-    what would be deleted now, deleting nothing."""
+    """Delete history older than --older-than: finished runs (success, failed) created before the
+    cutoff with their links, then events from before it that are consumed (no consumer still
+    has them queued, no remaining run links them); active runs stay. Queued events are never
+    deleted, however old. Works in small batches, each its own short transaction, so
+    producers and schedulers keep going; safe to run while they do (e.g. from cron).
+    Deleting an event frees its idempotency key: keep the retention longer than any
+    producer's retry horizon. --dry-run counts what would be deleted now, deleting nothing."""
     url = _require_url(args)
     engine = _engine(url)
     try:
