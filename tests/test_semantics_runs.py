@@ -303,6 +303,10 @@ def test_the_declare_routine_itself_refuses_caps_below_one(db: TestDatabase) -> 
             "max_active_runs": None,
             "max_events_per_run": None,
             "queue_while_paused": None,
+            # The retry options of 0006_work_queue: NULL keeps their defaults.
+            "max_attempts": None,
+            "retry_delay_seconds": None,
+            "max_retry_delay_seconds": None,
             column: 0,
         }
         with pytest.raises(sa.exc.DBAPIError) as info, db.engine.begin() as conn:
