@@ -149,9 +149,10 @@ def purge(
     namespace: str = DEFAULT_NAMESPACE,
     max_attempts: int = 8,
 ) -> PurgeResult:
-    """Delete history older than ``older_than``: runs created before the cutoff with their
-    links, then events from before the cutoff that nobody waits for any more (no queue row)
-    and no kept run consumed (no link). A queued event is never deleted, however old.
+    """Delete history older than ``older_than``: finished runs (success or failed) created
+    before the cutoff with their links, then events from before the cutoff that nobody waits
+    for any more (no queue row) and no kept run consumed (no link). A queued event, and a
+    queued or running run, is never deleted, however old: a long run's worker always finds it.
 
     Works in batches of at most ``batch_size`` rows, each a short transaction of its own,
     so it never holds locks for long; rows another transaction holds are skipped (SKIP
