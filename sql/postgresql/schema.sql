@@ -791,7 +791,9 @@ $$;
 -- oldest row (greedy); then each chosen asset, newest choice first, is dropped if the others
 -- still hit every clause; the claim is the oldest row of each chosen asset plus the oldest
 -- other rows, N in all. A declaration whose cap is below the condition's size (assetq's
--- Python refuses those) can get a run of more than N rows rather than none.
+-- Python refuses those) can get a run of more than N rows rather than none. A capped claim
+-- reads the N + 1 oldest rows and, for the witnesses, each member asset's oldest row, all by
+-- index (migration 0007_capped_claim): its cost does not grow with the backlog.
 CREATE FUNCTION {{ns}}.schedule_pass(p_limit integer DEFAULT 100)
 RETURNS TABLE (
     dag_run_id          bigint,
@@ -813,7 +815,11 @@ DECLARE
     v_times     timestamptz[];
     v_claim     integer[];
     v_chosen    bigint[];
-    v_witness   integer[];
+    v_wids      bigint[];
+    v_wtimes    timestamptz[];
+    v_pick_id   bigint;
+    v_pick_time timestamptz;
+    v_cap       integer;
     v_try       bigint[];
     v_pick      bigint;
     v_clause    integer;
@@ -838,8 +844,12 @@ BEGIN
     FOR v_dag IN
         SELECT d.dag_id, d.max_active_runs, d.max_events_per_run, d.max_attempts
           FROM {{ns}}.dag d
-         WHERE d.dag_id IN (SELECT q.target_dag_id FROM {{ns}}.asset_dag_run_queue q)
-           AND NOT d.is_paused
+         WHERE NOT d.is_paused
+           -- A probe of each consumer's queue by key. OFFSET 0 keeps the planner from
+           -- turning it into a join, which read the whole queue (a hash of every queued
+           -- row) on every pass: a pass must not cost the backlog (issue 16).
+           AND EXISTS (SELECT 1 FROM {{ns}}.asset_dag_run_queue q
+                        WHERE q.target_dag_id = d.dag_id OFFSET 0)
          ORDER BY d.last_scheduled_at NULLS FIRST, d.dag_id
          LIMIT p_limit
            FOR NO KEY UPDATE OF d SKIP LOCKED
@@ -875,88 +885,137 @@ BEGIN
         -- every row committed so far, including those of a pass that held this consumer a
         -- moment ago (and deleted its rows). A row committed after this read is simply not
         -- in the claim and waits for the next pass: selection is by reference, never by time.
-        SELECT array_agg(q.asset_event_id ORDER BY q.created_at, q.asset_event_id),
-               array_agg(q.asset_id ORDER BY q.created_at, q.asset_event_id),
-               array_agg(q.created_at ORDER BY q.created_at, q.asset_event_id)
-          INTO v_ids, v_assets, v_times
-          FROM {{ns}}.asset_dag_run_queue q
-         WHERE q.target_dag_id = v_dag.dag_id;
+        -- Uncapped, the claim is the whole queue. Capped at N = max_events_per_run, only the
+        -- N + 1 oldest rows are read, in queue order through asset_dag_run_queue_order_idx:
+        -- a capped run costs what it consumes, never the backlog behind it (issue 16).
+        v_cap := v_dag.max_events_per_run;
+        IF v_cap IS NULL THEN
+            SELECT array_agg(q.asset_event_id ORDER BY q.created_at, q.asset_event_id),
+                   array_agg(q.asset_id ORDER BY q.created_at, q.asset_event_id),
+                   array_agg(q.created_at ORDER BY q.created_at, q.asset_event_id)
+              INTO v_ids, v_assets, v_times
+              FROM {{ns}}.asset_dag_run_queue q
+             WHERE q.target_dag_id = v_dag.dag_id;
+        ELSE
+            SELECT array_agg(o.asset_event_id ORDER BY o.created_at, o.asset_event_id),
+                   array_agg(o.asset_id ORDER BY o.created_at, o.asset_event_id),
+                   array_agg(o.created_at ORDER BY o.created_at, o.asset_event_id)
+              INTO v_ids, v_assets, v_times
+              FROM (SELECT q.asset_event_id, q.asset_id, q.created_at
+                      FROM {{ns}}.asset_dag_run_queue q
+                     WHERE q.target_dag_id = v_dag.dag_id
+                     ORDER BY q.created_at, q.asset_event_id
+                     LIMIT v_cap + 1) o;
+        END IF;
         v_n := coalesce(cardinality(v_ids), 0);
 
-        -- I6: every clause of the condition needs a member among the claimed rows' assets.
-        -- Written out here rather than calling condition_holds: PL/pgSQL keeps this plan, a
-        -- SQL function is planned again on every call, and this runs for every consumer.
+        -- Nothing queued, or no clause to satisfy: no run.
         IF v_n = 0
            OR NOT EXISTS (SELECT 1 FROM {{ns}}.dag_condition_clause c WHERE c.dag_id = v_dag.dag_id
                           UNION ALL
                           SELECT 1 FROM {{ns}}.dag_condition_alias ca WHERE ca.dag_id = v_dag.dag_id)
-           OR EXISTS (SELECT 1
-                        FROM (SELECT c.clause_no, c.asset_id
-                                FROM {{ns}}.dag_condition_clause c
-                               WHERE c.dag_id = v_dag.dag_id
-                              UNION ALL
-                              SELECT ca.clause_no, aa.asset_id
-                                FROM {{ns}}.dag_condition_alias ca
-                                LEFT JOIN {{ns}}.asset_alias_asset aa ON aa.alias_id = ca.alias_id
-                               WHERE ca.dag_id = v_dag.dag_id) m
-                       GROUP BY m.clause_no
-                      HAVING NOT coalesce(bool_or(m.asset_id = ANY (v_assets)), false))
         THEN
             UPDATE {{ns}}.dag d SET last_scheduled_at = v_now WHERE d.dag_id = v_dag.dag_id;
             CONTINUE;
         END IF;
 
-        IF v_dag.max_events_per_run IS NULL OR v_n <= v_dag.max_events_per_run THEN
-            v_claim := NULL;  -- the whole queue
-        ELSIF {{ns}}.condition_holds(v_dag.dag_id, v_assets[1:v_dag.max_events_per_run]) THEN
-            v_claim := ARRAY(SELECT generate_series(1, v_dag.max_events_per_run));
+        v_claim := NULL;
+        v_wids := '{}';
+        v_wtimes := '{}';
+        IF v_cap IS NULL OR v_n <= v_cap THEN
+            -- The whole queue. I6: every clause of the condition needs a member among the
+            -- claimed rows' assets. Written out here rather than calling condition_holds:
+            -- PL/pgSQL keeps this plan, a SQL function is planned again on every call, and
+            -- this runs for every consumer.
+            IF EXISTS (SELECT 1
+                         FROM (SELECT c.clause_no, c.asset_id
+                                 FROM {{ns}}.dag_condition_clause c
+                                WHERE c.dag_id = v_dag.dag_id
+                               UNION ALL
+                               SELECT ca.clause_no, aa.asset_id
+                                 FROM {{ns}}.dag_condition_alias ca
+                                 LEFT JOIN {{ns}}.asset_alias_asset aa ON aa.alias_id = ca.alias_id
+                                WHERE ca.dag_id = v_dag.dag_id) m
+                        GROUP BY m.clause_no
+                       HAVING NOT coalesce(bool_or(m.asset_id = ANY (v_assets)), false))
+            THEN
+                UPDATE {{ns}}.dag d SET last_scheduled_at = v_now WHERE d.dag_id = v_dag.dag_id;
+                CONTINUE;
+            END IF;
+        ELSIF {{ns}}.condition_holds(v_dag.dag_id, v_assets[1:v_cap]) THEN
+            v_claim := ARRAY(SELECT generate_series(1, v_cap));  -- the N oldest rows
         ELSE
-            -- Greedy witnesses. v_assets is in queue order, so an asset's first position is
-            -- its oldest row.
+            -- The N oldest rows do not satisfy the condition. Greedy witnesses over the whole
+            -- queue, by index (asset_dag_run_queue_asset_idx): for each clause not yet hit,
+            -- the member asset whose oldest queued row is the oldest, and that row. A clause
+            -- with no queued member: the whole queue does not satisfy the condition, no run.
             v_chosen := '{}';
+            v_pick := 0;
             FOR v_clause IN
                 SELECT DISTINCT m.clause_no FROM {{ns}}.dag_clause_members(v_dag.dag_id) m ORDER BY 1
             LOOP
                 CONTINUE WHEN EXISTS (SELECT 1 FROM {{ns}}.dag_clause_members(v_dag.dag_id) m
                                        WHERE m.clause_no = v_clause AND m.asset_id = ANY (v_chosen));
-                SELECT u.asset INTO v_pick
-                  FROM unnest(v_assets) WITH ORDINALITY AS u(asset, pos)
-                 WHERE u.asset IN (SELECT m.asset_id FROM {{ns}}.dag_clause_members(v_dag.dag_id) m
-                                    WHERE m.clause_no = v_clause)
-                 ORDER BY u.pos
+                SELECT m.asset_id, o.asset_event_id, o.created_at INTO v_pick, v_pick_id, v_pick_time
+                  FROM (SELECT DISTINCT x.asset_id
+                          FROM {{ns}}.dag_clause_members(v_dag.dag_id) x
+                         WHERE x.clause_no = v_clause AND x.asset_id IS NOT NULL) m
+                  CROSS JOIN LATERAL (
+                        SELECT q.asset_event_id, q.created_at
+                          FROM {{ns}}.asset_dag_run_queue q
+                         WHERE q.target_dag_id = v_dag.dag_id AND q.asset_id = m.asset_id
+                         ORDER BY q.created_at, q.asset_event_id
+                         LIMIT 1) o
+                 ORDER BY o.created_at, o.asset_event_id
                  LIMIT 1;
+                EXIT WHEN v_pick IS NULL;
                 v_chosen := v_chosen || v_pick;
+                v_wids := v_wids || v_pick_id;
+                v_wtimes := v_wtimes || v_pick_time;
             END LOOP;
+            IF v_pick IS NULL THEN
+                UPDATE {{ns}}.dag d SET last_scheduled_at = v_now WHERE d.dag_id = v_dag.dag_id;
+                CONTINUE;
+            END IF;
             -- Prune, newest choice first: what is left is a minimal set of assets.
             FOR i IN REVERSE cardinality(v_chosen)..1 LOOP
                 v_try := v_chosen[1:i - 1] || v_chosen[i + 1:];
                 IF {{ns}}.condition_holds(v_dag.dag_id, v_try) THEN
                     v_chosen := v_try;
+                    v_wids := v_wids[1:i - 1] || v_wids[i + 1:];
+                    v_wtimes := v_wtimes[1:i - 1] || v_wtimes[i + 1:];
                 END IF;
             END LOOP;
-            -- The oldest row of each chosen asset (its first position), then the oldest
-            -- others, N in all.
-            v_witness := ARRAY(SELECT array_position(v_assets, a) FROM unnest(v_chosen) AS a);
-            SELECT array_agg(c.pos ORDER BY c.pos) INTO v_claim
-              FROM (SELECT unnest(v_witness) AS pos
-                    UNION ALL
-                    (SELECT u.pos
-                       FROM generate_series(1, v_n) AS u(pos)
-                      WHERE u.pos <> ALL (v_witness)
-                      ORDER BY u.pos
-                      LIMIT greatest(v_dag.max_events_per_run - cardinality(v_witness), 0))) c;
+            -- The witness rows, then the oldest others, N in all (more only if the witnesses
+            -- alone are more). The others come from the N oldest rows read above: at most N
+            -- minus the witnesses are needed, and that many are among them.
+            v_claim := ARRAY(SELECT u.pos
+                               FROM unnest(v_ids) WITH ORDINALITY AS u(id, pos)
+                              WHERE u.id <> ALL (v_wids)
+                              ORDER BY u.pos
+                              LIMIT greatest(v_cap - cardinality(v_wids), 0));
         END IF;
 
-        -- The claimed rows, in queue order: the last one is the newest, the triggering event.
+        -- The claimed rows. The newest (latest timestamp, then highest id) is the triggering
+        -- event; the whole queue and the N oldest rows are in queue order, so it is the last.
         IF v_claim IS NULL THEN
             v_events := ARRAY(SELECT u.id FROM unnest(v_ids) AS u(id) ORDER BY u.id);
             v_run_after := v_times[v_n];
             v_trigger := v_ids[v_n];
-        ELSE
+        ELSIF cardinality(v_wids) = 0 THEN
             v_events := ARRAY(SELECT v_ids[p] FROM unnest(v_claim) AS p ORDER BY 1);
             v_run_after := v_times[v_claim[cardinality(v_claim)]];
             v_trigger := v_ids[v_claim[cardinality(v_claim)]];
+        ELSE
+            SELECT array_agg(c.id ORDER BY c.id),
+                   (array_agg(c.t ORDER BY c.t DESC, c.id DESC))[1],
+                   (array_agg(c.id ORDER BY c.t DESC, c.id DESC))[1]
+              INTO v_events, v_run_after, v_trigger
+              FROM (SELECT v_ids[p] AS id, v_times[p] AS t FROM unnest(v_claim) AS p
+                    UNION
+                    SELECT w.id, w.t FROM unnest(v_wids, v_wtimes) AS w(id, t)) c;
         END IF;
+
 
         UPDATE {{ns}}.dag d
            SET last_run_seq = d.last_run_seq + 1, last_scheduled_at = v_now
@@ -1162,6 +1221,12 @@ CREATE TRIGGER asset_dag_run_queue_notify
 -- The queue by event: the foreign-key check of every event purge_events deletes (and its own
 -- "still queued?" test) looks the event up here; without it each check scans the queue.
 CREATE INDEX asset_dag_run_queue_event_idx ON {{ns}}.asset_dag_run_queue (asset_event_id);
+-- A consumer's queue in queue order (a capped claim reads its N + 1 oldest rows), and each of
+-- its assets' oldest row (the witness search), by index (migration 0007_capped_claim).
+CREATE INDEX asset_dag_run_queue_order_idx
+    ON {{ns}}.asset_dag_run_queue (target_dag_id, created_at, asset_event_id) INCLUDE (asset_id);
+CREATE INDEX asset_dag_run_queue_asset_idx
+    ON {{ns}}.asset_dag_run_queue (target_dag_id, asset_id, created_at, asset_event_id);
 -- Events by age, in the (timestamp, id) order purge_events walks them with its cursor.
 CREATE INDEX asset_event_timestamp_idx ON {{ns}}.asset_event ("timestamp", id);
 -- Runs by age, for purge_runs.

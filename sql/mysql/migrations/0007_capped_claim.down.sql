@@ -1,0 +1,4 @@
+-- Migration 0007_capped_claim (down): nothing on MySQL/MariaDB yet. The revision changes
+-- PostgreSQL's capped claim (schedule_pass reads only the rows a capped run consumes); the
+-- MySQL port of it follows in this revision's script before it is released. The revision
+-- exists here so both engines share one revision history.
