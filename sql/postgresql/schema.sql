@@ -1092,12 +1092,14 @@ DECLARE
     v_old     text;
     v_worker  text;
     v_attempt integer;
+    v_lease   timestamptz;
 BEGIN
     IF p_state IS NULL OR p_state NOT IN ('queued', 'running', 'success', 'failed') THEN
         RAISE EXCEPTION 'unknown run state %: use queued, running, success or failed', quote_nullable(p_state)
             USING ERRCODE = 'AQ008';
     END IF;
-    SELECT r.id, r.state, r.worker, r.attempt INTO v_id, v_old, v_worker, v_attempt
+    SELECT r.id, r.state, r.worker, r.attempt, r.lease_until
+      INTO v_id, v_old, v_worker, v_attempt, v_lease
       FROM {{ns}}.dag_run r
      WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
        FOR NO KEY UPDATE;
@@ -1105,9 +1107,10 @@ BEGIN
         RAISE EXCEPTION 'unknown run % of dag %', quote_nullable(p_run_id), quote_nullable(p_dag_id)
             USING ERRCODE = 'AQ006';
     END IF;
-    -- A run a worker claimed (claim_runs) is finished by that worker's complete_run, fenced by
-    -- its attempt (I8): moving it here would let a second party finish a run someone holds.
-    IF v_old = 'running' AND v_worker IS NOT NULL AND v_old <> p_state THEN
+    -- A run a worker holds (claimed by claim_runs: running under a lease) is finished by that
+    -- worker's complete_run, fenced by its attempt (I8): moving it here would let a second
+    -- party finish a run someone holds. A run moved to running by hand has no lease.
+    IF v_old = 'running' AND v_lease IS NOT NULL AND v_old <> p_state THEN
         RAISE EXCEPTION 'run % of dag % is held by worker % (attempt %): its worker completes it (assetq.complete_run)',
                 p_run_id, p_dag_id, quote_literal(v_worker), v_attempt
             USING ERRCODE = 'AQ008',
@@ -1517,13 +1520,14 @@ DECLARE
     v_id      bigint;
     v_state   text;
     v_attempt integer;
+    v_lease   timestamptz;
     v_until   timestamptz;
 BEGIN
     IF p_lease_seconds IS NULL OR NOT (p_lease_seconds > 0 AND p_lease_seconds <= 604800) THEN
         RAISE EXCEPTION 'lease must be above 0 and at most 604800 seconds, got %', quote_nullable(p_lease_seconds)
             USING ERRCODE = 'AQ002';
     END IF;
-    SELECT r.id, r.state, r.attempt INTO v_id, v_state, v_attempt
+    SELECT r.id, r.state, r.attempt, r.lease_until INTO v_id, v_state, v_attempt, v_lease
       FROM {{ns}}.dag_run r
      WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
        FOR NO KEY UPDATE;
@@ -1531,7 +1535,9 @@ BEGIN
         RAISE EXCEPTION 'unknown run % of dag %', quote_nullable(p_run_id), quote_nullable(p_dag_id)
             USING ERRCODE = 'AQ006';
     END IF;
-    IF v_state <> 'running' OR v_attempt IS DISTINCT FROM p_attempt THEN
+    -- Held means running under a lease at this attempt: a run moved to running by hand
+    -- (set_run_state) has none, and no claim of an earlier attempt holds it.
+    IF v_state <> 'running' OR v_attempt IS DISTINCT FROM p_attempt OR v_lease IS NULL THEN
         RAISE EXCEPTION 'lease lost: run % of dag % is % at attempt %, not running at attempt %',
                 p_run_id, p_dag_id, v_state, v_attempt, coalesce(CAST(p_attempt AS text), 'NULL')
             USING ERRCODE = 'AQ010',
@@ -1589,6 +1595,7 @@ DECLARE
     v_id        bigint;
     v_state     text;
     v_attempt   integer;
+    v_lease     timestamptz;
     v_max       integer;
     v_delay     double precision;
     v_cap       double precision;
@@ -1602,8 +1609,9 @@ BEGIN
     IF p_state = 'failed' AND p_events IS NOT NULL AND p_events <> '[]'::jsonb THEN
         RAISE EXCEPTION 'a failed run produces no events' USING ERRCODE = 'AQ002';
     END IF;
-    SELECT r.id, r.state, r.attempt, d.max_attempts, d.retry_delay_seconds, d.max_retry_delay_seconds
-      INTO v_id, v_state, v_attempt, v_max, v_delay, v_cap
+    SELECT r.id, r.state, r.attempt, r.lease_until, d.max_attempts, d.retry_delay_seconds,
+           d.max_retry_delay_seconds
+      INTO v_id, v_state, v_attempt, v_lease, v_max, v_delay, v_cap
       FROM {{ns}}.dag_run r
       JOIN {{ns}}.dag d ON d.dag_id = r.dag_id
      WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
@@ -1612,7 +1620,7 @@ BEGIN
         RAISE EXCEPTION 'unknown run % of dag %', quote_nullable(p_run_id), quote_nullable(p_dag_id)
             USING ERRCODE = 'AQ006';
     END IF;
-    IF v_state <> 'running' OR v_attempt IS DISTINCT FROM p_attempt THEN
+    IF v_state <> 'running' OR v_attempt IS DISTINCT FROM p_attempt OR v_lease IS NULL THEN
         RAISE EXCEPTION 'lease lost: run % of dag % is % at attempt %, not running at attempt %',
                 p_run_id, p_dag_id, v_state, v_attempt, coalesce(CAST(p_attempt AS text), 'NULL')
             USING ERRCODE = 'AQ010',
