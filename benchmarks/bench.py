@@ -1,7 +1,8 @@
 """assetq benchmarks, both engines, one command: writes docs/benchmarks.md, its PNG plots and
 the raw figures (docs/benchmarks.json).
 
-    python benchmarks/bench.py            # the full run, about 10 minutes on 2 cores
+    python benchmarks/bench.py            # the full run, about 25 minutes on 2 cores (a
+                                          # dozen of them the worker burn-down)
     python benchmarks/bench.py --quick    # a smoke run of every figure, well under a minute
 
 What is measured (each figure a median of repetitions with min-max; within a repetition the
@@ -32,6 +33,13 @@ pass
 large run
     time and Python memory (tracemalloc peak) of one pass that consumes 1k, 10k and 50k
     events queued for one consumer.
+burndown
+    runs/s of a no-op burn-down of 10,000 queued runs by 8 worker threads (claim_runs with
+    limit 1, complete_run as success), with no other runs and with 100,000 finished runs in
+    the tables, against procrastinate's fetch + finish of 10,000 jobs on the same PostgreSQL
+    server (no peer on MariaDB), in 3 interleaved rounds; and the counters of one claim with
+    and without the history (benchmarks/burndown.py, which also runs alone). procrastinate
+    is installed into the running environment first when it is missing.
 
 Servers: PostgreSQL at ``--postgres`` (default: the local server, postgres@127.0.0.1:5432), in
 a database ``aqp_bench_<pid>`` created for the run and dropped after; MariaDB/MySQL on a
@@ -78,6 +86,7 @@ for _path in (HERE, ROOT / "tests"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
+import burndown  # noqa: E402  (benchmarks/burndown.py: the worker burn-down)
 import register  # noqa: E402  (benchmarks/register.py: the plain-statements path)
 
 
@@ -106,6 +115,13 @@ class Config:
     pass_repetitions: int = 5
     run_sizes: tuple[int, ...] = (1_000, 10_000, 50_000)
     run_repetitions: int = 3
+    burndown_runs: int = 10_000  # worker burn-down figure (benchmarks/burndown.py)
+    burndown_threads: int = 8
+    burndown_rounds: int = 3
+    burndown_history: int = 100_000
+    burndown_probes: int = 20
+    #: "install" (procrastinate pip-installed when missing), "if-installed" or "off".
+    burndown_peer: str = "install"
 
 
 FULL = Config()
@@ -122,6 +138,11 @@ QUICK = Config(
     pass_repetitions=1,
     run_sizes=(100, 1_000),
     run_repetitions=1,
+    burndown_runs=1_000,
+    burndown_threads=4,
+    burndown_rounds=1,
+    burndown_history=10_000,
+    burndown_probes=5,
 )
 
 
@@ -685,6 +706,23 @@ def measure_large_run(target: Target, cfg: Config) -> dict[str, Any]:
     return {"sizes": list(cfg.run_sizes), "seconds": seconds, "peak_bytes": peaks}
 
 
+# -- worker burn-down ------------------------------------------------------------------------
+
+
+def measure_burndown(target: Target, cfg: Config) -> dict[str, Any]:
+    """benchmarks/burndown.py: N queued runs claimed and completed by T worker threads,
+    against procrastinate's fetch + finish on PostgreSQL (installed first when missing)."""
+    settings = burndown.Settings(
+        runs=cfg.burndown_runs,
+        threads=cfg.burndown_threads,
+        rounds=cfg.burndown_rounds,
+        history=cfg.burndown_history,
+        probes=cfg.burndown_probes,
+        peer=cfg.burndown_peer,
+    )
+    return burndown.measure(target.engine, settings)
+
+
 # -- servers ---------------------------------------------------------------------------------
 
 
@@ -697,9 +735,9 @@ class Server:
     settings: dict[str, str] = field(default_factory=dict)
 
 
-def _postgres_server(admin_url: str) -> Server:
+def _postgres_server(admin_url: str, name: str | None = None) -> Server:
     url = make_url(admin_url)
-    name = f"aqp_bench_{os.getpid()}"
+    name = name or f"aqp_bench_{os.getpid()}"
     dialect = assetq.dialects.POSTGRESQL
     admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -735,7 +773,7 @@ def _postgres_server(admin_url: str) -> Server:
     )
 
 
-def _mysql_server(choice: str) -> Server:
+def _mysql_server(choice: str, name: str | None = None) -> Server:
     dialect = assetq.dialects.MYSQL
     if choice == "private":
         dbs = _tests_module("dbs")
@@ -764,7 +802,7 @@ def _mysql_server(choice: str) -> Server:
     url = make_url(choice)
     if url.drivername in ("mysql", "mariadb"):
         url = url.set(drivername="mysql+pymysql")
-    name = "aqp_bench_app"
+    name = name or "aqp_bench_app"
     admin = sa.create_engine(url.set(database=None))
     with admin.begin() as conn:
         conn.execute(_sql(dialect, "drop_database", name))
@@ -794,6 +832,7 @@ FIGURES: dict[str, Callable[[Target, Config], dict[str, Any]]] = {
     "batch": measure_batch,
     "pass": measure_pass,
     "large_run": measure_large_run,
+    "burndown": measure_burndown,
 }
 
 

@@ -138,7 +138,149 @@ def targets_summary(report: dict[str, Any]) -> list[dict[str, Any]]:
                     "met": per_event < 200,
                 }
             )
+        burn = data.get("burndown")
+        if burn:
+            rows += _burndown_targets(title, burn)
     return rows
+
+
+#: The labels of benchmarks/burndown.py's alternatives, as its figures store them.
+BURN_ASSETQ, BURN_HISTORY, BURN_PEER = "assetq", "assetq with history", "procrastinate"
+#: Counters per claim, as benchmarks/burndown.py's probes name them.
+BURN_COUNTERS = {
+    "buffers": "buffers, all the namespace's tables and indexes (hits + reads)",
+    "claim_index_buffers": "buffers of the claim's index (dag_run_claim_idx)",
+    "index_entries": "index entries read",
+    "handler_reads": "Handler_read_* (sum)",
+}
+#: The counters that must not grow with history; the total of buffers also counts the
+#: descents of the UPDATE's index insertions, which grow with each index's height (log).
+BURN_FLAT = ("claim_index_buffers", "index_entries", "handler_reads")
+
+
+def _burndown_targets(title: str, burn: dict[str, Any]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    rates = burn["rates"]
+    if BURN_PEER in rates:
+        ratios = _ratios(rates[BURN_ASSETQ], rates[BURN_PEER])
+        rows.append(
+            {
+                "engine": title,
+                "target": f"worker burn-down of {burn['runs']:,} runs by {burn['threads']} threads,"
+                " assetq / procrastinate >= 1.0x",
+                "measured": _spread(ratios, digits=2, unit="x"),
+                "met": _median(ratios) >= 1.0,
+            }
+        )
+    probes = burn.get("probes", {})
+    high = str(burn.get("history", 0))
+    if high != "0" and "0" in probes and high in probes:
+        for key, low_values in probes["0"].items():
+            if key not in BURN_FLAT:
+                continue
+            top, bottom = _median(probes[high][key]), _median(low_values)
+            rows.append(
+                {
+                    "engine": title,
+                    "target": f"one claim's {key.replace('_', ' ')} with {int(high):,} finished"
+                    " runs / without: does not grow (<= 1.1x)",
+                    "measured": f"{top:g} / {bottom:g}",
+                    "met": bottom > 0 and top / bottom <= 1.1,
+                }
+            )
+    return rows
+
+
+def burndown_section(report: dict[str, Any]) -> list[str]:
+    """The page's "Worker burn-down" section: benchmarks/burndown.py's figures of every
+    engine in one table, and the counters of one claim with and without history."""
+    engines = [e for e in report["engines"] if "burndown" in report["engines"][e]]
+    if not engines:
+        return []
+    first = report["engines"][engines[0]]["burndown"]
+    runs, threads, rounds = first["runs"], first["threads"], first["rounds"]
+    history = int(first["history"])
+    peers = [report["engines"][e]["burndown"].get("peer") for e in engines]
+    peer = next((p for p in peers if p), None)
+    out = [
+        "",
+        "## Worker burn-down",
+        "",
+        f"A no-op burn-down of {runs:,} queued runs by {threads} worker threads, each thread"
+        " looping `assetq.claim_runs(engine, worker, limit=1)` (its own READ COMMITTED"
+        ' transaction) and `assetq.complete_run(conn, claim, "success")` in a transaction'
+        " of its own until nothing is left; against procrastinate's fetch + finish of"
+        f" {runs:,} jobs on the same PostgreSQL server, through its own SQL functions"
+        " (procrastinate_fetch_job_v2, procrastinate_finish_job_v1, the queries its worker"
+        " sends, each in a transaction of its own as its psycopg connector runs them; the"
+        f' job kept, as its default delete_jobs="never"){" with " + peer if peer else ""}'
+        ", its packaged schema in a schema of its own. Both sides: psycopg 3, one connection"
+        " per thread, synchronous_commit off. The queued runs are inserted directly, shaped"
+        " as the scheduler pass writes them (one event each, linked), not timed; the"
+        f" history is {history:,} finished runs (success, attempt 1) in the same tables."
+        f" Runs/s, median (min-max) of {rounds} interleaved rounds (the order rotates each"
+        " round); ratios per round. procrastinate runs on PostgreSQL only: MariaDB has"
+        " assetq alone. Reproduce with `python benchmarks/burndown.py` (both engines, prints"
+        " these figures) or `python benchmarks/bench.py --figures burndown`"
+        " (benchmarks/burndown.py explains every choice).",
+        "",
+    ]
+    rows = []
+    for engine in engines:
+        burn = report["engines"][engine]["burndown"]
+        rates = burn["rates"]
+        peer_rates = rates.get(BURN_PEER)
+        hist = rates.get(BURN_HISTORY)
+        rows.append(
+            [
+                _engine_title(report, engine),
+                _spread(rates[BURN_ASSETQ]),
+                _spread(hist) if hist else "",
+                _spread(peer_rates) if peer_rates else burn.get("peer_note", ""),
+                _spread(_ratios(rates[BURN_ASSETQ], peer_rates), digits=2, unit="x")
+                if peer_rates
+                else "",
+                _spread(_ratios(hist, rates[BURN_ASSETQ]), digits=2, unit="x") if hist else "",
+            ]
+        )
+    out += _table(
+        [
+            "engine",
+            "assetq, runs/s",
+            f"assetq, {history:,} finished runs",
+            "procrastinate, runs/s",
+            "assetq / procrastinate",
+            "with / without history",
+        ],
+        rows,
+    )
+    out += [
+        "",
+        "One claim's cost, counted, not timed: before the timed rounds, claims at the head of"
+        f" {runs:,} queued runs, each in a transaction rolled back after, in the namespace"
+        f" without and with the {history:,} finished runs. PostgreSQL: this transaction's"
+        " counters (pg_stat_get_xact_blocks_fetched, index entries returned) over the"
+        " namespace's tables and indexes; MariaDB: the session's Handler_read_* counters around"
+        " the call, less the counter query's own. Median of the probes.",
+        "",
+    ]
+    rows = []
+    for engine in engines:
+        probes = report["engines"][engine]["burndown"].get("probes", {})
+        levels = sorted(probes, key=int)
+        for key in probes.get("0", {}):
+            rows.append(
+                [
+                    _engine_title(report, engine),
+                    BURN_COUNTERS.get(key, key),
+                    *(f"{_median(probes[level][key]):g}" for level in levels),
+                ]
+            )
+    levels = sorted(first.get("probes", {}), key=int)
+    out += _table(
+        ["engine", "per claim", *(f"{int(level):,} finished runs" for level in levels)], rows
+    )
+    return out
 
 
 # -- plots -----------------------------------------------------------------------------------
@@ -489,6 +631,7 @@ def markdown(report: dict[str, Any], plots: Sequence[str], latency: str | None =
                     for s in run["sizes"]
                 ],
             )
+    out += burndown_section(report)
     out += latency_section(latency)
     if plots:
         out += ["", "## Plots", ""]
@@ -511,6 +654,21 @@ def markdown(report: dict[str, Any], plots: Sequence[str], latency: str | None =
         "- One run of a backlog: the run's links are inserted and its queue rows deleted in"
         " set-based statements; what grows with the backlog is the work per link (on"
         " PostgreSQL two foreign-key checks each) and the run's ids returned to Python.",
+        "- Worker burn-down against procrastinate: per run both sides lock a row with SKIP"
+        " LOCKED and update it to claim, update it to finish, and commit twice. assetq does"
+        " more in each: its claim function also looks for runs whose last lease expired and"
+        " reads the run's event ids, and each claim and completion changes indexed columns"
+        " (state, not_before) of a table with nine indexes, so every update adds an entry to"
+        " each of them. The larger share is the client: assetq's calls go through SQLAlchemy"
+        " Core, each claim sends SET TRANSACTION ISOLATION LEVEL READ COMMITTED as a round"
+        " trip of its own, and its rows are mapped to Claim and RunInfo, against"
+        " procrastinate's bare psycopg calls here; with all worker threads under one"
+        " interpreter lock on a 2-core machine shared with the server, that client CPU bounds"
+        " the rate.",
+        "- A claim with finished runs in the history: it reads the same index entries and the"
+        " same pages of the claim's partial index (finished runs are not in it); its total of"
+        " buffers grows only by the descents of its UPDATE into dag_run's other B-trees, one"
+        " page per level, i.e. with the logarithm of the table's rows.",
         "",
         "## How the alternatives are made comparable",
         "",

@@ -37,6 +37,12 @@ def test_every_figure_runs_and_the_report_is_written(
         pending_events=2,
         history=(200, 400),
         run_sizes=(10, 100),
+        burndown_runs=100,
+        burndown_threads=2,
+        burndown_history=200,
+        burndown_probes=1,
+        # The suite never installs anything: without procrastinate its side is skipped.
+        burndown_peer="if-installed",
     )
     report = bench.new_report("pytest", cfg)
     results = bench.run_engine(bench.Target(db.engine), cfg, list(bench.FIGURES))
@@ -46,6 +52,7 @@ def test_every_figure_runs_and_the_report_is_written(
 
     page = (tmp_path / "benchmarks.md").read_text()
     assert "## Targets" in page and "Scheduler pass against history" in page
+    assert "## Worker burn-down" in page
     for plot in ("registration", "batch", "pass", "large_run"):
         assert (tmp_path / "benchmarks" / f"{plot}.png").stat().st_size > 0
         assert f"benchmarks/{plot}.png" in page
