@@ -44,7 +44,7 @@ from work_scenario import (
 
 import assetq
 import assetq.worker
-from dbs import TestDatabase
+from dbs import Backend, TestDatabase
 
 OUTPUT = "sales_report"
 
@@ -283,13 +283,14 @@ def _claims_sent(engine: sa.Engine) -> list[int]:
 
 
 def test_an_idle_worker_is_woken_by_the_notification_when_a_pass_creates_runs(
-    db: TestDatabase, monkeypatch: pytest.MonkeyPatch
+    backend: Backend, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its first idle wait is made as long as the poll (30 s), so only the notification can
     end it within the test's 20 s deadline; the run is created after that first, empty
-    claim."""
-    if not db.dialect.supports_notify:
+    claim. (The engine is asked before a database is made for the test.)"""
+    if not backend.dialect.supports_notify:
         pytest.skip("no notifications on this engine: workers poll (the next test)")
+    db: TestDatabase = request.getfixturevalue("db")
     monkeypatch.setattr(assetq.worker, "_IDLE_FIRST", 30.0)
     declare(db, "report", "orders")
     engine = db.new_engine()
