@@ -29,11 +29,11 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from work_scenario import register
 
 import assetq
 import history
 from dbs import TestDatabase
+from work_scenario import register
 
 CONSUMERS = 10
 #: Tables whose size is the history.

@@ -20,6 +20,9 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+
+import assetq
+from dbs import TestDatabase
 from work_scenario import (
     Statements,
     claim_until,
@@ -40,9 +43,6 @@ from work_scenario import (
     wait_past,
     write_effect,
 )
-
-import assetq
-from dbs import TestDatabase
 
 OUTPUT = "sales_report"
 #: A lease meant to expire, seconds: the wait for it is a poll of the database's clock.

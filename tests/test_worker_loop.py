@@ -20,6 +20,10 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+
+import assetq
+import assetq.worker
+from dbs import Backend, TestDatabase
 from work_scenario import (
     OUTPUT_ASSET,
     Statements,
@@ -41,10 +45,6 @@ from work_scenario import (
     wait_past,
     write_effect,
 )
-
-import assetq
-import assetq.worker
-from dbs import Backend, TestDatabase
 
 OUTPUT = "sales_report"
 
