@@ -215,3 +215,4 @@ ALTER FUNCTION {{ns}}.schedule_pass(integer)
 
 DROP INDEX {{ns}}.asset_dag_run_queue_order_idx;
 DROP INDEX {{ns}}.asset_dag_run_queue_asset_idx;
+DROP INDEX {{ns}}.dag_run_lease_idx;

@@ -5,7 +5,9 @@
 -- backlog (170 ms per run at 100,000 queued), and draining a backlog in runs of N cost
 -- O(backlog^2 / N). It now reads the N + 1 oldest rows through an index in queue order and,
 -- when those do not satisfy the condition, each member asset's oldest row through a second
--- index. Every pass also probed the queue with a join that the planner answered by hashing
+-- index. A run whose last attempt's lease expired is now failed by every pass, not only by
+-- a pass that finds its consumer at the cap (docs/workers.md: "the next time anyone claims
+-- or passes"). Every pass also probed the queue with a join that the planner answered by hashing
 -- every queued row: the candidates are now found with one probe by key per consumer. The
 -- claims are the same as before, row for row (tests/test_semantics.py and
 -- tests/test_capped_claim.py).
@@ -22,6 +24,9 @@ CREATE INDEX asset_dag_run_queue_order_idx
     ON {{ns}}.asset_dag_run_queue (target_dag_id, created_at, asset_event_id) INCLUDE (asset_id);
 CREATE INDEX asset_dag_run_queue_asset_idx
     ON {{ns}}.asset_dag_run_queue (target_dag_id, asset_id, created_at, asset_event_id);
+-- Running runs by the end of their lease: the pass fails those whose last attempt's lease
+-- expired (migration 0007_capped_claim).
+CREATE INDEX dag_run_lease_idx ON {{ns}}.dag_run (not_before) WHERE state = 'running';
 
 CREATE OR REPLACE FUNCTION {{ns}}.schedule_pass(p_limit integer DEFAULT 100)
 RETURNS TABLE (
@@ -65,6 +70,26 @@ BEGIN
         RAISE EXCEPTION 'limit must be a positive integer, got %', quote_nullable(p_limit)
             USING ERRCODE = 'AQ002';
     END IF;
+
+    -- I10: a run whose last attempt's lease expired is failed by the next pass (and by the
+    -- next claim), whatever its consumer's state: at most 100 per pass, oldest lease first,
+    -- found through dag_run_lease_idx (running runs only); rows a worker is completing right
+    -- now are skipped, not waited for.
+    UPDATE {{ns}}.dag_run r
+       SET state = 'failed', ended_at = clock_timestamp(), updated_at = clock_timestamp(),
+           not_before = NULL, lease_until = NULL,
+           error = format('the lease of attempt %s (worker %s) expired at %s and no attempt is left (max_attempts %s)',
+                          r.attempt, r.worker, r.lease_until, d.max_attempts)
+      FROM {{ns}}.dag d
+     WHERE d.dag_id = r.dag_id
+       AND r.id IN (SELECT x.id
+                      FROM {{ns}}.dag_run x
+                      JOIN {{ns}}.dag xd ON xd.dag_id = x.dag_id
+                     WHERE x.state = 'running' AND x.not_before <= clock_timestamp()
+                       AND x.attempt >= xd.max_attempts
+                     ORDER BY x.not_before
+                     LIMIT 100
+                       FOR NO KEY UPDATE OF x SKIP LOCKED);
 
     -- FOR NO KEY UPDATE, not FOR UPDATE: every in-flight producer holds a KEY SHARE lock on
     -- the consumer row through the queue's foreign key. FOR UPDATE conflicts with it, so the
