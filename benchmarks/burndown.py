@@ -94,6 +94,8 @@ PEER_SCHEMA = "aqbd_procrastinate"
 #: What the bench extra asks for (pyproject.toml); the benchmark installs it when missing.
 PEER_REQUIREMENT = "procrastinate>=3.10"
 PEER_NAME = "procrastinate"
+#: Claims a probe connection makes before the counted ones (see probe_claims).
+PROBE_WARMUP = 10
 #: Lease of the claims: far longer than a burn-down, so no run is claimed twice.
 LEASE_SECONDS = 600.0
 
@@ -638,7 +640,10 @@ def probe_claims(engine: Engine, namespace: str, probes: int) -> dict[str, list[
                 }
             return {"handler_reads": sum(int(row[1]) for row in rows)}  # Handler_read_*
 
-        for _ in range(probes + 1):  # the first one warms the connection up, and is dropped
+        # The first PROBE_WARMUP claims are dropped: they warm the connection up, and PL/pgSQL
+        # plans a statement for its parameters for its first five executions, then may keep
+        # a generic plan, which is what a worker's long-lived connection runs.
+        for _ in range(PROBE_WARMUP + probes):
             with conn.begin() as tx:
                 dialect.execute(conn, "scheduler_transaction", namespace)
                 before = counters()
@@ -652,7 +657,7 @@ def probe_claims(engine: Engine, namespace: str, probes: int) -> dict[str, list[
                 own = baseline[key] - before[key]
                 out.setdefault(key, []).append(value - baseline[key] - own)
         for values in out.values():
-            del values[0]
+            del values[:PROBE_WARMUP]
     return out
 
 

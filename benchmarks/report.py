@@ -257,7 +257,9 @@ def burndown_section(report: dict[str, Any]) -> list[str]:
     out += [
         "",
         "One claim's cost, counted, not timed: before the timed rounds, claims at the head of"
-        f" {runs:,} queued runs, each in a transaction rolled back after, in the namespace"
+        f" {runs:,} queued runs on one connection (after ten that warm it up and let PL/pgSQL"
+        " settle on the plans a worker's connection keeps), each in a transaction rolled back"
+        " after, in the namespace"
         f" without and with the {history:,} finished runs. PostgreSQL: this transaction's"
         " counters (pg_stat_get_xact_blocks_fetched, index entries returned) over the"
         " namespace's tables and indexes; MariaDB: the session's Handler_read_* counters around"
@@ -668,7 +670,10 @@ def markdown(report: dict[str, Any], plots: Sequence[str], latency: str | None =
         "- A claim with finished runs in the history: it reads the same index entries and the"
         " same pages of the claim's partial index (finished runs are not in it); its total of"
         " buffers grows only by the descents of its UPDATE into dag_run's other B-trees, one"
-        " page per level, i.e. with the logarithm of the table's rows.",
+        " page per level, i.e. with the logarithm of the table's rows. What a claim does step"
+        " over is the dead entries that runs claimed since the last vacuum left at the head of"
+        " the claim index (their earlier versions): about a page per 150-200 claims until"
+        " (auto)vacuum removes them, as in procrastinate's index of jobs to do.",
         "",
         "## How the alternatives are made comparable",
         "",
