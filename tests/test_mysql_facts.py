@@ -3,6 +3,7 @@ SQL is changed back to the obvious alternative (see the comments in sql/mysql/sc
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -323,3 +324,321 @@ def test_a_user_with_one_database_installs_into_it_and_uninstall_keeps_it(
         ).scalar_one()
         assert left == 0
         assert assetq.current_revision(conn, namespace) is None
+
+
+# -- runs as work (migration 0006_work_queue) ---------------------------------------------------
+
+
+def _queued_run(db: TestDatabase, dag_id: str = "consumer", asset: str = "orders") -> assetq.Run:
+    """Consumer ``dag_id`` on ``asset`` (declared if new) with one more queued run."""
+    with db.engine.begin() as conn:
+        if not conn.execute(
+            sa.text(db.sql("SELECT count(*) FROM {ns}.dag WHERE dag_id = :d")), {"d": dag_id}
+        ).scalar_one():
+            assetq.declare_dag(conn, dag_id, asset, max_attempts=2)
+        assetq.register_event(conn, asset)
+    (run,) = assetq.schedule(db.engine)
+    return run
+
+
+def _claim_in(conn: sa.Connection, db: TestDatabase, dag_ids: str | None) -> list[Any]:
+    """claim_runs called in ``conn``'s open transaction, at READ COMMITTED as assetq does."""
+    MYSQL.execute(conn, "scheduler_transaction", db.namespace)
+    params = {"worker": "held", "limit": 1, "lease_seconds": 60, "dag_ids": dag_ids}
+    return list(MYSQL.execute(conn, "claim_runs", db.namespace, params))
+
+
+def test_a_claim_that_locked_the_dag_row_too_would_skip_a_consumer_a_producer_registers_for(
+    my: TestDatabase,
+) -> None:
+    """MariaDB has no FOR UPDATE OF: a locking join of dag_run with dag locks the dag row too,
+    and every producer in flight holds a shared lock on it (the fan-out's read, the queue's
+    foreign key). claim_runs locks dag_run rows alone and reads the consumer's options plainly."""
+    run = _queued_run(my)
+    engine = _session(my, "SET SESSION innodb_lock_wait_timeout = 1")
+    with my.engine.connect() as producer, engine.connect() as probe:
+        assetq.register_event(producer, "orders")  # open: holds S on the dag row
+        probe = probe.execution_options(isolation_level="READ COMMITTED")
+        joined = probe.execute(
+            sa.text(
+                my.sql(
+                    "SELECT r.id, d.max_attempts FROM {ns}.dag_run r"
+                    " JOIN {ns}.dag d ON d.dag_id = r.dag_id"
+                    " WHERE r.not_before <= UTC_TIMESTAMP(6) FOR UPDATE SKIP LOCKED"
+                )
+            )
+        ).all()
+        probe.rollback()
+        assert joined == []  # the engine fact: the run is skipped
+        (claim,) = assetq.claim_runs(engine, "w1", max_attempts=1)
+        assert claim.run_id == run.run_id
+        producer.commit()
+
+
+def test_a_locking_read_through_an_index_keeps_the_rows_it_refused_so_a_claim_locks_by_key(
+    my: TestDatabase,
+) -> None:
+    """At READ COMMITTED a locking read through a secondary index keeps every row it read
+    locked to the end, those its WHERE refused too: one locking statement over the claim index
+    for consumer a would hold b's older run, and b's worker would skip it. claim_runs reads the
+    candidates plainly and locks them by primary key, where a refused row is let go."""
+    older = _queued_run(my, "b", "invoices")
+    _queued_run(my, "a", "orders")
+    with my.engine.connect() as holder:
+        holder = holder.execution_options(isolation_level="READ COMMITTED")
+        one_statement = (
+            holder.execute(
+                sa.text(
+                    my.sql(
+                        "SELECT r.dag_id FROM {ns}.dag_run r FORCE INDEX (dag_run_claim_idx)"
+                        " WHERE r.not_before <= UTC_TIMESTAMP(6) AND r.dag_id = 'a'"
+                        " ORDER BY r.not_before, r.id LIMIT 1 FOR UPDATE SKIP LOCKED"
+                    )
+                )
+            )
+            .scalars()
+            .all()
+        )
+        assert one_statement == ["a"]
+        assert assetq.claim_runs(my.engine, "wb", dag_ids=["b"]) == []  # the engine fact
+        holder.rollback()
+        (held,) = _claim_in(holder, my, '["a"]')  # claim_runs itself, transaction left open
+        assert held.dag_id == "a"
+        (claim,) = assetq.claim_runs(my.engine, "wb", dag_ids=["b"])
+        assert claim.run_id == older.run_id
+        holder.rollback()
+
+
+def test_a_claim_in_index_order_locks_only_what_it_takes_a_sorting_plan_locks_every_candidate(
+    my: TestDatabase,
+) -> None:
+    """Locking reads lock rows as they are read, before any sort: with ORDER BY ... LIMIT
+    served by a sort, every candidate stays locked, and other claimers find nothing. claim_runs
+    forces its plans in not_before order, so an open claim of one run leaves the others free."""
+    for _ in range(3):
+        _queued_run(my)
+    with my.engine.connect() as holder:
+        holder = holder.execution_options(isolation_level="READ COMMITTED")
+        holder.execute(
+            sa.text(
+                my.sql(
+                    "SELECT r.id FROM {ns}.dag_run r IGNORE INDEX (dag_run_claim_idx)"
+                    " WHERE r.not_before <= UTC_TIMESTAMP(6)"
+                    " ORDER BY r.not_before, r.id LIMIT 1 FOR UPDATE SKIP LOCKED"
+                )
+            )
+        ).all()
+        assert assetq.claim_runs(my.engine, "w2", limit=3) == []  # the engine fact
+        holder.rollback()
+        (held,) = _claim_in(holder, my, None)
+        others = assetq.claim_runs(my.engine, "w2", limit=3)
+        assert len(others) == 2 and held.dag_run_id not in {c.id for c in others}
+        holder.rollback()
+
+
+def test_complete_run_registers_its_events_without_calling_register_events(
+    my: TestDatabase,
+) -> None:
+    """A SELECT in a procedure another procedure calls still sends its rows to the client: a
+    complete_run that CALLed register_events would return two result sets. Both call
+    insert_event_batch, which leaves its rows in a temporary table."""
+    run = _queued_run(my)
+    with my.engine.begin() as conn:
+        assetq.declare_asset(conn, "report_out")
+    my.execute(
+        "CREATE PROCEDURE {ns}.nested_probe(IN p_events JSON)"
+        " BEGIN CALL {ns}.register_events(p_events); SELECT 'after' AS step; END"
+    )
+    (claim,) = assetq.claim_runs(my.engine, "w1")
+    events = '[{"asset": "report_out"}, {"asset": "report_out"}]'
+
+    def result_sets(statement: str, *args: Any) -> list[list[tuple[Any, ...]]]:
+        with my.engine.connect() as conn:
+            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            try:
+                cursor.execute(my.sql(statement), args)
+                sets = []
+                while True:
+                    if cursor.description is not None:
+                        sets.append(list(cursor.fetchall()))
+                    if not cursor.nextset():
+                        break
+            finally:
+                cursor.close()
+            conn.rollback()
+        return sets
+
+    nested = result_sets("CALL {ns}.nested_probe(%s)", events)
+    assert [len(s) for s in nested] == [2, 1]  # the engine fact: register_events' rows, then ours
+    (completed,) = result_sets(
+        "CALL {ns}.complete_run(%s, %s, %s, 'success', NULL, %s)",
+        claim.dag_id,
+        claim.run_id,
+        claim.attempt,
+        events,
+    )
+    ((*_, output),) = completed
+    assert len(json.loads(output)) == 2
+    with my.engine.begin() as conn:  # and committed, the same once more through the API
+        info = assetq.complete_run(conn, claim, "success", events=[{"asset": "report_out"}])
+    assert info.run_id == run.run_id and len(info.output_event_ids) == 1
+    assert my.scalar("SELECT count(*) FROM {ns}.asset_event") == 2  # orders and report_out
+
+
+def test_complete_run_reads_the_consumer_plainly_and_never_waits_for_a_producer(
+    my: TestDatabase,
+) -> None:
+    """PostgreSQL's complete_run locks the run FOR NO KEY UPDATE OF r in a join with dag; on
+    MySQL the same join FOR UPDATE waits for every producer in flight (their shared lock on
+    the dag row). complete_run locks the run row alone and reads the retry options plainly."""
+    _queued_run(my)
+    (claim,) = assetq.claim_runs(my.engine, "w1")
+    engine = _session(my, "SET SESSION innodb_lock_wait_timeout = 1")
+    with my.engine.connect() as producer, engine.connect() as probe:
+        assetq.register_event(producer, "orders")  # open: holds S on the dag row
+        with pytest.raises(sa.exc.OperationalError, match="1205"):
+            probe.execute(
+                sa.text(
+                    my.sql(
+                        "SELECT r.id, d.max_attempts FROM {ns}.dag_run r"
+                        " JOIN {ns}.dag d ON d.dag_id = r.dag_id"
+                        " WHERE r.dag_id = :d AND r.run_id = :r FOR UPDATE"
+                    )
+                ),
+                {"d": claim.dag_id, "r": claim.run_id},
+            )
+        probe.rollback()
+        with engine.begin() as conn:
+            info = assetq.complete_run(conn, claim, "failed", error="boom")
+        assert (info.state, info.error) == ("queued", "boom")  # max_attempts 2: a retry
+        producer.commit()
+
+
+def test_a_claim_reads_the_consumers_options_without_waiting_for_a_declaration(
+    my: TestDatabase,
+) -> None:
+    """A claim that meets an expired lease needs the consumer's max_attempts. An UPDATE
+    joined with dag waits for a declare_dag in flight (its lock on the dag row) even at READ
+    COMMITTED; the INSERT ... SELECT claim_runs reads it with does not."""
+    run = _queued_run(my)
+    (claim,) = assetq.claim_runs(my.engine, "w1")
+    my.execute(  # the lease has expired (on the database's clock)
+        "UPDATE {ns}.dag_run SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND,"
+        " not_before = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = :id",
+        id=claim.id,
+    )
+    engine = _session(my, "SET SESSION innodb_lock_wait_timeout = 1")
+    with my.engine.connect() as declaring, engine.connect() as probe:
+        assetq.declare_dag(declaring, "consumer", "orders", max_attempts=2)  # open: X on dag
+        probe = probe.execution_options(isolation_level="READ COMMITTED")
+        probe.execute(
+            sa.text(
+                my.sql(
+                    "CREATE TEMPORARY TABLE {ns}.probe_cap"
+                    " (dag_id VARCHAR(250) PRIMARY KEY, max_attempts INT)"
+                )
+            )
+        )
+        probe.execute(sa.text(my.sql("INSERT INTO {ns}.probe_cap VALUES ('consumer', NULL)")))
+        with pytest.raises(sa.exc.OperationalError, match="1205"):
+            probe.execute(
+                sa.text(
+                    my.sql(
+                        "UPDATE {ns}.probe_cap k JOIN {ns}.dag d ON d.dag_id = k.dag_id"
+                        " SET k.max_attempts = d.max_attempts"
+                    )
+                )
+            )
+        probe.rollback()
+        (again,) = assetq.claim_runs(engine, "w2", max_attempts=1)
+        assert (again.run_id, again.attempt) == (run.run_id, 2)
+        declaring.commit()
+
+
+def test_a_claim_never_reads_the_finished_history(my: TestDatabase) -> None:
+    """MySQL has no partial index: finished runs stay in dag_run_claim_idx with not_before
+    NULL, where a range "not_before <= now" never goes. The rows a claim reads (handler
+    counters) are the same with 10 finished runs and with 2,000."""
+    _queued_run(my)
+
+    def add_history(count: int) -> None:
+        start = int(my.scalar("SELECT COALESCE(MAX(seq), 0) FROM {ns}.dag_run")) + 100
+        rows = ", ".join(
+            f"('consumer', 'history_{n}', {n}, UTC_TIMESTAMP(6), 'success')"
+            for n in range(start, start + count)
+        )
+        my.execute(
+            "INSERT INTO {ns}.dag_run (dag_id, run_id, seq, run_after, state) VALUES " + rows
+        )
+
+    def rows_read() -> int:
+        with my.engine.connect() as conn:
+            status = "SHOW SESSION STATUS LIKE 'Handler_read%'"
+            before = {k: int(v) for k, v in conn.execute(sa.text(status)).all()}
+            (claim,) = _claim_in(conn, my, None)
+            after = {k: int(v) for k, v in conn.execute(sa.text(status)).all()}
+            conn.rollback()
+        assert claim.dag_id == "consumer"
+        return sum(after[k] - before[k] for k in after)
+
+    add_history(10)
+    small = rows_read()
+    add_history(1990)
+    assert my.scalar("SELECT count(*) FROM {ns}.dag_run WHERE not_before IS NULL") == 2000
+    assert rows_read() == small
+
+
+def test_dag_run_gets_no_attempt_check_because_adding_one_copies_the_table(
+    my: TestDatabase,
+) -> None:
+    """0006 adds its dag_run columns in place (ALGORITHM=INSTANT); a CHECK constraint cannot
+    be added in place on either engine, and dag_run holds the history, so none is added (the
+    routines are the only writers of attempt)."""
+    with pytest.raises(sa.exc.DBAPIError, match="1845"):
+        my.execute(
+            "ALTER TABLE {ns}.dag_run ADD CONSTRAINT dag_run_attempt_check"
+            " CHECK (attempt >= 0), ALGORITHM=INPLACE"
+        )
+    my.execute(
+        "ALTER TABLE {ns}.dag_run ADD COLUMN probe INT NOT NULL DEFAULT 0, ALGORITHM=INSTANT"
+    )
+    checks = my.rows(
+        "SELECT constraint_name FROM information_schema.check_constraints"
+        " WHERE constraint_schema = :ns AND constraint_name LIKE 'dag_run%'",
+        ns=my.namespace,
+    )
+    assert [c for (c,) in checks if "attempt" in c] == []
+
+
+def test_an_update_joined_from_a_small_claim_table_scans_dag_run_without_its_key_hint(
+    my: TestDatabase,
+) -> None:
+    """On a small dag_run the optimizer runs a multi-table UPDATE from a temporary table of
+    ids as a scan of dag_run (a join buffer), STRAIGHT_JOIN or not, and an UPDATE locks every
+    row it scans: it waits for a run another worker holds. claim_runs (and the pass's reaper)
+    force dag_run's primary key on every such join."""
+    for _ in range(3):
+        _queued_run(my)
+    engine = _session(my, "SET SESSION innodb_lock_wait_timeout = 1")
+    with my.engine.connect() as holder, engine.connect() as probe:
+        (held,) = _claim_in(holder, my, None)  # open: one run locked
+        probe = probe.execution_options(isolation_level="READ COMMITTED")
+        probe.execute(
+            sa.text(my.sql("CREATE TEMPORARY TABLE {ns}.probe_ids (id BIGINT PRIMARY KEY)"))
+        )
+        fill = "INSERT INTO {ns}.probe_ids SELECT id FROM {ns}.dag_run WHERE id <> :h"
+        update = (
+            "UPDATE {ns}.probe_ids k STRAIGHT_JOIN {ns}.dag_run r%s ON r.id = k.id"
+            " SET r.updated_at = UTC_TIMESTAMP(6)"
+        )
+        changed = []
+        for hint in ("", " FORCE INDEX (PRIMARY)"):
+            probe.execute(sa.text(my.sql(fill)), {"h": held.dag_run_id})
+            try:
+                changed.append(probe.execute(sa.text(my.sql(update % hint))).rowcount)
+            except sa.exc.OperationalError as exc:
+                assert exc.orig is not None
+                changed.append(str(exc.orig.args[0]))
+            probe.rollback()
+        assert changed == ["1205", 2]  # the engine fact, and the hinted plan
+        holder.rollback()

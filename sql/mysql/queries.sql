@@ -21,9 +21,10 @@ CALL {{ns}}.register_events(:events)
 CALL {{ns}}.declare_asset(:name, :uri, :extra)
 
 -- declare_dag --
--- Create or replace a consumer, its compiled condition, its caps and its paused options.
+-- Create or replace a consumer, its compiled condition, its caps, paused and retry options.
 CALL {{ns}}.declare_dag(:dag_id, :condition, :clauses, :paused, :max_active_runs,
-                        :max_events_per_run, :queue_while_paused)
+                        :max_events_per_run, :queue_while_paused, :max_attempts,
+                        :retry_delay_seconds, :max_retry_delay_seconds)
 
 -- set_dag_paused --
 -- Pause or unpause a consumer.
@@ -53,7 +54,8 @@ CALL {{ns}}.delete_asset(:asset)
 -- get_run --
 -- One run of a consumer by run id (no row when there is none).
 SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
-       r.started_at, r.ended_at, r.triggering_event_id, r.event_count
+       r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
+       r.lease_until, r.not_before, r.error
   FROM {{ns}}.dag_run r
  WHERE r.dag_id = :dag_id AND r.run_id = :run_id
 
@@ -61,13 +63,45 @@ SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.cr
 -- A page of a consumer's runs, newest first: seq below :before_seq (NULL: from the newest),
 -- in state :state (NULL: any). Read backwards along the (dag_id, seq) key.
 SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
-       r.started_at, r.ended_at, r.triggering_event_id, r.event_count
+       r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
+       r.lease_until, r.not_before, r.error
   FROM {{ns}}.dag_run r
  WHERE r.dag_id = :dag_id
    AND (:state IS NULL OR r.state = :state)
    AND (:before_seq IS NULL OR r.seq < :before_seq)
  ORDER BY r.seq DESC
  LIMIT :limit
+
+-- runs_page_all --
+-- A page of every consumer's runs, newest (highest id) first: id below :before_id (NULL: from
+-- the newest), in state :state (NULL: any). With a state it reads dag_run_state_idx
+-- backwards (the driver inlines the parameters, so the NULL tests fold away).
+SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
+       r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
+       r.lease_until, r.not_before, r.error
+  FROM {{ns}}.dag_run r
+ WHERE (:state IS NULL OR r.state = :state)
+   AND (:before_id IS NULL OR r.id < :before_id)
+ ORDER BY r.id DESC
+ LIMIT :limit
+
+-- claim_runs --
+-- Claim up to :limit runs for worker :worker with a lease of :lease_seconds (own READ
+-- COMMITTED transaction); :dag_ids is a JSON array of dag ids or NULL.
+CALL {{ns}}.claim_runs(:worker, :limit, :lease_seconds, :dag_ids)
+
+-- heartbeat_run --
+-- Renew the lease of a run held at :attempt; returns the new end of the lease.
+CALL {{ns}}.heartbeat_run(:dag_id, :run_id, :attempt, :lease_seconds)
+
+-- complete_run --
+-- Finish attempt :attempt of a run as :state (success with output :events, or failed with
+-- :error) in the caller's transaction; returns the run.
+CALL {{ns}}.complete_run(:dag_id, :run_id, :attempt, :state, :error, :events)
+
+-- retry_run --
+-- Put a failed run back in the queue as its next attempt; returns the run.
+CALL {{ns}}.retry_run(:dag_id, :run_id)
 
 -- queued_events_page --
 -- A page of the events queued for a consumer, oldest first (the order max_events_per_run
@@ -167,9 +201,28 @@ SELECT 0 AS listening
 -- dag_queue_status --
 -- One row per consumer from the dag_queue_status view: queue depth, oldest queued, recent runs.
 SELECT dag_id, is_paused, queued_events, oldest_queued_at, oldest_queued_age_seconds,
-       runs_last_hour, last_run_at, runs_total, last_scheduled_at, max_active_runs, active_runs
+       runs_last_hour, last_run_at, runs_total, last_scheduled_at, max_active_runs, active_runs,
+       running_runs, oldest_lease_until, expired_leases, retrying_runs, failed_runs, max_attempts
   FROM {{ns}}.dag_queue_status
  ORDER BY dag_id
+
+-- unexamined_consumers --
+-- How many unpaused consumers with queued events no pass has examined since :since (the
+-- database's clock, from server_clock)? The scheduler loop passes again while there are and
+-- their number goes down: a pass examines at most :limit consumers, and may have found
+-- nothing while a ready one waits further on. On MySQL a pass records when it examined a
+-- consumer in its lock row (dag_lock.last_scheduled_at), never in the dag row.
+SELECT COUNT(*) AS behind
+  FROM {{ns}}.dag d
+  JOIN {{ns}}.dag_lock l ON l.dag_id = d.dag_id
+ WHERE NOT d.is_paused
+   AND (l.last_scheduled_at IS NULL OR l.last_scheduled_at < :since)
+   AND EXISTS (SELECT 1 FROM {{ns}}.asset_dag_run_queue q WHERE q.target_dag_id = d.dag_id)
+
+-- server_clock --
+-- The database's current time (UTC, as every DATETIME(6) assetq writes): when a scheduler
+-- round starts.
+SELECT UTC_TIMESTAMP(6) AS now
 
 -- purge_cutoff --
 -- The cutoff of a purge: the server's current UTC time minus :seconds (one clock for every batch).
@@ -184,7 +237,7 @@ CALL {{ns}}.purge_runs(:older_than, :batch_size)
 CALL {{ns}}.purge_events(:older_than, :batch_size, :after_timestamp, :after_id)
 
 -- grant_access --
--- Give an existing account one kind of access: producer, scheduler or reader.
+-- Give an existing account one kind of access: producer, scheduler, worker or reader.
 CALL {{ns}}.grant_access(:access, :grantee, :host)
 
 -- revoke_access --
@@ -234,3 +287,15 @@ SHOW GLOBAL VARIABLES
 -- MySQL keeps routine privileges in mysql.procs_priv, which few accounts may read).
 SELECT CURRENT_USER() AS account, NULL AS can_register, NULL AS can_schedule,
        NULL AS can_read_status
+
+-- deployment_settings --
+-- What doctor checks about the deployment, as (name, value), as new sessions get them:
+-- binary logging in STATEMENT format makes InnoDB refuse writes at READ COMMITTED (error
+-- 1665, every pass fails); read_only refuses the writes of accounts without READ ONLY ADMIN
+-- or SUPER (docs/deployment.md).
+SHOW GLOBAL VARIABLES
+ WHERE Variable_name IN ('log_bin', 'binlog_format', 'read_only')
+
+-- backend_pid --
+-- The server thread of this session (the PostgreSQL twin tells a pooled session apart).
+SELECT CONNECTION_ID() AS pid

@@ -59,7 +59,9 @@ CREATE TABLE IF NOT EXISTS {{ns}}.asset (
 -- A consumer. The scheduler's own per-consumer state (run sequence, round-robin position) is
 -- not here but in dag_lock: see there why the scheduler never writes this row.
 -- max_active_runs / max_events_per_run: its caps (NULL: none); queue_while_paused: events
--- keep queueing for it while it is paused.
+-- keep queueing for it while it is paused. max_attempts, retry_delay_seconds and
+-- max_retry_delay_seconds: how many claims a run gets and the delay before a retry (see
+-- declare_dag).
 CREATE TABLE IF NOT EXISTS {{ns}}.dag (
     dag_id             VARCHAR(250) NOT NULL,
     `condition`        JSON NOT NULL,
@@ -69,9 +71,15 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag (
     max_active_runs    INT NULL,
     max_events_per_run INT NULL,
     queue_while_paused BOOLEAN NOT NULL DEFAULT FALSE,
+    max_attempts       INT NOT NULL DEFAULT 1,
+    retry_delay_seconds     DOUBLE NOT NULL DEFAULT 0,
+    max_retry_delay_seconds DOUBLE NULL,
     PRIMARY KEY (dag_id),
     CONSTRAINT dag_max_active_runs_check CHECK (max_active_runs >= 1),
     CONSTRAINT dag_max_events_per_run_check CHECK (max_events_per_run >= 1),
+    CONSTRAINT dag_max_attempts_check CHECK (max_attempts BETWEEN 1 AND 1000),
+    CONSTRAINT dag_retry_delay_check
+        CHECK (retry_delay_seconds >= 0 AND max_retry_delay_seconds >= retry_delay_seconds),
     -- ASCII classes, not [[:alnum:]]: MySQL's ICU regular expressions count any Unicode letter
     -- as alnum, MariaDB's PCRE does not. This is exactly what the Python layer accepts.
     CONSTRAINT dag_id_format CHECK (dag_id REGEXP '^[A-Za-z0-9_.-]+$')
@@ -165,6 +173,11 @@ CREATE TABLE IF NOT EXISTS {{ns}}.asset_dag_run_queue (
         REFERENCES {{ns}}.asset_event (id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
+-- A run. As work (migration 0006_work_queue, see claim_runs): attempt counts its claims,
+-- worker holds or last held it, lease_until ends its lease, not_before is when it may next be
+-- claimed (NULL: never, it is finished or was moved by hand), error is its last failed
+-- attempt's. No CHECK (attempt >= 0): adding one to an existing install would copy the whole
+-- table (MySQL 8 / MariaDB: ALGORITHM=COPY), so 0006 adds none; only claim_runs writes it.
 CREATE TABLE IF NOT EXISTS {{ns}}.dag_run (
     id          BIGINT NOT NULL AUTO_INCREMENT,
     dag_id      VARCHAR(250) NOT NULL,
@@ -181,9 +194,18 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_run (
     started_at  DATETIME(6) NULL,
     ended_at    DATETIME(6) NULL,
     updated_at  DATETIME(6) NULL,
+    attempt     INT NOT NULL DEFAULT 0,
+    worker      VARCHAR(250) NULL,
+    lease_until DATETIME(6) NULL,
+    not_before  DATETIME(6) NULL,
+    error       TEXT NULL,
     PRIMARY KEY (id),
     -- Active runs of a consumer (max_active_runs), and runs(dag_id, state=...).
     KEY dag_run_dag_state_idx (dag_id, state),
+    -- The claim's index: claimable runs by when they may be claimed (finished runs: NULL).
+    KEY dag_run_claim_idx (not_before, id),
+    -- runs(state=...) across consumers, newest first; the status view's active runs.
+    KEY dag_run_state_idx (state, id),
     CONSTRAINT dag_run_run_id_key UNIQUE (dag_id, run_id),
     CONSTRAINT dag_run_seq_key UNIQUE (dag_id, seq),
     -- Target of the link table's composite foreign key: a link's dag_id is its run's dag_id.
@@ -465,33 +487,19 @@ END $$
 
 
 
--- register_events, as in 0002, plus aliases: an item may carry "aliases", a JSON array of 1 to
--- 100 alias names (1 to 512 characters; null or absent: none). Before the events are
--- inserted, each alias is created if new and resolved to its item's asset, so the fan-out
--- already queues the event for the alias's consumers; each created event records the aliases
--- it came through. A retry (an idempotency key that met an existing event) records nothing new.
---
--- Registers a batch of events in the caller's transaction, in one round trip, and returns one
--- result set with one row per item in input order (item_no, event_id, asset_id,
--- event_timestamp, created), with register_event's guarantees for each. p_events is a JSON
--- array of at most 10,000 objects {"asset": name or uri, "extra", "source_dag_id",
--- "source_task_id", "source_run_id", "source_map_index", "idempotency_key", "aliases"}; only
--- "asset" is required. The events of one batch share one timestamp.
---
--- All or nothing, once the caller rolls back on error (as after any routine error here).
--- Every item is checked and every asset resolved before anything is written: one unknown asset
--- (AQ001) or extra that is not an object, or bad aliases (AQ002) fails the call with nothing
--- inserted. A key reused with another extra (AQ005), or a value the table refuses, fails it
--- after some rows may have been inserted in the caller's transaction. Items with the same
--- asset and idempotency key are one event, as retries would be: the first creates it (unless
--- it exists already), the others return it with created = 0. MySQL has no statement-level
--- triggers: the row-level trigger fans out each event of the batch.
---
--- Under autocommit each statement of a procedure commits on its own, so the row-by-row path
--- below is atomic only inside a transaction: the Python layer opens one on an autocommit
--- connection.
-DROP PROCEDURE IF EXISTS {{ns}}.register_events $$
-CREATE PROCEDURE {{ns}}.register_events(IN p_events JSON)
+-- The body of register_events (see there for what it guarantees), without its result set:
+-- inserts the batch p_events in the caller's transaction and leaves one row per item in the
+-- session temporary table _assetq_batch, which the caller reads and drops. register_events
+-- and complete_run (a run's output events) both call it, so a run's events are registered
+-- exactly as a producer's batch. MySQL 8 / MariaDB: a SELECT in a procedure called from
+-- another one still sends its rows to the client, so complete_run cannot CALL
+-- register_events: its CALL would return two result sets (tests/test_mysql_facts.py).
+DROP PROCEDURE IF EXISTS {{ns}}.insert_event_batch $$
+CREATE PROCEDURE {{ns}}.insert_event_batch(
+    IN  p_events    JSON,
+    OUT p_first_id  BIGINT,
+    OUT p_timestamp DATETIME(6)
+)
 MODIFIES SQL DATA
 BEGIN
     DECLARE v_count     INT;
@@ -824,6 +832,52 @@ BEGIN
          ORDER BY b.event_id, n.alias_id;
     END IF;
 
+    -- The result, for the caller to read (register_events returns it as it is):
+    -- _assetq_batch holds the items, with event_id, event_timestamp and created filled in
+    -- by the row-by-row path; p_first_id is the fast path's first id (item n got
+    -- p_first_id + n - 1, created, at p_timestamp), NULL after the row-by-row path.
+    SET p_first_id = v_first_id, p_timestamp = v_timestamp;
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_batch_alias, {{ns}}._assetq_alias_name,
+                                   {{ns}}._assetq_alias_pair;
+END $$
+
+
+-- register_events, as in 0002, plus aliases: an item may carry "aliases", a JSON array of 1 to
+-- 100 alias names (1 to 512 characters; null or absent: none). Before the events are
+-- inserted, each alias is created if new and resolved to its item's asset, so the fan-out
+-- already queues the event for the alias's consumers; each created event records the aliases
+-- it came through. A retry (an idempotency key that met an existing event) records nothing new.
+--
+-- Registers a batch of events in the caller's transaction, in one round trip, and returns one
+-- result set with one row per item in input order (item_no, event_id, asset_id,
+-- event_timestamp, created), with register_event's guarantees for each. p_events is a JSON
+-- array of at most 10,000 objects {"asset": name or uri, "extra", "source_dag_id",
+-- "source_task_id", "source_run_id", "source_map_index", "idempotency_key", "aliases"}; only
+-- "asset" is required. The events of one batch share one timestamp.
+--
+-- All or nothing, once the caller rolls back on error (as after any routine error here).
+-- Every item is checked and every asset resolved before anything is written: one unknown asset
+-- (AQ001) or extra that is not an object, or bad aliases (AQ002) fails the call with nothing
+-- inserted. A key reused with another extra (AQ005), or a value the table refuses, fails it
+-- after some rows may have been inserted in the caller's transaction. Items with the same
+-- asset and idempotency key are one event, as retries would be: the first creates it (unless
+-- it exists already), the others return it with created = 0. MySQL has no statement-level
+-- triggers: the row-level trigger fans out each event of the batch.
+--
+-- Under autocommit each statement of a procedure commits on its own, so the row-by-row path
+-- is atomic only inside a transaction: the Python layer opens one on an autocommit
+-- connection.
+--
+-- Since migration 0006_work_queue the work is done by insert_event_batch, through which
+-- complete_run registers a run's output events too; this procedure returns its rows, the
+-- same result as before.
+DROP PROCEDURE IF EXISTS {{ns}}.register_events $$
+CREATE PROCEDURE {{ns}}.register_events(IN p_events JSON)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_first_id  BIGINT;
+    DECLARE v_timestamp DATETIME(6);
+    CALL {{ns}}.insert_event_batch(p_events, v_first_id, v_timestamp);
     IF v_first_id IS NULL THEN
         SELECT b.item_no, b.event_id, b.asset_id, b.event_timestamp, b.created
           FROM {{ns}}._assetq_batch b
@@ -834,8 +888,7 @@ BEGIN
           FROM {{ns}}._assetq_batch b
          ORDER BY b.item_no;
     END IF;
-    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_batch, {{ns}}._assetq_batch_alias,
-                                   {{ns}}._assetq_alias_name, {{ns}}._assetq_alias_pair;
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_batch;
 END $$
 
 -- Declares an asset (idempotent) and returns its id as one result set (asset_id). An existing
@@ -928,6 +981,12 @@ END $$
 -- depends on are deleted; the others stay and are consumed by its next run. Returns no
 -- result set.
 --
+-- Retries (migration 0006_work_queue): a run gets p_max_attempts claims (1 to 1000; NULL: 1);
+-- after a failed attempt with attempts left it is claimable again p_retry_delay_seconds
+-- later (0 to 604800; NULL: 0), doubled for each further failed attempt up to
+-- p_max_retry_delay_seconds when that is set (above 0, at least the delay, at most 604800).
+-- Anything else raises AQ002.
+--
 -- The whole replacement happens in the caller's transaction, under the consumer's lock row: a
 -- scheduler pass sees the old condition or the new one, never a mix. The rows the fan-out
 -- reads are changed in the order it reads them: references, then alias clauses, each in
@@ -944,7 +1003,10 @@ CREATE PROCEDURE {{ns}}.declare_dag(
     IN p_paused             BOOLEAN,
     IN p_max_active_runs    INT,
     IN p_max_events_per_run INT,
-    IN p_queue_while_paused BOOLEAN
+    IN p_queue_while_paused BOOLEAN,
+    IN p_max_attempts       INT,
+    IN p_retry_delay_seconds     DOUBLE,
+    IN p_max_retry_delay_seconds DOUBLE
 )
 MODIFIES SQL DATA
 BEGIN
@@ -972,6 +1034,19 @@ BEGIN
         SET v_message = LEFT(CONCAT('[AQ002] max_active_runs and max_events_per_run must be positive or NULL, got ',
                                     COALESCE(p_max_active_runs, 'NULL'), ' and ',
                                     COALESCE(p_max_events_per_run, 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    -- Retries: NULL means the default, one attempt and no delay.
+    IF p_max_attempts < 1 OR p_max_attempts > 1000
+       OR NOT (COALESCE(p_retry_delay_seconds, 0) >= 0 AND COALESCE(p_retry_delay_seconds, 0) <= 604800)
+       OR NOT (COALESCE(p_max_retry_delay_seconds, 1) > 0 AND COALESCE(p_max_retry_delay_seconds, 1) <= 604800)
+       OR p_max_retry_delay_seconds < p_retry_delay_seconds
+    THEN
+        SET v_message = LEFT(CONCAT('[AQ002] max_attempts must be 1 to 1000, retry_delay 0 to 604800 s and',
+                                    ' max_retry_delay above 0, at least retry_delay and at most 604800 s; got ',
+                                    COALESCE(p_max_attempts, 'NULL'), ', ',
+                                    COALESCE(p_retry_delay_seconds, 'NULL'), ' and ',
+                                    COALESCE(p_max_retry_delay_seconds, 'NULL')), 128);
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
     END IF;
     IF p_condition IS NULL OR JSON_VALID(p_condition) = 0 THEN
@@ -1121,14 +1196,20 @@ BEGIN
     -- A new consumer's row first: the rows below refer to it. Nobody queues for it yet.
     IF v_exists = 0 THEN
         INSERT INTO {{ns}}.dag (dag_id, `condition`, is_paused, max_active_runs,
-                                max_events_per_run, queue_while_paused)
+                                max_events_per_run, queue_while_paused, max_attempts,
+                                retry_delay_seconds, max_retry_delay_seconds)
         VALUES (p_dag_id, p_condition, COALESCE(p_paused, FALSE), p_max_active_runs,
-                p_max_events_per_run, COALESCE(p_queue_while_paused, FALSE))
+                p_max_events_per_run, COALESCE(p_queue_while_paused, FALSE),
+                COALESCE(p_max_attempts, 1), COALESCE(p_retry_delay_seconds, 0),
+                p_max_retry_delay_seconds)
         ON DUPLICATE KEY UPDATE `condition` = p_condition,
                                 is_paused = COALESCE(p_paused, is_paused),
                                 max_active_runs = p_max_active_runs,
                                 max_events_per_run = p_max_events_per_run,
                                 queue_while_paused = COALESCE(p_queue_while_paused, FALSE),
+                                max_attempts = COALESCE(p_max_attempts, 1),
+                                retry_delay_seconds = COALESCE(p_retry_delay_seconds, 0),
+                                max_retry_delay_seconds = p_max_retry_delay_seconds,
                                 updated_at = UTC_TIMESTAMP(6);
     END IF;
 
@@ -1172,6 +1253,9 @@ BEGIN
                max_active_runs = p_max_active_runs,
                max_events_per_run = p_max_events_per_run,
                queue_while_paused = COALESCE(p_queue_while_paused, FALSE),
+               max_attempts = COALESCE(p_max_attempts, 1),
+               retry_delay_seconds = COALESCE(p_retry_delay_seconds, 0),
+               max_retry_delay_seconds = p_max_retry_delay_seconds,
                updated_at = UTC_TIMESTAMP(6)
          WHERE dag_id = p_dag_id;
         DELETE FROM {{ns}}.dag_condition_clause WHERE dag_id = p_dag_id;
@@ -1256,6 +1340,12 @@ END $$
 -- the lock refuses such a pass with AQ900 instead; its INSERT ... SELECT reads would also
 -- take shared gap locks that hold producers back. AQ900 (claim guard) means the pass was
 -- rolled back and is safe to retry.
+--
+-- Workers (migration 0006_work_queue): a new run is claimable by claim_runs at once
+-- (not_before = its creation). Before a consumer with max_active_runs is counted against its
+-- cap, its running runs whose last attempt's lease expired are failed (I10: a worker that
+-- died on its last attempt must not hold the cap for good; claim_runs does the same). Rows a
+-- worker is completing right now are skipped, not waited for.
 DROP PROCEDURE IF EXISTS {{ns}}.schedule_pass $$
 CREATE PROCEDURE {{ns}}.schedule_pass(IN p_limit INT)
 MODIFIES SQL DATA
@@ -1268,6 +1358,9 @@ BEGIN
     DECLARE v_paused     BOOLEAN;
     DECLARE v_max_active BIGINT;
     DECLARE v_max_events BIGINT;
+    DECLARE v_max_attempts INT;
+    DECLARE v_expired    BIGINT;
+    DECLARE v_reaping    BOOLEAN DEFAULT FALSE;
     DECLARE v_aliased    BOOLEAN;
     DECLARE v_members    BOOLEAN;
     DECLARE v_temps      BOOLEAN DEFAULT FALSE;
@@ -1311,10 +1404,13 @@ BEGIN
     --   _assetq_queue   with max_events_per_run: the consumer's queue, each row ranked among
     --                   its asset's rows (1: the oldest), witness rows marked
     --   _assetq_chosen  with max_events_per_run: the witness assets, in the order chosen
+    --   _assetq_reap    with max_active_runs: the runs whose last attempt's lease expired,
+    --   _assetq_reaped  and those of them locked, with their errors
     -- MySQL 8 / MariaDB: MySQL cannot open one temporary table twice in a statement, so no
     -- statement below names the same temporary table twice.
     DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_candidate, {{ns}}._assetq_claim, {{ns}}._assetq_run,
-                                   {{ns}}._assetq_member, {{ns}}._assetq_queue, {{ns}}._assetq_chosen;
+                                   {{ns}}._assetq_member, {{ns}}._assetq_queue, {{ns}}._assetq_chosen,
+                                   {{ns}}._assetq_reap, {{ns}}._assetq_reaped;
     CREATE TEMPORARY TABLE {{ns}}._assetq_candidate (
         pos    BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
         dag_id VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
@@ -1383,9 +1479,9 @@ BEGIN
         -- A consumer deleted since the candidate read has no lock row: skipped above. Whether
         -- it has alias members comes with its row (a plain read: its condition changes only
         -- under the lock this pass holds).
-        SELECT d.is_paused, d.max_active_runs, d.max_events_per_run,
+        SELECT d.is_paused, d.max_active_runs, d.max_events_per_run, d.max_attempts,
                EXISTS (SELECT 1 FROM {{ns}}.dag_condition_alias ca WHERE ca.dag_id = d.dag_id)
-          INTO v_paused, v_max_active, v_max_events, v_aliased
+          INTO v_paused, v_max_active, v_max_events, v_max_attempts, v_aliased
           FROM {{ns}}.dag d WHERE d.dag_id = v_dag_id;
         IF v_paused THEN
             -- Paused since the candidate read: like a consumer another pass holds.
@@ -1396,8 +1492,52 @@ BEGIN
 
         -- At its cap: no run, the queue stays whole. Runs become active only in a pass holding
         -- this lock, so the count can only be too high (a run finishing meanwhile), never too
-        -- low: the next pass sees it.
+        -- low: the next pass sees it. First, its runs whose last attempt's lease expired are
+        -- failed: a plain read of them (the usual answer is none, and costs no temporary
+        -- table), then those rows locked by key SKIP LOCKED and tested again as locked (a
+        -- worker completing or renewing one now keeps it), each error written from the row as
+        -- locked, and failed by key. Not a locking read of the consumer's running runs: it
+        -- would keep every one it read locked to the end of the pass, live leases included
+        -- (see claim_runs). MySQL 8 / MariaDB: an UPDATE cannot read its own table in a
+        -- subquery, and MySQL cannot open one temporary table twice in a statement.
         IF v_max_active IS NOT NULL THEN
+            SELECT COUNT(*) INTO v_expired
+              FROM {{ns}}.dag_run r
+             WHERE r.dag_id = v_dag_id AND r.state = 'running' AND r.not_before <= v_now
+               AND r.attempt >= v_max_attempts;
+            IF v_expired > 0 THEN
+                IF NOT v_reaping THEN
+                    CREATE TEMPORARY TABLE {{ns}}._assetq_reap (
+                        id BIGINT NOT NULL PRIMARY KEY
+                    ) ENGINE = InnoDB;
+                    CREATE TEMPORARY TABLE {{ns}}._assetq_reaped (
+                        id    BIGINT NOT NULL PRIMARY KEY,
+                        error TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
+                    ) ENGINE = InnoDB;
+                    SET v_reaping = TRUE;
+                END IF;
+                DELETE FROM {{ns}}._assetq_reap;
+                DELETE FROM {{ns}}._assetq_reaped;
+                INSERT INTO {{ns}}._assetq_reap (id)
+                SELECT r.id
+                  FROM {{ns}}.dag_run r
+                 WHERE r.dag_id = v_dag_id AND r.state = 'running' AND r.not_before <= v_now
+                   AND r.attempt >= v_max_attempts;
+                INSERT INTO {{ns}}._assetq_reaped (id, error)
+                SELECT r.id,
+                       CONCAT('the lease of attempt ', r.attempt, ' (worker ', COALESCE(r.worker, ''),
+                              ') expired at ',
+                              COALESCE(DATE_FORMAT(r.lease_until, '%Y-%m-%d %H:%i:%s.%f'), ''),
+                              '+00 and no attempt is left (max_attempts ', v_max_attempts, ')')
+                  FROM {{ns}}._assetq_reap k FORCE INDEX (PRIMARY)
+                  STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
+                 WHERE r.state = 'running' AND r.not_before <= v_now AND r.attempt >= v_max_attempts
+                   FOR UPDATE SKIP LOCKED;
+                UPDATE {{ns}}._assetq_reaped k
+                  STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
+                   SET r.state = 'failed', r.ended_at = v_now, r.updated_at = v_now,
+                       r.not_before = NULL, r.lease_until = NULL, r.error = k.error;
+            END IF;
             SELECT COUNT(*) INTO v_active
               FROM {{ns}}.dag_run r
              WHERE r.dag_id = v_dag_id AND r.state IN ('queued', 'running');
@@ -1577,9 +1717,11 @@ BEGIN
             SET v_run_id = CONCAT('asset_triggered__',
                                   DATE_FORMAT(v_run_after, '%Y-%m-%dT%H:%i:%s.%f'),
                                   '+00:00__', v_locked_seq + 1);
+            -- not_before: claimable by workers (claim_runs) from now on.
             INSERT INTO {{ns}}.dag_run (dag_id, run_id, seq, run_after, created_at,
-                                        triggering_event_id, event_count)
-            VALUES (v_dag_id, v_run_id, v_locked_seq + 1, v_run_after, v_now, v_trigger, v_claimed);
+                                        triggering_event_id, event_count, not_before)
+            VALUES (v_dag_id, v_run_id, v_locked_seq + 1, v_run_after, v_now, v_trigger, v_claimed,
+                    v_now);
             -- MySQL 8 / MariaDB: no RETURNING on MySQL.
             SET v_run_pk = LAST_INSERT_ID();
 
@@ -1634,7 +1776,8 @@ BEGIN
       FROM {{ns}}._assetq_run r
      ORDER BY r.dag_run_id;
     DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_candidate, {{ns}}._assetq_claim, {{ns}}._assetq_run,
-                                   {{ns}}._assetq_member, {{ns}}._assetq_queue, {{ns}}._assetq_chosen;
+                                   {{ns}}._assetq_member, {{ns}}._assetq_queue, {{ns}}._assetq_chosen,
+                                   {{ns}}._assetq_reap, {{ns}}._assetq_reaped;
 END $$
 
 
@@ -1645,6 +1788,13 @@ END $$
 -- started_at is set on entering running, ended_at on entering success or failed, updated_at
 -- on every change. A run in success or failed no longer counts against max_active_runs.
 -- It locks the run row only: never the consumer, so it never waits for a scheduler pass.
+--
+-- Workers (migration 0006_work_queue): the result has the run's attempt, worker, lease,
+-- not_before and error too. A run a worker holds (claimed by claim_runs: running under a
+-- lease) is finished by that worker's complete_run, fenced by its attempt (I8): moving it
+-- here raises AQ008 (if the worker died, the run is claimed again when its lease expires). A
+-- run moved out of queued by hand is no longer claimable (not_before NULL) and has no lease,
+-- so it is not held, whatever worker and attempt it kept from an earlier attempt.
 DROP PROCEDURE IF EXISTS {{ns}}.set_run_state $$
 CREATE PROCEDURE {{ns}}.set_run_state(
     IN p_dag_id TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -1655,6 +1805,9 @@ MODIFIES SQL DATA
 BEGIN
     DECLARE v_id      BIGINT;
     DECLARE v_old     VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_worker  VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_attempt INT;
+    DECLARE v_lease   DATETIME(6);
     DECLARE v_now     DATETIME(6);
     DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
 
@@ -1666,13 +1819,20 @@ BEGIN
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
     END IF;
     -- A locking read: it sees the run whatever the caller's snapshot, and holds it.
-    SELECT r.id, r.state INTO v_id, v_old
+    SELECT r.id, r.state, r.worker, r.attempt, r.lease_until
+      INTO v_id, v_old, v_worker, v_attempt, v_lease
       FROM {{ns}}.dag_run r
      WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
        FOR UPDATE;
     IF v_id IS NULL THEN
         SET v_message = LEFT(CONCAT('[AQ006] unknown run ', COALESCE(QUOTE(LEFT(p_run_id, 60)), 'NULL'),
                                     ' of dag ', COALESCE(QUOTE(LEFT(p_dag_id, 40)), 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    IF v_old = 'running' AND v_lease IS NOT NULL AND v_old <> p_state THEN
+        SET v_message = LEFT(CONCAT('[AQ008] run ', QUOTE(LEFT(p_run_id, 60)), ' is held by worker ',
+                                    QUOTE(LEFT(v_worker, 40)), ' (attempt ', v_attempt,
+                                    '): its worker completes it (assetq.complete_run)'), 128);
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
     END IF;
     IF v_old <> p_state THEN
@@ -1687,11 +1847,15 @@ BEGIN
            SET state = p_state,
                started_at = IF(p_state = 'running', v_now, started_at),
                ended_at = IF(p_state IN ('success', 'failed'), v_now, ended_at),
-               updated_at = v_now
+               updated_at = v_now,
+               -- Leaving queued by hand: no worker may claim it any more.
+               not_before = NULL,
+               lease_until = NULL
          WHERE id = v_id;
     END IF;
     SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
-           r.started_at, r.ended_at, r.triggering_event_id, r.event_count
+           r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
+           r.lease_until, r.not_before, r.error
       FROM {{ns}}.dag_run r
      WHERE r.id = v_id;
 END $$
@@ -1868,9 +2032,21 @@ DROP PROCEDURE IF EXISTS {{ns}}._assetq_add_index;
 --   last_scheduled_at          when a scheduler pass last examined it, UTC
 --   max_active_runs            its cap on active runs (NULL: none)
 --   active_runs                its runs in state queued or running
--- The queue is grouped whole: it holds pending rows only, never history. SQL SECURITY
--- DEFINER: a reader needs SELECT on the view only.
--- MySQL 8 / MariaDB: no LATERAL on MariaDB, hence the grouped derived table and the
+--   running_runs               its runs in state running (migration 0006_work_queue, as the
+--                              rest below)
+--   oldest_lease_until         the earliest end of a lease among its active runs (NULL: none)
+--   expired_leases             running runs whose lease has ended: their worker stopped
+--                              renewing it (the next claim takes them as a new attempt, or
+--                              fails the last one)
+--   retrying_runs              active runs already on a retry (a failed attempt or an expired
+--                              lease behind them)
+--   failed_runs                its failed runs still in the history
+--   max_attempts               its max_attempts
+-- The queue is grouped whole: it holds pending rows only, never history; the active runs are
+-- grouped through dag_run_state_idx, so the view costs what is active, never the finished
+-- history (failed_runs is one index range per consumer). SQL SECURITY DEFINER: a reader
+-- needs SELECT on the view only.
+-- MySQL 8 / MariaDB: no LATERAL on MariaDB, hence the grouped derived tables and the
 -- correlated subqueries.
 CREATE OR REPLACE SQL SECURITY DEFINER VIEW {{ns}}.dag_queue_status AS
 SELECT d.dag_id,
@@ -1889,9 +2065,28 @@ SELECT d.dag_id,
        d.max_active_runs,
        (SELECT COUNT(*)
           FROM {{ns}}.dag_run r
-         WHERE r.dag_id = d.dag_id AND r.state IN ('queued', 'running')) AS active_runs
+         WHERE r.dag_id = d.dag_id AND r.state IN ('queued', 'running')) AS active_runs,
+       COALESCE(w.running_runs, 0) AS running_runs,
+       w.oldest_lease_until,
+       COALESCE(w.expired_leases, 0) AS expired_leases,
+       COALESCE(w.retrying_runs, 0) AS retrying_runs,
+       (SELECT COUNT(*)
+          FROM {{ns}}.dag_run r
+         WHERE r.dag_id = d.dag_id AND r.state = 'failed') AS failed_runs,
+       d.max_attempts
   FROM {{ns}}.dag d
   JOIN {{ns}}.dag_lock l ON l.dag_id = d.dag_id
+  LEFT JOIN (SELECT r.dag_id,
+                    COUNT(CASE WHEN r.state = 'running' THEN 1 END) AS running_runs,
+                    MIN(r.lease_until) AS oldest_lease_until,
+                    COUNT(CASE WHEN r.state = 'running' AND r.lease_until < UTC_TIMESTAMP(6)
+                               THEN 1 END) AS expired_leases,
+                    COUNT(CASE WHEN r.attempt > CASE r.state WHEN 'running' THEN 1 ELSE 0 END
+                               THEN 1 END) AS retrying_runs
+               FROM {{ns}}.dag_run r
+              WHERE r.state IN ('queued', 'running')
+              GROUP BY r.dag_id) w
+    ON w.dag_id = d.dag_id
   LEFT JOIN (SELECT q.target_dag_id,
                     COUNT(*) AS queued_events,
                     MIN(q.created_at) AS oldest_queued_at
@@ -1906,34 +2101,74 @@ DELIMITER $$
 -- first, with their links (ON DELETE CASCADE). Returns one result set (deleted). Run each
 -- batch at READ COMMITTED in a short transaction of its own (assetq.purge does). A run locked
 -- by someone else is skipped, not waited for (SKIP LOCKED), and left for a later batch.
+-- Only finished runs (success, failed) are deleted (migration 0006_work_queue): a queued or
+-- running run may still be worked on, and its worker would find it gone.
 DROP PROCEDURE IF EXISTS {{ns}}.purge_runs $$
 CREATE PROCEDURE {{ns}}.purge_runs(IN p_older_than DATETIME(6), IN p_batch_size INT)
 MODIFIES SQL DATA
 BEGIN
-    DECLARE v_deleted BIGINT;
-    DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_deleted  BIGINT;
+    DECLARE v_want     BIGINT;
+    DECLARE v_read     BIGINT;
+    DECLARE v_locked   BIGINT;
+    DECLARE v_after_ts DATETIME(6) DEFAULT NULL;
+    DECLARE v_after_id BIGINT DEFAULT 0;
+    DECLARE v_message  VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     IF p_older_than IS NULL OR p_batch_size IS NULL OR p_batch_size < 1 THEN
         SET v_message = '[AQ002] purge_runs needs a cutoff and a positive batch size';
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
     END IF;
-    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_purge;
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_purge_candidate, {{ns}}._assetq_purge;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_purge_candidate (
+        pos        BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        id         BIGINT NOT NULL,
+        created_at DATETIME(6) NOT NULL
+    ) ENGINE = InnoDB;
     CREATE TEMPORARY TABLE {{ns}}._assetq_purge (
         id BIGINT NOT NULL PRIMARY KEY
     ) ENGINE = InnoDB;
-    -- Lock the batch first (nobody else locks old runs: this never waits), then delete it
-    -- by key. MySQL 8 / MariaDB: a DELETE cannot read its own table in a subquery.
-    INSERT INTO {{ns}}._assetq_purge (id)
-    SELECT r.id
-      FROM {{ns}}.dag_run r
-     WHERE r.created_at < p_older_than
-     ORDER BY r.created_at
-     LIMIT p_batch_size
-       FOR UPDATE SKIP LOCKED;
+    -- The batch: finished runs by a plain read in (created_at, id) order, then locked by key
+    -- and tested again as locked (a run may have been retried meanwhile), SKIP LOCKED; the
+    -- next ones after those another purge holds, until the batch is full or none is left.
+    -- Not one locking read by age, as on PostgreSQL: MySQL 8 / MariaDB: a locking read
+    -- through an index keeps the rows its WHERE refused locked too, to the end of the batch
+    -- (see claim_runs), and the workers of the active runs it passed over would wait.
+    SET v_want = p_batch_size;
+    fill_loop: LOOP
+        DELETE FROM {{ns}}._assetq_purge_candidate;
+        INSERT INTO {{ns}}._assetq_purge_candidate (id, created_at)
+        SELECT r.id, r.created_at
+          FROM {{ns}}.dag_run r FORCE INDEX (dag_run_created_idx)
+         WHERE r.created_at < p_older_than
+           AND (v_after_ts IS NULL OR r.created_at > v_after_ts
+                OR (r.created_at = v_after_ts AND r.id > v_after_id))
+           AND r.state IN ('success', 'failed')
+         ORDER BY r.created_at, r.id
+         LIMIT v_want;
+        SET v_read = ROW_COUNT();
+        IF v_read = 0 THEN
+            LEAVE fill_loop;
+        END IF;
+        INSERT INTO {{ns}}._assetq_purge (id)
+        SELECT r.id
+          FROM {{ns}}._assetq_purge_candidate c FORCE INDEX (PRIMARY)
+          STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = c.id
+         WHERE r.state IN ('success', 'failed')
+           FOR UPDATE SKIP LOCKED;
+        SET v_locked = ROW_COUNT();
+        IF v_locked = v_read OR v_read < v_want THEN
+            LEAVE fill_loop;
+        END IF;
+        SET v_want = v_want - v_locked;
+        SELECT c.created_at, c.id INTO v_after_ts, v_after_id
+          FROM {{ns}}._assetq_purge_candidate c ORDER BY c.pos DESC LIMIT 1;
+    END LOOP;
+    -- By key. MySQL 8 / MariaDB: a DELETE cannot read its own table in a subquery.
     SELECT COUNT(*) INTO v_deleted FROM {{ns}}._assetq_purge;
     DELETE r
       FROM {{ns}}._assetq_purge k
-      STRAIGHT_JOIN {{ns}}.dag_run r ON r.id = k.id;
-    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_purge;
+      STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id;
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_purge_candidate, {{ns}}._assetq_purge;
     SELECT v_deleted AS deleted;
 END $$
 
@@ -2031,13 +2266,17 @@ BEGIN
 END $$
 
 
--- Least privilege. Three kinds of access, granted to existing accounts by grant_access:
+-- Least privilege. Four kinds of access, granted to existing accounts by grant_access:
 --   producer   EXECUTE on register_event and register_events: can register events only;
---   scheduler  EXECUTE on schedule_pass and set_run_state: can run scheduler passes and move
---              the runs they created through their states, nothing else;
+--   scheduler  EXECUTE on schedule_pass, set_run_state and retry_run: can run scheduler
+--              passes, move the runs they created through their states and retry failed
+--              runs, nothing else;
+--   worker     EXECUTE on claim_runs, heartbeat_run and complete_run (migration
+--              0006_work_queue): can claim runs, renew their leases and complete them, with
+--              their output events, nothing else;
 --   reader     SELECT on the namespace: can read every table and view, never write.
 -- Every kind also gets SELECT on the version table (assetq checks the installed revision).
--- Producers and schedulers get no right on any table: the routines run with their
+-- Producers, schedulers and workers get no right on any table: the routines run with their
 -- definer's rights (SQL SECURITY DEFINER, MySQL's default, which doctor checks), so the
 -- definer must be an account that exists and may write the namespace: grant_access refuses
 -- otherwise, since every call would fail (error 1449 for a missing definer).
@@ -2064,9 +2303,9 @@ BEGIN
     DECLARE v_found   BIGINT;
     DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
 
-    IF p_access IS NULL OR p_access NOT IN ('producer', 'scheduler', 'reader') THEN
+    IF p_access IS NULL OR p_access NOT IN ('producer', 'scheduler', 'worker', 'reader') THEN
         SET v_message = LEFT(CONCAT('[AQ002] unknown access ', COALESCE(QUOTE(LEFT(p_access, 40)), 'NULL'),
-                                    ': use producer, scheduler or reader'), 128);
+                                    ': use producer, scheduler, worker or reader'), 128);
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
     END IF;
     SELECT COUNT(*) INTO v_found FROM mysql.user u WHERE u.User = p_grantee AND u.Host = v_host;
@@ -2079,7 +2318,8 @@ BEGIN
     SELECT MIN(r.DEFINER) INTO v_definer
       FROM information_schema.ROUTINES r
      WHERE r.ROUTINE_SCHEMA = DATABASE()
-       AND r.ROUTINE_NAME IN ('register_event', 'register_events', 'schedule_pass', 'set_run_state');
+       AND r.ROUTINE_NAME IN ('register_event', 'register_events', 'schedule_pass', 'set_run_state',
+                              'retry_run', 'claim_runs', 'heartbeat_run', 'complete_run');
     SELECT COUNT(*) INTO v_found
       FROM mysql.user u
      WHERE CONCAT(u.User, '@', u.Host) = v_definer;
@@ -2106,6 +2346,19 @@ BEGIN
         PREPARE assetq_grant FROM @assetq_grant;
         EXECUTE assetq_grant;
         SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.set_run_state TO ', v_account);
+        PREPARE assetq_grant FROM @assetq_grant;
+        EXECUTE assetq_grant;
+        SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.retry_run TO ', v_account);
+        PREPARE assetq_grant FROM @assetq_grant;
+        EXECUTE assetq_grant;
+    ELSEIF p_access = 'worker' THEN
+        SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.claim_runs TO ', v_account);
+        PREPARE assetq_grant FROM @assetq_grant;
+        EXECUTE assetq_grant;
+        SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.heartbeat_run TO ', v_account);
+        PREPARE assetq_grant FROM @assetq_grant;
+        EXECUTE assetq_grant;
+        SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.complete_run TO ', v_account);
         PREPARE assetq_grant FROM @assetq_grant;
         EXECUTE assetq_grant;
     ELSE
@@ -2154,6 +2407,18 @@ BEGIN
     SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.set_run_state FROM ', v_account);
     PREPARE assetq_grant FROM @assetq_grant;
     EXECUTE assetq_grant;
+    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.retry_run FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
+    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.claim_runs FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
+    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.heartbeat_run FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
+    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.complete_run FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
     SET @assetq_grant = CONCAT('REVOKE SELECT ON ', v_ns, '.* FROM ', v_account);
     PREPARE assetq_grant FROM @assetq_grant;
     EXECUTE assetq_grant;
@@ -2161,6 +2426,529 @@ BEGIN
     PREPARE assetq_grant FROM @assetq_grant;
     EXECUTE assetq_grant;
     DEALLOCATE PREPARE assetq_grant;
+END $$
+
+DELIMITER ;
+
+SET SESSION sql_mode = @assetq_saved_sql_mode;
+
+
+-- Runs as work (migration 0006_work_queue): claim_runs, heartbeat_run, complete_run, retry_run.
+
+SET @assetq_saved_sql_mode = @@SESSION.sql_mode,
+    SESSION sql_mode = 'STRICT_TRANS_TABLES,STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION';
+
+DELIMITER $$
+
+-- Workers (migration 0006_work_queue): a run is work that exactly one worker holds at a time.
+-- docs/workers.md explains the protocol from the user's side.
+--
+-- A run's attempt counts its claims. not_before is when the run may next be claimed: for a
+-- queued run when it was created (or when its retry is due), for a running one the end of
+-- its lease (then another worker may claim it, as a new attempt), NULL for a finished run or
+-- one moved by hand (set_run_state), which no worker claims. One index on it serves every
+-- claim: MySQL has no partial index, but a range "not_before <= now" starts after the NULLs,
+-- so a claim reads what it takes, never the finished history. Every call after a claim names
+-- the claim's attempt and is refused (AQ010, lease lost) unless the run is still running at
+-- that attempt (I8): a worker whose lease expired may still finish while nobody has claimed
+-- the run again, never after.
+--
+-- None of these routines locks a dag row: every producer in flight holds a shared lock on its
+-- consumers' dag rows (the fan-out's read and the queue's foreign key), and MySQL has no NO
+-- KEY lock mode. They read the consumer's options with plain reads.
+
+-- Claims at most p_limit runs for worker p_worker (oldest not_before first; within the
+-- consumers p_dag_ids, a JSON array, or all when NULL) and returns them as one result set
+-- (dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids as a JSON array,
+-- triggering_event_id, state, attempt, worker, lease_until, started_at), running, with a
+-- lease of p_lease_seconds on the database's clock. Run it in a short transaction of its own
+-- at READ COMMITTED (assetq.claim_runs does): there the plain reads below lock nothing and see
+-- what is committed. A running run whose lease expired on its last attempt is failed here
+-- instead of claimed (I10), and the search goes on for the limit. AQ002 for bad arguments.
+--
+-- The search runs in two steps, repeated until the limit is reached or no candidate is
+-- left: a plain read of the next candidates in not_before order, through the claim index
+-- (with the consumer filter), then one statement that locks them by primary key, in that
+-- order, FOR UPDATE SKIP LOCKED, up to the limit, testing each again as locked (another
+-- claimer may have taken it and committed meanwhile). Concurrent claimers take different
+-- runs and never wait for each other; a row locked by a pass or a completion is simply not
+-- taken now. Not one locking statement over the claim index, as on PostgreSQL: MySQL 8 /
+-- MariaDB: a locking read through a secondary index keeps every row it read locked to the
+-- end of the transaction, even at READ COMMITTED and also the rows its WHERE then refused,
+-- so a claim for some consumers would hold the older runs of every other consumer it passed,
+-- and their workers would skip them. Rows read by primary key and refused are unlocked at
+-- once (tests/test_mysql_facts.py). FORCE INDEX keeps both steps in that order: a plan that
+-- sorted would lock every candidate before the sort. Every join from a temporary table into
+-- dag_run forces its primary key too: on a small table the optimizer would rather scan
+-- dag_run through a join buffer, and an UPDATE or a locking read that scans locks every run,
+-- those other workers hold included (it would wait for them). MariaDB has no FOR UPDATE OF,
+-- and the locking statement reads dag_run alone: a join with dag would lock the dag rows too,
+-- and skip the runs of every consumer a producer is registering for.
+DROP PROCEDURE IF EXISTS {{ns}}.claim_runs $$
+CREATE PROCEDURE {{ns}}.claim_runs(
+    IN p_worker        TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_limit         INT,
+    IN p_lease_seconds DOUBLE,
+    IN p_dag_ids       JSON
+)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_now       DATETIME(6);
+    DECLARE v_until     DATETIME(6);
+    DECLARE v_want      INT;
+    DECLARE v_batch     INT;
+    DECLARE v_read      BIGINT;
+    DECLARE v_pos       BIGINT DEFAULT 0;
+    DECLARE v_last_pos  BIGINT DEFAULT 0;
+    DECLARE v_after_nb  DATETIME(6) DEFAULT NULL;
+    DECLARE v_after_id  BIGINT DEFAULT 0;
+    DECLARE v_taken     INT DEFAULT 0;
+    DECLARE v_locked    BIGINT;
+    DECLARE v_expired   BIGINT;
+    DECLARE v_failed    BIGINT;
+    DECLARE v_bad       BIGINT DEFAULT 0;
+    DECLARE v_kind      VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_message   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_saved_gcl BIGINT UNSIGNED DEFAULT @@SESSION.group_concat_max_len;
+
+    IF p_worker IS NULL OR CHAR_LENGTH(p_worker) = 0 OR CHAR_LENGTH(p_worker) > 250 THEN
+        SET v_message = LEFT(CONCAT('[AQ002] worker must be a name of 1 to 250 characters, got ',
+                                    COALESCE(QUOTE(LEFT(p_worker, 60)), 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
+        SET v_message = CONCAT('[AQ002] limit must be 1 to 1000, got ', COALESCE(p_limit, 'NULL'));
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    IF p_lease_seconds IS NULL OR NOT (p_lease_seconds > 0 AND p_lease_seconds <= 604800) THEN
+        SET v_message = LEFT(CONCAT('[AQ002] lease must be above 0 and at most 604800 seconds, got ',
+                                    COALESCE(p_lease_seconds, 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    -- IFs, not one condition: MariaDB may evaluate JSON_TYPE of invalid text and fail
+    -- (see register_events).
+    IF p_dag_ids IS NOT NULL THEN
+        SET v_kind = 'invalid JSON';
+        IF JSON_VALID(p_dag_ids) THEN
+            SET v_kind = JSON_TYPE(p_dag_ids);
+        END IF;
+        IF v_kind = 'ARRAY' THEN
+            SELECT COUNT(*) INTO v_bad
+              FROM JSON_TABLE(p_dag_ids, '$[*]' COLUMNS (item JSON PATH '$')) AS j
+             WHERE COALESCE(JSON_TYPE(j.item), 'NULL') <> 'STRING';
+        END IF;
+        IF v_kind <> 'ARRAY' OR v_bad > 0 THEN
+            SET v_message = '[AQ002] dag_ids must be a JSON array of dag ids or NULL';
+            SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+        END IF;
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    SET v_until = v_now + INTERVAL CAST(ROUND(p_lease_seconds * 1000000) AS SIGNED) MICROSECOND;
+
+    -- Session temporary tables (a failed call's are dropped by the next):
+    --   _assetq_claim_candidate  the candidates of the current batch, in claim order
+    --   _assetq_claim_lock       the runs one round locked, with what the expired-lease test
+    --                            needs, read from the rows as locked
+    --   _assetq_claim_cap        max_attempts of the consumers of those expired leases
+    --   _assetq_claimed          the runs claimed, as returned
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_claim_candidate, {{ns}}._assetq_claim_lock,
+                                   {{ns}}._assetq_claim_cap, {{ns}}._assetq_claimed;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_claim_candidate (
+        pos        BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        id         BIGINT NOT NULL,
+        not_before DATETIME(6) NOT NULL
+    ) ENGINE = InnoDB;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_claim_lock (
+        id           BIGINT NOT NULL PRIMARY KEY,
+        pos          BIGINT NOT NULL,
+        dag_id       VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        state        VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        attempt      INT NOT NULL,
+        worker       VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        lease_until  DATETIME(6) NULL,
+        max_attempts INT NULL,
+        fail         BOOLEAN NOT NULL DEFAULT FALSE
+    ) ENGINE = InnoDB;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_claim_cap (
+        dag_id       VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY,
+        max_attempts INT NOT NULL
+    ) ENGINE = InnoDB;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_claimed (
+        dag_run_id          BIGINT NOT NULL PRIMARY KEY,
+        dag_id              VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        run_id              VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        seq                 BIGINT NOT NULL,
+        run_after           DATETIME(6) NOT NULL,
+        created_at          DATETIME(6) NOT NULL,
+        event_ids           LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        links               BIGINT NOT NULL,
+        triggering_event_id BIGINT NULL,
+        state               VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        attempt             INT NOT NULL,
+        worker              VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        lease_until         DATETIME(6) NULL,
+        started_at          DATETIME(6) NULL
+    ) ENGINE = InnoDB;
+
+    -- The event ids of each claimed run, as JSON text: GROUP_CONCAT is cut silently at
+    -- group_concat_max_len, raised for this call (as in schedule_pass) and checked below.
+    SET SESSION group_concat_max_len = 1073741824;
+    search_loop: WHILE v_taken < p_limit DO
+        SET v_want = p_limit - v_taken;
+        -- The next batch of candidates once this one is used up: a plain read, after the
+        -- last candidate of the previous batch ((not_before, id) spelled out, the form both
+        -- optimizers turn into a range of the index). Some spare ones for the runs other
+        -- claimers hold.
+        IF v_pos >= v_last_pos THEN
+            SET v_batch = LEAST(2 * v_want + 16, 2000);
+            DELETE FROM {{ns}}._assetq_claim_candidate;
+            INSERT INTO {{ns}}._assetq_claim_candidate (id, not_before)
+            SELECT r.id, r.not_before
+              FROM {{ns}}.dag_run r FORCE INDEX (dag_run_claim_idx)
+             WHERE r.not_before <= v_now
+               AND (v_after_nb IS NULL OR r.not_before > v_after_nb
+                    OR (r.not_before = v_after_nb AND r.id > v_after_id))
+               AND (p_dag_ids IS NULL OR JSON_CONTAINS(p_dag_ids, JSON_QUOTE(r.dag_id)))
+             ORDER BY r.not_before, r.id
+             LIMIT v_batch;
+            SET v_read = ROW_COUNT();
+            IF v_read = 0 THEN
+                LEAVE search_loop;
+            END IF;
+            -- Every new position is above v_pos (the last of the previous batch): a DELETE
+            -- does not reset AUTO_INCREMENT.
+            SELECT c.pos, c.not_before, c.id INTO v_last_pos, v_after_nb, v_after_id
+              FROM {{ns}}._assetq_claim_candidate c ORDER BY c.pos DESC LIMIT 1;
+        END IF;
+
+        -- Lock the next candidates, by key, as they are now.
+        DELETE FROM {{ns}}._assetq_claim_lock;
+        INSERT INTO {{ns}}._assetq_claim_lock (id, pos, dag_id, state, attempt, worker, lease_until)
+        SELECT r.id, c.pos, r.dag_id, r.state, r.attempt, r.worker, r.lease_until
+          FROM {{ns}}._assetq_claim_candidate c FORCE INDEX (PRIMARY)
+          STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = c.id
+         WHERE c.pos > v_pos AND r.not_before <= v_now
+         ORDER BY c.pos
+         LIMIT v_want
+           FOR UPDATE SKIP LOCKED;
+        SET v_locked = ROW_COUNT();
+        SET v_failed = 0;
+        IF v_locked > 0 THEN
+            -- Expired leases on their last attempt: failed, not claimed. The consumers'
+            -- options by a plain read (INSERT ... SELECT reads without locks at READ
+            -- COMMITTED; an UPDATE joined with dag would wait for a declare_dag in flight).
+            SELECT COUNT(*) INTO v_expired FROM {{ns}}._assetq_claim_lock k WHERE k.state = 'running';
+            IF v_expired > 0 THEN
+                DELETE FROM {{ns}}._assetq_claim_cap;
+                INSERT INTO {{ns}}._assetq_claim_cap (dag_id, max_attempts)
+                SELECT d.dag_id, d.max_attempts
+                  FROM {{ns}}.dag d
+                 WHERE d.dag_id IN (SELECT k.dag_id FROM {{ns}}._assetq_claim_lock k
+                                     WHERE k.state = 'running');
+                UPDATE {{ns}}._assetq_claim_lock k
+                  STRAIGHT_JOIN {{ns}}._assetq_claim_cap c ON c.dag_id = k.dag_id
+                   SET k.max_attempts = c.max_attempts,
+                       k.fail = (k.state = 'running' AND k.attempt >= c.max_attempts);
+                SELECT COUNT(*) INTO v_failed FROM {{ns}}._assetq_claim_lock k WHERE k.fail;
+                IF v_failed > 0 THEN
+                    UPDATE {{ns}}._assetq_claim_lock k
+                      STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
+                       SET r.state = 'failed', r.ended_at = v_now, r.updated_at = v_now,
+                           r.not_before = NULL, r.lease_until = NULL,
+                           r.error = CONCAT('the lease of attempt ', k.attempt, ' (worker ',
+                                            COALESCE(k.worker, ''), ') expired at ',
+                                            COALESCE(DATE_FORMAT(k.lease_until, '%Y-%m-%d %H:%i:%s.%f'), ''),
+                                            '+00 and no attempt is left (max_attempts ',
+                                            k.max_attempts, ')')
+                     WHERE k.fail;
+                END IF;
+            END IF;
+
+            -- The claim: a new attempt, held until v_until.
+            UPDATE {{ns}}._assetq_claim_lock k
+              STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
+               SET r.state = 'running', r.attempt = r.attempt + 1, r.worker = p_worker,
+                   r.lease_until = v_until, r.not_before = v_until, r.started_at = v_now,
+                   r.updated_at = v_now
+             WHERE NOT k.fail;
+            INSERT INTO {{ns}}._assetq_claimed
+                   (dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids, links,
+                    triggering_event_id, state, attempt, worker, lease_until, started_at)
+            SELECT r.id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at,
+                   (SELECT CONCAT('[', COALESCE(GROUP_CONCAT(l.asset_event_id ORDER BY l.asset_event_id
+                                                             SEPARATOR ','), ''), ']')
+                      FROM {{ns}}.dagrun_asset_event l WHERE l.dag_run_id = r.id),
+                   (SELECT COUNT(*) FROM {{ns}}.dagrun_asset_event l WHERE l.dag_run_id = r.id),
+                   r.triggering_event_id, r.state, r.attempt, r.worker, r.lease_until, r.started_at
+              FROM {{ns}}._assetq_claim_lock k
+              STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
+             WHERE NOT k.fail;
+            SET v_taken = v_taken + ROW_COUNT();
+        END IF;
+        -- Where the next round goes on: after the whole batch, or, when the limit stopped the
+        -- lock and failed runs left room, after the last candidate locked.
+        IF v_locked < v_want THEN
+            SET v_pos = v_last_pos;
+        ELSEIF v_failed > 0 THEN
+            SELECT MAX(k.pos) INTO v_pos FROM {{ns}}._assetq_claim_lock k;
+        END IF;
+    END WHILE search_loop;
+    SET SESSION group_concat_max_len = v_saved_gcl;
+
+    SELECT COUNT(*) INTO v_bad
+      FROM {{ns}}._assetq_claimed c WHERE NOT (JSON_LENGTH(c.event_ids) <=> c.links);
+    IF v_bad > 0 THEN
+        SET v_message = '[AQ900] claim guard: the event ids of a claimed run were truncated';
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    SELECT c.dag_run_id, c.dag_id, c.run_id, c.seq, c.run_after, c.created_at, c.event_ids,
+           c.triggering_event_id, c.state, c.attempt, c.worker, c.lease_until, c.started_at
+      FROM {{ns}}._assetq_claimed c
+     ORDER BY c.dag_run_id;
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_claim_candidate, {{ns}}._assetq_claim_lock,
+                                   {{ns}}._assetq_claim_cap, {{ns}}._assetq_claimed;
+END $$
+
+
+-- Renews the lease of run p_run_id of consumer p_dag_id held at attempt p_attempt to
+-- p_lease_seconds from now (database clock) and returns the new end as one result set
+-- (lease_until). AQ010 (lease lost) when the run is no longer running at that attempt:
+-- another worker claimed it after the lease expired, or it was finished; nothing is written.
+-- AQ006 for an unknown run, AQ002 for a bad lease. Run it in a short transaction of its own
+-- (assetq.heartbeat does).
+DROP PROCEDURE IF EXISTS {{ns}}.heartbeat_run $$
+CREATE PROCEDURE {{ns}}.heartbeat_run(
+    IN p_dag_id        TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_run_id        TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_attempt       INT,
+    IN p_lease_seconds DOUBLE
+)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_id      BIGINT;
+    DECLARE v_state   VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_attempt INT;
+    DECLARE v_lease   DATETIME(6);
+    DECLARE v_now     DATETIME(6);
+    DECLARE v_until   DATETIME(6);
+    DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+
+    IF p_lease_seconds IS NULL OR NOT (p_lease_seconds > 0 AND p_lease_seconds <= 604800) THEN
+        SET v_message = LEFT(CONCAT('[AQ002] lease must be above 0 and at most 604800 seconds, got ',
+                                    COALESCE(p_lease_seconds, 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    -- A locking read: it sees the run whatever the caller's snapshot, and holds it.
+    SELECT r.id, r.state, r.attempt, r.lease_until INTO v_id, v_state, v_attempt, v_lease
+      FROM {{ns}}.dag_run r
+     WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
+       FOR UPDATE;
+    IF v_id IS NULL THEN
+        SET v_message = LEFT(CONCAT('[AQ006] unknown run ', COALESCE(QUOTE(LEFT(p_run_id, 60)), 'NULL'),
+                                    ' of dag ', COALESCE(QUOTE(LEFT(p_dag_id, 40)), 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    -- Held means running under a lease at this attempt: a run moved to running by hand
+    -- (set_run_state) has none, and no claim of an earlier attempt holds it. The facts
+    -- first, the names last: a message is cut at 128 characters.
+    IF v_state <> 'running' OR NOT (v_attempt <=> p_attempt) OR v_lease IS NULL THEN
+        SET v_message = LEFT(CONCAT('[AQ010] lease lost: the run is ', v_state,
+                                    IF(v_state = 'running' AND v_lease IS NULL, ' with no lease', ''),
+                                    ' at attempt ', v_attempt,
+                                    ', not running at attempt ', COALESCE(p_attempt, 'NULL'),
+                                    '; stop working on run ', QUOTE(LEFT(p_run_id, 60)),
+                                    ' of dag ', QUOTE(LEFT(p_dag_id, 40))), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    SET v_until = v_now + INTERVAL CAST(ROUND(p_lease_seconds * 1000000) AS SIGNED) MICROSECOND;
+    UPDATE {{ns}}.dag_run
+       SET lease_until = v_until, not_before = v_until, updated_at = v_now
+     WHERE id = v_id;
+    SELECT v_until AS lease_until;
+END $$
+
+
+-- Finishes attempt p_attempt of run p_run_id of consumer p_dag_id, in the caller's
+-- transaction (I9): with p_state 'success' the run succeeds and the events p_events (a JSON
+-- array, as register_events takes it, or NULL) are registered and fanned out, so the caller's
+-- own writes, the success and the output events commit together or not at all. With
+-- 'failed' the error p_error is recorded (its first 4000 characters); while the consumer's
+-- max_attempts has attempts left the run is queued again, claimable after the retry delay
+-- (retry_delay_seconds, doubled for each attempt already failed when max_retry_delay_seconds
+-- is set, up to it), otherwise it fails for good. Success and a final failure free a place
+-- under max_active_runs. Returns one result set: the run (the set_run_state columns) with
+-- output_event_ids, the ids of the output events in input order as a JSON array. AQ010
+-- (lease lost, nothing written) unless the run is running at that attempt; AQ008 for another
+-- state; AQ002 for events with a failure; register_events' own errors for bad events.
+--
+-- The events go through insert_event_batch, the body of register_events: a CALL of
+-- register_events itself would send its result set to the client as a second one. The run
+-- row is locked first (a locking read: the caller's snapshot may be older than the claim),
+-- then the events are inserted, then the run is updated; after an error the caller rolls
+-- back (the Python layer always does), as after any routine here.
+DROP PROCEDURE IF EXISTS {{ns}}.complete_run $$
+CREATE PROCEDURE {{ns}}.complete_run(
+    IN p_dag_id  TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_run_id  TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_attempt INT,
+    IN p_state   TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_error   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_events  JSON
+)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_id        BIGINT;
+    DECLARE v_state     VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_attempt   INT;
+    DECLARE v_lease     DATETIME(6);
+    DECLARE v_max       INT;
+    DECLARE v_delay     DOUBLE;
+    DECLARE v_cap       DOUBLE;
+    DECLARE v_now       DATETIME(6);
+    DECLARE v_events    BOOLEAN DEFAULT FALSE;
+    DECLARE v_count     BIGINT;
+    DECLARE v_first_id  BIGINT;
+    DECLARE v_timestamp DATETIME(6);
+    DECLARE v_out       LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT '[]';
+    DECLARE v_message   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_saved_gcl BIGINT UNSIGNED DEFAULT @@SESSION.group_concat_max_len;
+
+    -- NOT LIKE '% ': the PAD SPACE collation would take 'success ' for 'success'.
+    IF p_state IS NULL OR p_state NOT IN ('success', 'failed') OR p_state LIKE '% ' THEN
+        SET v_message = LEFT(CONCAT('[AQ008] a run is completed as success or failed, got ',
+                                    COALESCE(QUOTE(LEFT(p_state, 40)), 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    -- Events unless NULL or an empty array; anything else is register_events' to judge.
+    -- IFs, not one condition: MariaDB may evaluate JSON_TYPE of invalid text and fail.
+    IF p_events IS NOT NULL THEN
+        SET v_events = TRUE;
+        IF JSON_VALID(p_events) THEN
+            IF JSON_TYPE(p_events) = 'ARRAY' THEN
+                SET v_events = JSON_LENGTH(p_events) > 0;
+            END IF;
+        END IF;
+    END IF;
+    IF p_state = 'failed' AND v_events THEN
+        SET v_message = '[AQ002] a failed run produces no events';
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    SELECT r.id, r.state, r.attempt, r.lease_until INTO v_id, v_state, v_attempt, v_lease
+      FROM {{ns}}.dag_run r
+     WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
+       FOR UPDATE;
+    IF v_id IS NULL THEN
+        SET v_message = LEFT(CONCAT('[AQ006] unknown run ', COALESCE(QUOTE(LEFT(p_run_id, 60)), 'NULL'),
+                                    ' of dag ', COALESCE(QUOTE(LEFT(p_dag_id, 40)), 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    -- Held means running under a lease at this attempt (see heartbeat_run).
+    IF v_state <> 'running' OR NOT (v_attempt <=> p_attempt) OR v_lease IS NULL THEN
+        SET v_message = LEFT(CONCAT('[AQ010] lease lost: the run is ', v_state,
+                                    IF(v_state = 'running' AND v_lease IS NULL, ' with no lease', ''),
+                                    ' at attempt ', v_attempt,
+                                    ', not running at attempt ', COALESCE(p_attempt, 'NULL'),
+                                    '; roll back: nothing was written for run ', QUOTE(LEFT(p_run_id, 60)),
+                                    ' of dag ', QUOTE(LEFT(p_dag_id, 40))), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    IF p_state = 'success' THEN
+        IF v_events THEN
+            CALL {{ns}}.insert_event_batch(p_events, v_first_id, v_timestamp);
+            SELECT COUNT(*) INTO v_count FROM {{ns}}._assetq_batch;
+            SET SESSION group_concat_max_len = 1073741824;
+            IF v_first_id IS NULL THEN
+                SELECT CONCAT('[', GROUP_CONCAT(b.event_id ORDER BY b.item_no SEPARATOR ','), ']')
+                  INTO v_out
+                  FROM {{ns}}._assetq_batch b;
+            ELSE
+                SELECT CONCAT('[', GROUP_CONCAT(v_first_id + b.item_no - 1 ORDER BY b.item_no SEPARATOR ','), ']')
+                  INTO v_out
+                  FROM {{ns}}._assetq_batch b;
+            END IF;
+            SET SESSION group_concat_max_len = v_saved_gcl;
+            DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_batch;
+            IF NOT (JSON_LENGTH(v_out) <=> v_count) THEN
+                SET v_message = '[AQ900] claim guard: the output event ids were truncated';
+                SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+            END IF;
+        END IF;
+        UPDATE {{ns}}.dag_run
+           SET state = 'success', ended_at = v_now, updated_at = v_now, lease_until = NULL,
+               not_before = NULL
+         WHERE id = v_id;
+    ELSE
+        -- The consumer's retry options: a plain read (see above: never the dag row's lock).
+        SELECT d.max_attempts, d.retry_delay_seconds, d.max_retry_delay_seconds
+          INTO v_max, v_delay, v_cap
+          FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id;
+        IF v_attempt < v_max THEN
+            IF v_cap IS NOT NULL THEN
+                SET v_delay = LEAST(v_delay * POW(2, LEAST(v_attempt - 1, 60)), v_cap);
+            END IF;
+            UPDATE {{ns}}.dag_run
+               SET state = 'queued', updated_at = v_now, lease_until = NULL,
+                   not_before = v_now + INTERVAL CAST(ROUND(v_delay * 1000000) AS SIGNED) MICROSECOND,
+                   error = LEFT(p_error, 4000)
+             WHERE id = v_id;
+        ELSE
+            UPDATE {{ns}}.dag_run
+               SET state = 'failed', ended_at = v_now, updated_at = v_now, lease_until = NULL,
+                   not_before = NULL, error = LEFT(p_error, 4000)
+             WHERE id = v_id;
+        END IF;
+    END IF;
+    SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
+           r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
+           r.lease_until, r.not_before, r.error, v_out AS output_event_ids
+      FROM {{ns}}.dag_run r
+     WHERE r.id = v_id;
+END $$
+
+
+-- Puts failed run p_run_id of consumer p_dag_id back in the queue, claimable now, with the
+-- same events and run id; its next claim is the next attempt (the count goes on), and it is
+-- given one more attempt whatever max_attempts says. AQ008 unless the run is failed, AQ006
+-- for an unknown run. It may put the consumer one run over max_active_runs. Returns one
+-- result set: the run (the complete_run columns, no output events).
+DROP PROCEDURE IF EXISTS {{ns}}.retry_run $$
+CREATE PROCEDURE {{ns}}.retry_run(
+    IN p_dag_id TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_run_id TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
+)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_id      BIGINT;
+    DECLARE v_state   VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_now     DATETIME(6);
+    DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+
+    SELECT r.id, r.state INTO v_id, v_state
+      FROM {{ns}}.dag_run r
+     WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
+       FOR UPDATE;
+    IF v_id IS NULL THEN
+        SET v_message = LEFT(CONCAT('[AQ006] unknown run ', COALESCE(QUOTE(LEFT(p_run_id, 60)), 'NULL'),
+                                    ' of dag ', COALESCE(QUOTE(LEFT(p_dag_id, 40)), 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    IF v_state <> 'failed' THEN
+        SET v_message = LEFT(CONCAT('[AQ008] run ', QUOTE(LEFT(p_run_id, 60)), ' is ', v_state,
+                                    ': only a failed run can be retried'), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    UPDATE {{ns}}.dag_run
+       SET state = 'queued', ended_at = NULL, lease_until = NULL, not_before = v_now,
+           updated_at = v_now
+     WHERE id = v_id;
+    SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
+           r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
+           r.lease_until, r.not_before, r.error, '[]' AS output_event_ids
+      FROM {{ns}}.dag_run r
+     WHERE r.id = v_id;
 END $$
 
 DELIMITER ;
