@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from . import conditions, errors
-from .dialects import Dialect, dialect_for
+from .dialects import Dialect, dialect_for, dialect_of
 from .migrate import DEFAULT_NAMESPACE
 from .validation import (
     ASSET_NAME_MAX,
@@ -552,19 +552,23 @@ def read_committed_transaction(
     """Run named query ``query`` in a short READ COMMITTED transaction of its own and return
     its rows; roll back and retry, with jittered exponential backoff, what a retry cures
     (TransientError, or an error whose code is in ``retry_codes``)."""
+    dialect = dialect_of(engine)
     for attempt in range(1, max_attempts + 1):
         try:
-            with engine.connect() as conn:
-                dialect = dialect_for(conn)
-                with _translated(dialect), conn.begin():
-                    # READ COMMITTED for this transaction only, as its first statement. Not
-                    # execution_options(isolation_level=...): that sets the session level and
-                    # resets it when the connection goes back to the pool, an extra round trip
-                    # that, on a connection the server cut, raised a raw driver error.
-                    dialect.execute(conn, "scheduler_transaction", namespace)
-                    return dialect.execute(conn, query, namespace, params)
+            # Connecting is inside _translated too: a server that is down, restarting or
+            # failing over raises at connect time, and that is a ConnectionLost to retry.
+            with _translated(dialect), engine.connect() as conn, conn.begin():
+                # READ COMMITTED for this transaction only, as its first statement. Not
+                # execution_options(isolation_level=...): that sets the session level and
+                # resets it when the connection goes back to the pool, an extra round trip
+                # that, on a connection the server cut, raised a raw driver error.
+                dialect.execute(conn, "scheduler_transaction", namespace)
+                return dialect.execute(conn, query, namespace, params)
         except errors.AssetqError as exc:
             retry = isinstance(exc, errors.TransientError) or exc.code in retry_codes
+            # A read-only server stays read-only for longer than this backoff: the caller's
+            # loop backs off from it (and the error says where to point the URL).
+            retry = retry and not isinstance(exc, errors.ReadOnlyServer)
             if not retry or attempt == max_attempts:
                 raise
             delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())

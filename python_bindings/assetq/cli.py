@@ -37,6 +37,7 @@ import inspect
 import json
 import logging
 import os
+import random
 import re
 import signal
 import sys
@@ -53,10 +54,12 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
 from . import __version__, migrate, ops
-from .errors import AssetqError, InvalidArgument, NotInstalled
+from .dialects import dialect_of, engine_arguments
+from .errors import AssetqError, InvalidArgument, NotInstalled, TransientError
 from .validation import check_namespace
 
 URL_ENV = "ASSETQ_DATABASE_URL"
+LISTEN_URL_ENV = "ASSETQ_LISTEN_URL"
 NAMESPACE_ENV = "ASSETQ_NAMESPACE"
 
 EXIT_OK = 0
@@ -152,13 +155,62 @@ def _installed_revision(engine: sa.Engine, url: URL, namespace: str) -> str:
 
 
 def _engine(url: URL) -> sa.Engine:
+    """An engine for ``url``; psycopg's server-side prepares off unless the URL's
+    ``prepare_threshold`` says otherwise (they break behind a transaction pooler)."""
     try:
-        return sa.create_engine(url)
+        url, connect_args = engine_arguments(url)
+    except InvalidArgument as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        return sa.create_engine(url, connect_args=connect_args)
     except (NoSuchModuleError, ModuleNotFoundError) as exc:
         raise UsageError(
             f"no driver for {url.drivername!r} ({exc}); use postgresql+psycopg:// or"
             " mysql+pymysql://"
         ) from None
+
+
+def _listen_engine(args: argparse.Namespace) -> sa.Engine | None:
+    """The engine of --listen-url / ASSETQ_LISTEN_URL (a direct connection to the server for
+    the scheduler's and worker's LISTEN when --url goes through a transaction pooler)."""
+    text = getattr(args, "listen_url", None) or os.environ.get(LISTEN_URL_ENV)
+    if not text:
+        return None
+    # One connection, kept: a pool of one, never overflowing.
+    url, connect_args = engine_arguments(database_url(text))
+    return sa.create_engine(url, connect_args=connect_args, pool_size=1, max_overflow=2)
+
+
+def _wait_for_schema(
+    engine: sa.Engine, url: URL, namespace: str, stop: threading.Event, who: str
+) -> str | None:
+    """The installed revision, waiting (with backoff, logged once) while the database cannot
+    be reached: a scheduler or worker started during an outage or a failover waits for it.
+    None when ``stop`` was set meanwhile. NotInstalled and other errors raise."""
+    delay = 0.5
+    waited = False
+    log = logging.getLogger("assetq")
+    while not stop.is_set():
+        try:
+            try:
+                revision = _installed_revision(engine, url, namespace)
+            except DBAPIError as exc:
+                raise dialect_of(engine).translate(exc) from exc
+        except TransientError as exc:
+            if not waited:
+                log.warning(
+                    "%s: the database cannot be reached yet (%s); waiting for it",
+                    who,
+                    str(exc).strip().splitlines()[0] if str(exc).strip() else exc,
+                )
+                waited = True
+            stop.wait(delay * random.uniform(0.5, 1.0))
+            delay = min(30.0, delay * 2)
+            continue
+        if waited:
+            log.warning("%s: the database answers", who)
+        return revision
+    return None
 
 
 # -- demo --------------------------------------------------------------------------------
@@ -384,6 +436,7 @@ def _scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="poll only, never LISTEN for wake-ups (PostgreSQL)",
     )
+    _listen_url_option(parser)
     parser.add_argument(
         "--summary-interval",
         type=_positive_float,
@@ -398,6 +451,16 @@ def _scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         "--json",
         action="store_true",
         help="print each run created on stdout, as one JSON object per line",
+    )
+
+
+def _listen_url_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--listen-url",
+        metavar="URL",
+        help="PostgreSQL: a direct connection to the server to LISTEN on, when --url goes"
+        f" through a pooler in transaction mode (default: ${LISTEN_URL_ENV}, else --url; a"
+        " listening connection without a server session of its own is not used: it polls)",
     )
 
 
@@ -462,17 +525,9 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         logging.DEBUG if getattr(args, "verbose", False) else logging.INFO
     )
     engine = _engine(url)
+    listen_engine = _listen_engine(args)
     stop = threading.Event()
     try:
-        revision = _installed_revision(engine, url, namespace)
-        if revision != migrate.head_revision():
-            logging.getLogger("assetq").warning(
-                "assetq scheduler: namespace %s holds schema %s, this package expects %s;"
-                " run `assetq upgrade`",
-                namespace,
-                revision,
-                migrate.head_revision(),
-            )
         on_run = None
         if args.json:
 
@@ -480,6 +535,17 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
                 print(_run_json(run), flush=True)
 
         with _graceful_stop(stop):
+            revision = _wait_for_schema(engine, url, namespace, stop, "assetq scheduler")
+            if revision is None:
+                return EXIT_OK  # stopped while waiting for the database
+            if revision != migrate.head_revision():
+                logging.getLogger("assetq").warning(
+                    "assetq scheduler: namespace %s holds schema %s, this package expects %s;"
+                    " run `assetq upgrade`",
+                    namespace,
+                    revision,
+                    migrate.head_revision(),
+                )
             run_scheduler(
                 engine,
                 namespace=namespace,
@@ -489,10 +555,13 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
                 on_run=on_run,
                 max_passes=args.max_passes,
                 listen=not args.no_listen,
+                listen_engine=listen_engine,
                 summary_interval=args.summary_interval,
             )
     finally:
         engine.dispose()
+        if listen_engine is not None:
+            listen_engine.dispose()
     return EXIT_OK
 
 
@@ -530,6 +599,7 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-listen", action="store_true", help="poll only, never LISTEN (PostgreSQL)"
     )
+    _listen_url_option(parser)
     parser.add_argument(
         "--worker-id", metavar="NAME", help="this worker's name in claims (default host:pid:random)"
     )
@@ -576,9 +646,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     )
     handlers = _load_handlers(args.handlers)
     engine = _engine(url)
+    listen_engine = _listen_engine(args)
     stop = threading.Event()
     try:
-        revision = _installed_revision(engine, url, namespace)
+        with _graceful_stop(stop, "assetq worker: %s received while waiting for the database"):
+            revision = _wait_for_schema(engine, url, namespace, stop, "assetq worker")
+        if revision is None:
+            return EXIT_OK  # stopped while waiting for the database
         if revision != migrate.head_revision():
             raise NotInstalled(
                 f"namespace {namespace!r} holds schema {revision}, the worker needs"
@@ -617,11 +691,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 namespace=namespace,
                 poll_interval=args.poll_interval,
                 listen=not args.no_listen,
+                listen_engine=listen_engine,
                 max_runs=args.max_runs,
                 on_complete=on_complete,
             )
     finally:
         engine.dispose()
+        if listen_engine is not None:
+            listen_engine.dispose()
     return EXIT_OK
 
 

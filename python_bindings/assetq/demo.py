@@ -29,7 +29,7 @@ from sqlalchemy.engine import URL
 
 from . import api, migrate
 from .conditions import AllOf, AnyOf, Condition, Ref, all_of, any_of
-from .dialects import dialect_for
+from .dialects import dialect_for, engine_arguments
 from .errors import AssetqError
 
 #: The demo's namespace unless told otherwise: its own, so it never meets real consumers.
@@ -439,8 +439,14 @@ def run_demo(
     cfg = config or DemoConfig()
     if cfg.producers < 1 or cfg.schedulers < 1 or cfg.events_per_producer < 1:
         raise DemoError("the demo needs at least one producer, one scheduler and one event")
+    # As the command line builds it: psycopg's server-side prepares off unless the URL's
+    # prepare_threshold says otherwise (they break behind a transaction pooler).
+    parsed, connect_args = engine_arguments(sa.make_url(url))
     engine = sa.create_engine(
-        url, pool_size=cfg.producers + cfg.schedulers + 2, max_overflow=cfg.schedulers
+        parsed,
+        connect_args=connect_args,
+        pool_size=cfg.producers + cfg.schedulers + 2,
+        max_overflow=cfg.schedulers,
     )
     try:
         server = _server(engine)

@@ -13,10 +13,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, TextClause, text
+from sqlalchemy import URL, Connection, Engine, TextClause, text
 from sqlalchemy.engine import Row
 from sqlalchemy.engine.result import result_tuple
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from . import errors, sqlfiles
 
@@ -60,6 +60,15 @@ class Dialect:
     transient_codes: frozenset[str]
     #: Error codes that mean the input was bad (too long, wrong type, constraint).
     invalid_input_codes: frozenset[str] = field(default_factory=frozenset)
+    #: Error codes (and code class prefixes) of a connection that was lost or never made.
+    connection_codes: frozenset[str] = field(default_factory=frozenset)
+    connection_code_classes: tuple[str, ...] = ()
+    #: Error codes of a server that refuses writes (a standby, read_only).
+    read_only_codes: frozenset[str] = field(default_factory=frozenset)
+    #: Error codes of a prepared-statement collision behind a transaction-pooling pooler.
+    prepared_statement_codes: frozenset[str] = field(default_factory=frozenset)
+    #: Error codes of a server setting assetq cannot work with, and what to set instead.
+    unsupported_setting_codes: Mapping[str, str] = field(default_factory=dict)
 
     def quote_ns(self, namespace: str) -> str:
         return f"{self.quote}{namespace}{self.quote}"
@@ -120,13 +129,60 @@ class Dialect:
                 f"unknown asset: it was deleted while the event was being registered ({message})",
                 code="AQ001",
             )
-        if code in self.transient_codes or exc.connection_invalidated:
-            # A lost connection took its transaction with it: retrying the whole
-            # transaction is safe (and exactly-once, with an idempotency key for producers).
+        deployment = self._deployment_error(exc, code, message)
+        if deployment is not None:
+            return deployment
+        if code in self.transient_codes:
             return errors.TransientError(message, code=code)
         if code in self.invalid_input_codes:
             return errors.InvalidArgument(message, code=code)
         return errors.DatabaseError(message, code=code)
+
+    def _deployment_error(
+        self, exc: DBAPIError, code: str | None, message: str
+    ) -> errors.AssetqError | None:
+        """Errors that say something about the deployment rather than the call: a pooler
+        that mixes up prepared statements, a lost or unreachable server, a read-only one, a
+        server setting assetq cannot work with. Each message says what to do."""
+        if code in self.prepared_statement_codes and any(
+            sign in message for sign in _PREPARED_STATEMENT_SIGNS
+        ):
+            return errors.PreparedStatementConflict(
+                f"{message} -- psycopg's server-side prepared statements collided on a pooled"
+                " server connection: this connection goes through a transaction-pooling"
+                " pooler (PgBouncer). Create the engine with"
+                ' connect_args={"prepare_threshold": None}; assetq\'s command line: add'
+                " ?prepare_threshold=none to the URL (docs/deployment.md)",
+                code=code,
+            )
+        if code in self.read_only_codes and re.search(r"read[- _]only", message, re.IGNORECASE):
+            return errors.ReadOnlyServer(
+                f"{message} -- the server is read-only (a standby?): point the URL at the"
+                " primary; on PostgreSQL list every node in a libpq multi-host URL with"
+                " target_session_attrs=read-write (docs/deployment.md). Transient: loops retry",
+                code=code,
+            )
+        advice = self.unsupported_setting_codes.get(code or "")
+        if advice is not None:
+            return errors.UnsupportedServerSetting(f"{message} -- {advice}", code=code)
+        # Raised at connect time (outside any transaction) as well as mid-transaction: the
+        # transaction, if any, went with the connection, so retrying it whole is safe (and
+        # exactly-once, with an idempotency key for producers).
+        lost = exc.connection_invalidated or code in self.connection_codes
+        if not lost and code is None:
+            # No code from the server: the driver's own "connection refused", "server closed
+            # the connection unexpectedly", "the connection is closed".
+            lost = isinstance(exc, OperationalError)
+        if not lost and code is not None:
+            lost = any(code.startswith(prefix) for prefix in self.connection_code_classes)
+        if lost:
+            return errors.ConnectionLost(message, code=code)
+        return None
+
+
+#: Words of psycopg's errors when a pooled server connection has another client's prepared
+#: statements, or lacks this client's.
+_PREPARED_STATEMENT_SIGNS = ("prepared statement", "bind message supplies")
 
 
 def _message(exc: DBAPIError) -> str:
@@ -309,6 +365,16 @@ POSTGRESQL = _PostgreSQL(
     invalid_input_codes=frozenset(
         {"22001", "22P02", "22P05", "22021", "22003", "22023", "23502", "23503", "23514"}
     ),
+    # class 08 (connection exception); admin_shutdown, crash_shutdown, cannot_connect_now
+    # (starting up, shutting down, in recovery), too_many_connections.
+    connection_codes=frozenset({"57P01", "57P02", "57P03", "53300"}),
+    connection_code_classes=("08",),
+    # read_only_sql_transaction: a hot standby, or default_transaction_read_only.
+    read_only_codes=frozenset({"25006"}),
+    # invalid_sql_statement_name ("prepared statement _pg3_N does not exist"),
+    # duplicate_prepared_statement ("already exists"), protocol_violation ("bind message
+    # supplies 7 parameters, but prepared statement ... requires 0"); checked before class 08.
+    prepared_statement_codes=frozenset({"26000", "42P05", "08P01"}),
 )
 
 MYSQL = _MySQL(
@@ -327,7 +393,60 @@ MYSQL = _MySQL(
     transient_codes=frozenset({"1213", "1205", "1020", "1467", "2006", "2013"}),
     # data too long, incorrect value, out of range, check constraint, not null, fk
     invalid_input_codes=frozenset({"1406", "1366", "1264", "3819", "4025", "1048", "1452", "3140"}),
+    # can't connect (socket, TCP), gone away, lost during query, lost at handshake, server
+    # shutdown in progress, connection killed (MariaDB), disconnected for inactivity (MySQL
+    # 8.0.24+), too many connections.
+    connection_codes=frozenset(
+        {"2002", "2003", "2006", "2013", "2055", "1053", "1927", "4031", "1040"}
+    ),
+    # running with --read-only / --super-read-only; a READ ONLY transaction.
+    read_only_codes=frozenset({"1290", "1792"}),
+    unsupported_setting_codes={
+        "1665": "with binlog_format=STATEMENT InnoDB refuses writes at READ COMMITTED, the"
+        " level every scheduler pass runs at, so every pass fails: set binlog_format=ROW (or"
+        " MIXED) in the server's configuration and SET GLOBAL binlog_format='ROW' (new"
+        " connections take it; docs/deployment.md)",
+    },
 )
+
+
+#: psycopg's server-side prepares in the engines assetq builds (the command line, the demo):
+#: off. Through a transaction-pooling pooler they collide (DESIGN.md section 6: 13.7% of
+#: producer transactions failed), and off costs nothing measurable on a direct connection
+#: (registrations/s with 5 vs None, docs/deployment.md).
+DEFAULT_PREPARE_THRESHOLD: int | None = None
+
+_NO_PREPARES = frozenset({"none", "null", "off", "false", "0", ""})
+
+
+def engine_arguments(url: URL) -> tuple[URL, dict[str, Any]]:
+    """``url`` without the connection options assetq reads itself, and the ``connect_args``
+    of ``create_engine`` they make, for the engines assetq builds.
+
+    ``prepare_threshold`` (PostgreSQL with psycopg 3): ``none`` (also ``0``, ``off``, as
+    PgBouncer's guides and JDBC's ``prepareThreshold=0`` mean it) disables server-side
+    prepared statements, a number N prepares a statement after N executions (psycopg's own
+    default is 5); absent, assetq disables them. SQLAlchemy would pass the URL's text to
+    psycopg, which fails on it (TypeError). Other engines and drivers: ``url`` unchanged.
+    """
+    if url.get_backend_name() != "postgresql" or url.get_driver_name() != "psycopg":
+        return url, {}
+    threshold: int | None = DEFAULT_PREPARE_THRESHOLD
+    value = url.query.get("prepare_threshold")
+    if value is not None:
+        text_value = (value[-1] if isinstance(value, tuple) else value).strip().lower()
+        if text_value in _NO_PREPARES:
+            threshold = None
+        elif text_value.isdigit():
+            threshold = int(text_value)
+        else:
+            raise errors.InvalidArgument(
+                f"prepare_threshold={text_value!r} in the URL: write none (no server-side"
+                " prepared statements, needed behind a transaction pooler) or a number of"
+                " executions"
+            )
+        url = url.difference_update_query(["prepare_threshold"])
+    return url, {"prepare_threshold": threshold}
 
 
 def dialect_of(engine: Engine) -> Dialect:

@@ -79,9 +79,38 @@ class TransientError(AssetqError):
     was rolled back."""
 
 
+class ConnectionLost(TransientError):
+    """The database could not be reached, or the connection broke (a restart, a failover, a
+    network cut), at connect time or during the transaction, which went with it. Retrying
+    the whole transaction is safe: a producer retries with its idempotency key."""
+
+
+class ReadOnlyServer(TransientError):
+    """The server refuses writes (SQLSTATE 25006, MySQL 1290/1792): a standby, or a
+    primary being demoted. Retried like any transient error (a promotion cures it), but
+    the URL probably points at the wrong server: a libpq multi-host URL with
+    ``target_session_attrs=read-write`` always reaches the writable one
+    (docs/deployment.md)."""
+
+
 class ClaimGuardAbort(TransientError):
     """A scheduler pass deleted fewer queue rows than it claimed and rolled back (AQ900)."""
 
 
 class DatabaseError(AssetqError):
     """Any other database error, with the database's code and message."""
+
+
+class PreparedStatementConflict(DatabaseError):
+    """A server-side prepared statement of psycopg collided with another client's on a
+    pooled server connection ("prepared statement _pg3_N does not exist / already exists"):
+    the connection goes through a transaction-pooling pooler (PgBouncer). Create the engine
+    with ``connect_args={"prepare_threshold": None}`` (assetq's command line: append
+    ``?prepare_threshold=none`` to the URL). Not transient: it comes back until the engine
+    is fixed."""
+
+
+class UnsupportedServerSetting(DatabaseError):
+    """A server setting keeps assetq from working, whatever is retried: MySQL/MariaDB with
+    ``binlog_format=STATEMENT`` refuses every write at READ COMMITTED (error 1665). The
+    message says what to set."""

@@ -24,7 +24,7 @@ from sqlalchemy.exc import DBAPIError
 
 from . import errors, migrate, sqlfiles
 from .api import _translated, _utc, read_committed_transaction
-from .dialects import Dialect, dialect_for
+from .dialects import Dialect, dialect_for, dialect_of
 from .migrate import DEFAULT_NAMESPACE
 from .validation import check_int, check_namespace
 
@@ -165,10 +165,15 @@ def purge(
     check_int(max_attempts, "max_attempts", 1, 100)
     namespace = check_namespace(namespace)
 
-    with engine.connect() as conn:
-        dialect = dialect_for(conn)
-        with _translated(dialect):
-            cutoff = _cutoff(dialect, conn, namespace, older_than)
+    # One short transaction, retried like the batches (a failover raises at connect time).
+    cutoff = read_committed_transaction(
+        engine,
+        "purge_cutoff",
+        namespace,
+        {"seconds": older_than.total_seconds()},
+        "purge cutoff",
+        max_attempts,
+    )[0].cutoff
 
     batches = runs_deleted = 0
     while True:
@@ -776,6 +781,65 @@ def _server_checks(settings: dict[str, str]) -> list[Check]:
     return checks
 
 
+def _deployment_checks(dialect: Dialect, conn: Connection, namespace: str) -> list[Check]:
+    """A standby or read-only server, binary logging that refuses assetq's writes
+    (docs/deployment.md). Nothing when the deployment is fine."""
+    rows = dialect.execute(conn, "deployment_settings", namespace)
+    pairs = [tuple(row) for row in rows]  # SHOW names its columns otherwise: by position
+    found = {str(pair[0]).lower(): str(pair[1]).upper() for pair in pairs}
+    checks: list[Check] = []
+    if found.get("in_recovery") in ("TRUE", "ON"):
+        checks.append(
+            Check(
+                "read-only",
+                "problem",
+                "this server is a standby (in recovery): it refuses every write, so producers,"
+                " passes and workers fail here with SQLSTATE 25006",
+                "point the URL at the primary; with several nodes use a libpq multi-host URL"
+                " with target_session_attrs=read-write (postgresql://u@node1,node2/db?"
+                "target_session_attrs=read-write), which always reaches the writable one",
+            )
+        )
+    elif found.get("default_transaction_read_only") == "ON" or found.get("read_only") == "ON":
+        checks.append(
+            Check(
+                "read-only",
+                "problem",
+                "the server's sessions are read-only by default"
+                + (
+                    " (read_only=ON: accounts without READ ONLY ADMIN or SUPER cannot write)"
+                    if "read_only" in found
+                    else " (default_transaction_read_only=on)"
+                ),
+                "switch it off for assetq's accounts (ALTER ROLE/DATABASE ... SET"
+                " default_transaction_read_only = off; MySQL: SET GLOBAL read_only = OFF), or"
+                " point the URL at the primary",
+            )
+        )
+    if found.get("log_bin") == "ON" and found.get("binlog_format") == "STATEMENT":
+        checks.append(
+            Check(
+                "binary log",
+                "problem",
+                "binlog_format=STATEMENT with binary logging on: InnoDB refuses writes at READ"
+                " COMMITTED (error 1665), the level every scheduler pass runs at, so every pass"
+                " fails",
+                "set binlog_format=ROW (or MIXED) in the server's configuration and"
+                " SET GLOBAL binlog_format = 'ROW' (sessions opened after it take it)",
+            )
+        )
+    elif "log_bin" in found:
+        checks.append(
+            Check(
+                "binary log",
+                "ok",
+                f"binary logging {found['log_bin']}"
+                + (f", format {found.get('binlog_format')}" if found["log_bin"] == "ON" else ""),
+            )
+        )
+    return checks
+
+
 def _work_checks(conn: Connection, namespace: str) -> list[Check]:
     """Runs a dead worker holds (expired leases) and consumers blocked at their cap."""
     checks: list[Check] = []
@@ -825,21 +889,21 @@ def doctor(engine: Engine, *, namespace: str = DEFAULT_NAMESPACE) -> DoctorRepor
     problem; each problem says how to fix it."""
     namespace = check_namespace(namespace)
     head = migrate.head_revision()
-    with engine.connect() as conn:
-        dialect = dialect_for(conn)
-        with _translated(dialect):
-            settings = _settings(dialect, conn, namespace)
-            server = settings.get("version") or f"PostgreSQL {settings.get('server_version')}"
-            revision = migrate.current_revision(conn, namespace)
-            checks = [_revision_check(revision, head, namespace)]
-            if revision is not None:
-                checks += _object_checks(dialect, conn, namespace, revision)
-                checks += _security_checks(dialect, conn, namespace)
-                if not any(c.severity == "problem" for c in checks):
-                    checks.append(_privilege_check(dialect, conn, namespace))
-                if revision == head:
-                    checks += _work_checks(conn, namespace)
-            checks += _server_checks(settings)
+    dialect = dialect_of(engine)
+    with _translated(dialect), engine.connect() as conn:  # connect errors translated too
+        settings = _settings(dialect, conn, namespace)
+        server = settings.get("version") or f"PostgreSQL {settings.get('server_version')}"
+        revision = migrate.current_revision(conn, namespace)
+        checks = [_revision_check(revision, head, namespace)]
+        if revision is not None:
+            checks += _object_checks(dialect, conn, namespace, revision)
+            checks += _security_checks(dialect, conn, namespace)
+            if not any(c.severity == "problem" for c in checks):
+                checks.append(_privilege_check(dialect, conn, namespace))
+            if revision == head:
+                checks += _work_checks(conn, namespace)
+        checks += _server_checks(settings)
+        checks += _deployment_checks(dialect, conn, namespace)
     return DoctorReport(
         namespace=namespace, server=server, revision=revision, head=head, checks=checks
     )

@@ -103,6 +103,75 @@ _RUNS = "runs"
 #: What _Listener.settle says to do next.
 PASS, ARMED, WOKEN, POLL = "pass", "armed", "woken", "poll"
 
+#: How many probe transactions the session check runs, one after the other.
+_PROBES = 3
+
+
+def pooled_session(engine: Engine, dialect: Dialect, namespace: str, driver: Any) -> str | None:
+    """None when ``driver`` (a psycopg connection of ``engine`` in autocommit, with nothing
+    set on it yet) holds one server session for as long as it lives; otherwise why not.
+
+    Session state (LISTEN, advisory locks, settings) is only safe on such a session (I11).
+    Directly connected, the server's own process id comes with the handshake and is the one
+    ``pg_backend_pid()`` gives. A pooler (PgBouncer, and the like) answers the handshake
+    itself with made-up keys: then the session is ours only in session pooling. In
+    transaction pooling the pooler lends the server connection to other clients between
+    our transactions, most recently used first: a probe transaction of another client right
+    after one of ours runs on our server process, or our next query runs on another one.
+    Both are looked for, with up to ``_PROBES`` probes, before anything is set.
+    (A pooler that hands out its idle server connections round robin may escape the probes:
+    give such a deployment a direct listen engine.)
+    """
+    pid = _backend_pid(driver, dialect, namespace)
+    if driver.info.backend_pid == pid:
+        return None
+    for _ in range(_PROBES):
+        # This session's query first, then at once another client's transaction: a pooler
+        # in transaction mode gives that one the server connection just released, ours.
+        # One probe at a time, never held while this session queries: in session pooling
+        # each probe holds a server connection of the pool, and the pool may have few.
+        now = _backend_pid(driver, dialect, namespace)
+        if now != pid:
+            return f"its server process changed between two transactions ({pid}, {now})"
+        probe = engine.raw_connection()
+        try:
+            cursor = probe.cursor()
+            cursor.execute(dialect.query("backend_pid", namespace))
+            row = cursor.fetchone()
+            cursor.close()
+        finally:
+            try:
+                probe.close()  # rolled back and returned to the engine's pool
+            except Exception:
+                log.debug("assetq: closing a session probe failed", exc_info=True)
+        if row is not None and row[0] == pid:
+            return (
+                f"another client's transaction ran on this session's server process ({pid})"
+                " between two of its transactions"
+            )
+    return None
+
+
+def _backend_pid(driver: Any, dialect: Dialect, namespace: str) -> Any:
+    row = driver.execute(dialect.query("backend_pid", namespace)).fetchone()
+    return None if row is None else row[0]
+
+
+def pooled_warning(who: str, reason: str, poll: float) -> None:
+    """The one warning of a loop whose listening connection goes through a transaction
+    pooler: it polls instead."""
+    log.warning(
+        "%s: the listening connection does not hold one server session (%s): it goes through"
+        " a pooler in transaction mode (PgBouncer pool_mode=transaction?), where LISTEN,"
+        " advisory locks and settings would stay on server connections other clients get,"
+        " and notifications are lost. Not listening: polling every %g s. Give it a direct"
+        " connection to listen on: listen_engine=, --listen-url or ASSETQ_LISTEN_URL"
+        " (docs/deployment.md)",
+        who,
+        reason,
+        poll,
+    )
+
 
 class _Listener:
     """A connection of its own that LISTENs on the namespace's channel (PostgreSQL), and
@@ -121,6 +190,9 @@ class _Listener:
         self._raw: Any = None
         self._driver: Any = None
         self._failed_once = False
+        #: Why the engine cannot listen (not one server session: a transaction pooler);
+        #: set by connect(), then the loop polls for good.
+        self.pooled: str | None = None
         #: The wake-up lock is held: producers notify.
         self.armed = False
         #: The busy lock is held (shared): other schedulers need not be woken.
@@ -141,11 +213,18 @@ class _Listener:
             driver: Any = raw.driver_connection  # the psycopg connection; read before detach
             raw.detach()
             driver.autocommit = True
-            driver.execute(self._dialect.query("listen", self._namespace))
-            driver.execute(self._dialect.query("listener_settings", self._namespace))
+            # Before anything is set on the session: through a transaction pooler it would
+            # stay on a server connection other clients get (I11).
+            self.pooled = pooled_session(self._engine, self._dialect, self._namespace, driver)
+            if self.pooled is None:
+                driver.execute(self._dialect.query("listen", self._namespace))
+                driver.execute(self._dialect.query("listener_settings", self._namespace))
         except BaseException:
             raw.close()
             raise
+        if self.pooled is not None:
+            raw.close()
+            return
         self._raw, self._driver = raw, driver
         if self._failed_once:
             log.warning("assetq scheduler: listening for wake-ups again")
@@ -393,6 +472,7 @@ def run_scheduler(
     on_pass: Callable[[list[api.Run]], None] | None = None,
     max_passes: int | None = None,
     listen: bool = True,
+    listen_engine: Engine | None = None,
     summary_interval: float = 60.0,
     backoff_initial: float = 0.5,
     backoff_max: float = 30.0,
@@ -406,6 +486,12 @@ def run_scheduler(
     events while the schedulers have nothing to do notifies at commit, which starts the next
     pass at once (the module's docstring tells how). Safe to run in any number of threads
     and processes at once, like :func:`assetq.schedule`.
+
+    ``listen_engine``: where the listening connection comes from (default ``engine``). Its
+    LISTEN and wake-up locks are session state: when ``engine`` goes through a pooler in
+    transaction mode (PgBouncer), give a direct connection to the server here. A listening
+    connection that turns out not to hold one server session is closed before anything is
+    set on it, and the loop polls, with one warning (docs/deployment.md).
 
     ``on_run`` is called with each run created, after its pass committed; ``on_pass`` with
     the list of runs of each successful pass. An exception they raise ends the loop and
@@ -432,7 +518,13 @@ def run_scheduler(
     # From the engine, without connecting: a database that is down at start is an error the
     # loop backs off from, like any other.
     dialect = dialect_of(engine)
-    listener = _Listener(engine, dialect, namespace) if listen and dialect.supports_notify else None
+    if listen_engine is not None and dialect_of(listen_engine) is not dialect:
+        raise errors.InvalidArgument("listen_engine must reach the same engine kind as engine")
+    listener = (
+        _Listener(listen_engine or engine, dialect, namespace)
+        if listen and dialect.supports_notify
+        else None
+    )
 
     rounds = _Round(engine, dialect, namespace)
     stats = SchedulerStats()
@@ -455,6 +547,9 @@ def run_scheduler(
                     listener.connect()  # before the pass: nothing committed after it is missed
                 except Exception as exc:  # psycopg's own errors, not SQLAlchemy's, come from here
                     listener.lost(exc)
+                if listener.pooled is not None:
+                    pooled_warning("assetq scheduler", listener.pooled, poll_interval)
+                    listener = None
 
             stats.passes += 1
             window.passes += 1

@@ -41,6 +41,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from . import api, errors
 from .dialects import dialect_of
 from .migrate import DEFAULT_NAMESPACE
+from .scheduler import pooled_session, pooled_warning
 from .validation import WORKER_MAX, check_dag_id, check_int, check_name, check_namespace, seconds
 
 log = logging.getLogger("assetq.worker")
@@ -131,6 +132,8 @@ class _Listener(threading.Thread):
         self._stop_event = stop
         self._retry = retry
         self.woken = 0
+        #: Why the engine cannot listen (a transaction pooler); then slots poll for good.
+        self.pooled: str | None = None
 
     def run(self) -> None:
         dialect = dialect_of(self._engine)
@@ -142,6 +145,13 @@ class _Listener(threading.Thread):
                 driver: Any = raw.driver_connection
                 raw.detach()
                 driver.autocommit = True
+                # Before LISTEN: through a transaction pooler it would stay on a server
+                # connection other clients get (I11), and notifications would be lost.
+                pooled = pooled_session(self._engine, dialect, self._namespace, driver)
+                if pooled is not None:
+                    pooled_warning("assetq worker", pooled, self._retry)
+                    self.pooled = pooled
+                    return  # slots poll (the finally closes the connection)
                 driver.execute(dialect.query("listen", self._namespace))
                 if failed:
                     log.warning("assetq worker: listening for new runs again")
@@ -272,6 +282,7 @@ def run_worker(
     namespace: str = DEFAULT_NAMESPACE,
     poll_interval: float = 1.0,
     listen: bool = True,
+    listen_engine: Engine | None = None,
     heartbeat_interval: float | None = None,
     max_runs: int | None = None,
     on_complete: Callable[[api.Claim, api.RunInfo | None, str], None] | None = None,
@@ -291,6 +302,11 @@ def run_worker(
     ``"lost"`` (``run`` is None when the completion was refused or could not be recorded).
     Safe to run in any number of threads and processes at once: every attempt is held by one
     worker (docs/workers.md).
+
+    ``listen_engine``: where the listening connection (PostgreSQL) comes from (default
+    ``engine``); when ``engine`` goes through a pooler in transaction mode, give a direct
+    connection here. A listening connection that does not hold one server session is
+    closed before it LISTENs, and the slots poll, with one warning (docs/deployment.md).
     """
     table = _handlers(handlers)
     name = default_worker_name() if worker is None else check_name(worker, "worker", WORKER_MAX)
@@ -313,6 +329,8 @@ def run_worker(
     namespace = check_namespace(namespace)
     stop_event = stop if stop is not None else threading.Event()
     dialect = dialect_of(engine)
+    if listen_engine is not None and dialect_of(listen_engine) is not dialect:
+        raise errors.InvalidArgument("listen_engine must reach the same engine kind as engine")
     dag_ids = sorted(table)
     stats = WorkerStats()
     finished = threading.Event()  # max_runs reached
@@ -325,7 +343,7 @@ def run_worker(
     wakeup = _Wakeup()
     heart = _Heartbeat(engine, namespace, interval, quit_)
     listener = (
-        _Listener(engine, namespace, wakeup, quit_, poll)
+        _Listener(listen_engine or engine, namespace, wakeup, quit_, poll)
         if listen and dialect.supports_notify
         else None
     )

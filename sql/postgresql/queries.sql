@@ -403,3 +403,17 @@ SELECT current_user AS account,
                               'EXECUTE') AS can_register,
        has_function_privilege('{{ns}}.schedule_pass(integer)', 'EXECUTE') AS can_schedule,
        has_table_privilege('{{ns}}.dag_queue_status', 'SELECT') AS can_read_status
+
+-- deployment_settings --
+-- What doctor checks about the deployment, as (name, value): a standby (in recovery) or a
+-- server whose sessions refuse writes by default cannot run producers or passes
+-- (docs/deployment.md).
+SELECT 'in_recovery' AS name, CAST(pg_is_in_recovery() AS text) AS value
+UNION ALL
+SELECT 'default_transaction_read_only', current_setting('default_transaction_read_only')
+
+-- backend_pid --
+-- The server process of this session: the listening connections of run_scheduler and
+-- run_worker compare it with the one the handshake gave, and between transactions, to see
+-- whether they hold one server session or go through a transaction-pooling pooler.
+SELECT pg_backend_pid() AS pid
