@@ -611,3 +611,162 @@ def stopped_at_end(server: object) -> Iterator[object]:
         yield server
     finally:
         server.stop()  # type: ignore[attr-defined]
+
+
+# -- MariaDB Galera cluster -----------------------------------------------------------------------
+
+
+@dataclass
+class GaleraNode:
+    name: str
+    port: int
+    workdir: Path
+    command: list[str]
+    process: subprocess.Popen[bytes] | None = None
+
+    def url(self, database: str | None = None) -> URL:
+        return URL.create(
+            "mysql+pymysql",
+            username="root",
+            host="127.0.0.1",
+            port=self.port,
+            database=database,
+            query={"charset": "utf8mb4"},
+        )
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / "error.log"
+
+    def start(self, *extra: str) -> None:
+        self.process = subprocess.Popen(
+            [*self.command, *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
+    def synced(self) -> bool:
+        engine = sa.create_engine(self.url(), poolclass=sa.NullPool)
+        try:
+            with engine.connect() as conn:
+                state = conn.execute(sa.text("SHOW STATUS LIKE 'wsrep_local_state_comment'")).all()
+            return bool(state) and state[0][1] == "Synced"
+        finally:
+            engine.dispose()
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@dataclass
+class GaleraCluster:
+    nodes: list[GaleraNode]
+    workdir: Path
+
+    def stop(self) -> None:
+        try:
+            for node in reversed(self.nodes):
+                node.stop()
+        finally:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def start_galera(size: int = 3) -> GaleraCluster:
+    """``size`` private mariadbd processes (small: 32 MB buffer pool, 16 MB gcache) in one
+    galera-4 cluster on free ports. Every node starts from a copy of one data directory that
+    has been part of the cluster once (so joiners need no full state transfer, only rsync's
+    short "bypass" handshake); the first one bootstraps it."""
+    provider = Path("/usr/lib/galera/libgalera_smm.so")
+    search = f"{os.environ.get('PATH', '')}:/usr/sbin:/usr/bin"
+    mysqld = shutil.which("mariadbd", path=search)
+    install_db = shutil.which("mariadb-install-db", path=search)
+    if not provider.exists() or mysqld is None or install_db is None:
+        pytest.skip("no galera-4 or MariaDB here (Debian: apt-get install galera-4 mariadb-server)")
+    if shutil.which("rsync") is None:
+        pytest.skip("no rsync here (Galera's state transfer; Debian: apt-get install rsync)")
+    workdir = Path(tempfile.mkdtemp(prefix="assetq-galera-"))
+    os.chmod(workdir, 0o755)  # the joiners' rsync daemon runs as nobody
+    ports = [(free_port(), free_port(), free_port(), free_port()) for _ in range(size)]
+    address = "gcomm://" + ",".join(f"127.0.0.1:{p[1]}" for p in ports)
+    user = ["--user=root"] if _as_root() else []
+    nodes = []
+    for i, (port, gcomm, ist, sst) in enumerate(ports):
+        home = workdir / f"node{i}"
+        nodes.append(
+            GaleraNode(
+                f"node{i}",
+                port,
+                home,
+                [
+                    mysqld,
+                    "--no-defaults",
+                    f"--datadir={home / 'data'}",
+                    f"--socket={home / 'mysqld.sock'}",
+                    f"--pid-file={home / 'mysqld.pid'}",
+                    f"--log-error={home / 'error.log'}",
+                    f"--tmpdir={home}",
+                    f"--port={port}",
+                    "--bind-address=127.0.0.1",
+                    "--skip-name-resolve",
+                    *user,
+                    "--innodb-buffer-pool-size=32M",
+                    "--innodb-flush-log-at-trx-commit=2",
+                    "--innodb-autoinc-lock-mode=2",
+                    "--binlog-format=ROW",
+                    "--max-connections=60",
+                    "--wsrep-on=ON",
+                    f"--wsrep-provider={provider}",
+                    f"--wsrep-cluster-address={address}",
+                    "--wsrep-cluster-name=assetq_test",
+                    "--wsrep-node-address=127.0.0.1",
+                    f"--wsrep-node-name=node{i}",
+                    f"--wsrep-sst-receive-address=127.0.0.1:{sst}",
+                    "--wsrep-sst-method=rsync",
+                    f"--wsrep-provider-options=gmcast.listen_addr=tcp://127.0.0.1:{gcomm};"
+                    f"ist.recv_addr=127.0.0.1:{ist};gcache.size=16M",
+                ],
+            )
+        )
+    cluster = GaleraCluster(nodes, workdir)
+    try:
+        first = nodes[0]
+        first.workdir.mkdir()
+        subprocess.run(
+            [
+                install_db,
+                "--no-defaults",
+                f"--datadir={first.workdir / 'data'}",
+                *user,
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                "--skip-name-resolve",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=180,
+        )
+        # One run as a cluster of its own gives the data directory the cluster's identity.
+        first.start("--wsrep-new-cluster", "--skip-networking")
+        _wait_for("galera bootstrap", (first.workdir / "mysqld.sock").exists, 60, first.log)
+        first.stop()
+        for node in nodes[1:]:
+            shutil.copytree(first.workdir, node.workdir, ignore=shutil.ignore_patterns("*.log"))
+        for node in nodes:
+            for directory, _, _ in os.walk(node.workdir):
+                os.chmod(directory, 0o777)
+        for i, node in enumerate(nodes):
+            node.start(*(["--wsrep-new-cluster"] if i == 0 else []))
+            _wait_for(f"galera {node.name}", node.synced, 120, node.log)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster

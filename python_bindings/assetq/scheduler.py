@@ -476,6 +476,7 @@ def run_scheduler(
     summary_interval: float = 60.0,
     backoff_initial: float = 0.5,
     backoff_max: float = 30.0,
+    max_attempts: int = 8,
 ) -> SchedulerStats:
     """Run scheduler passes until ``stop_event`` is set (or ``max_passes`` passes were made)
     and return what was done.
@@ -493,6 +494,10 @@ def run_scheduler(
     connection that turns out not to hold one server session is closed before anything is
     set on it, and the loop polls, with one warning (docs/deployment.md).
 
+    ``max_attempts``: each pass's own retries of a transient error (deadlock, lost
+    connection), as :func:`assetq.schedule` takes them; schedulers on several Galera nodes,
+    whose certification conflicts come as deadlocks, want more (docs/deployment.md).
+
     ``on_run`` is called with each run created, after its pass committed; ``on_pass`` with
     the list of runs of each successful pass. An exception they raise ends the loop and
     propagates (the runs are committed already). Any other error is logged once with its
@@ -502,6 +507,7 @@ def run_scheduler(
     ``summary_interval`` seconds at INFO level, each run created at INFO level too.
     """
     check_int(limit, "limit", 1, 1_000_000)
+    check_int(max_attempts, "max_attempts", 1, 100)
     if max_passes is not None:
         check_int(max_passes, "max_passes", 0, 2**62)
     for value, what in (
@@ -555,7 +561,9 @@ def run_scheduler(
             window.passes += 1
             rounds.start()
             try:
-                runs = api.schedule(engine, limit=limit, namespace=namespace)
+                runs = api.schedule(
+                    engine, limit=limit, namespace=namespace, max_attempts=max_attempts
+                )
             except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
                 stats.errors += 1
                 window.errors += 1
