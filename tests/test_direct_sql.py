@@ -19,7 +19,19 @@ SIGNATURES = {
     "register_event": ("text", "jsonb", "text", "text", "text", "integer", "text"),
     "register_events": ("jsonb",),
     "declare_asset": ("text", "text", "jsonb"),
-    "declare_dag": ("text", "jsonb", "jsonb", "boolean", "integer", "integer", "boolean"),
+    "declare_dag": (
+        "text",
+        "jsonb",
+        "jsonb",
+        "boolean",
+        "integer",
+        "integer",
+        "boolean",
+        # The retry options of 0006_work_queue.
+        "integer",
+        "double precision",
+        "double precision",
+    ),
     "set_dag_paused": ("text", "boolean"),
     "schedule_pass": ("integer",),
 }

@@ -660,27 +660,6 @@ def _retrying_run_moved_to_running_by_hand(db: TestDatabase) -> tuple[assetq.Run
     return run, first
 
 
-#: Engines where a reported bug is not fixed yet: set_run_state(queued -> running) on a run
-#: queued again for a retry kept its worker and attempt, so the run counted as held (no hand
-#: could finish it, nothing claims it, it held max_active_runs for good) and the finished
-#: attempt's claim passed complete_run's fence. Fixed on PostgreSQL in 64b6133 ("held means
-#: running under a lease"); MySQL's port of 0006 has it still.
-HAND_MOVED_RETRY_BUG_ENGINES = ("mysql",)
-
-
-@pytest.fixture
-def hand_moved_retry_bug(request: pytest.FixtureRequest, db: TestDatabase) -> None:
-    if db.engine_name in HAND_MOVED_RETRY_BUG_ENGINES:
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="set_run_state(running) on a retrying run keeps its worker and attempt"
-                " (reported; fixed on PostgreSQL only)",
-            )
-        )
-
-
-@pytest.mark.usefixtures("hand_moved_retry_bug")
 def test_a_retrying_run_moved_to_running_by_hand_can_be_finished_by_hand(
     db: TestDatabase,
 ) -> None:
@@ -694,7 +673,6 @@ def test_a_retrying_run_moved_to_running_by_hand_can_be_finished_by_hand(
     assert done.state == "success"
 
 
-@pytest.mark.usefixtures("hand_moved_retry_bug")
 def test_the_claim_of_a_finished_attempt_cannot_complete_a_run_moved_to_running_by_hand(
     db: TestDatabase,
 ) -> None:
