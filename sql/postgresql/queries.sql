@@ -346,7 +346,7 @@ SELECT deleted, examined, last_timestamp, last_id
         p_after_id => :after_id)
 
 -- grant_access --
--- Give an existing role one kind of access: producer, scheduler or reader.
+-- Give an existing role one kind of access: producer, scheduler, worker or reader.
 SELECT {{ns}}.grant_access(p_access => :access, p_grantee => :grantee, p_host => :host)
 
 -- revoke_access --

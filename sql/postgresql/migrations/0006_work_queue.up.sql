@@ -616,6 +616,7 @@ DECLARE
     v_taken   integer := 0;
     v_claimed integer;
     v_failed  integer;
+    v_expired boolean;
 BEGIN
     IF p_worker IS NULL OR p_worker = '' OR length(p_worker) > 250 THEN
         RAISE EXCEPTION 'worker must be a name of 1 to 250 characters, got %', quote_nullable(left(p_worker, 60))
@@ -639,25 +640,32 @@ BEGIN
     v_now := clock_timestamp();
     v_until := v_now + make_interval(secs => p_lease_seconds);
     LOOP
-        v_ids := ARRAY(SELECT r.id
-                         FROM {{ns}}.dag_run r
-                        WHERE r.not_before <= v_now
-                          AND (p_dag_ids IS NULL
-                               OR r.dag_id IN (SELECT jsonb_array_elements_text(p_dag_ids)))
-                        ORDER BY r.not_before, r.id
-                        LIMIT p_limit - v_taken
-                          FOR NO KEY UPDATE OF r SKIP LOCKED);
-        EXIT WHEN cardinality(v_ids) = 0;
+        SELECT array_agg(x.id), coalesce(bool_or(x.state = 'running'), false)
+          INTO v_ids, v_expired
+          FROM (SELECT r.id, r.state
+                  FROM {{ns}}.dag_run r
+                 WHERE r.not_before <= v_now
+                   AND (p_dag_ids IS NULL
+                        OR r.dag_id IN (SELECT jsonb_array_elements_text(p_dag_ids)))
+                 ORDER BY r.not_before, r.id
+                 LIMIT p_limit - v_taken
+                   FOR NO KEY UPDATE OF r SKIP LOCKED) x;
+        EXIT WHEN v_ids IS NULL;
 
-        UPDATE {{ns}}.dag_run r
-           SET state = 'failed', ended_at = v_now, updated_at = v_now, not_before = NULL,
-               lease_until = NULL,
-               error = format('the lease of attempt %s (worker %s) expired at %s and no attempt is left (max_attempts %s)',
-                              r.attempt, r.worker, r.lease_until, d.max_attempts)
-          FROM {{ns}}.dag d
-         WHERE r.id = ANY (v_ids) AND d.dag_id = r.dag_id
-           AND r.state = 'running' AND r.attempt >= d.max_attempts;
-        GET DIAGNOSTICS v_failed = ROW_COUNT;
+        -- Only a running candidate (its lease expired) may be on its last attempt: the
+        -- usual claim, of queued runs only, skips this statement.
+        v_failed := 0;
+        IF v_expired THEN
+            UPDATE {{ns}}.dag_run r
+               SET state = 'failed', ended_at = v_now, updated_at = v_now, not_before = NULL,
+                   lease_until = NULL,
+                   error = format('the lease of attempt %s (worker %s) expired at %s and no attempt is left (max_attempts %s)',
+                                  r.attempt, r.worker, r.lease_until, d.max_attempts)
+              FROM {{ns}}.dag d
+             WHERE r.id = ANY (v_ids) AND d.dag_id = r.dag_id
+               AND r.state = 'running' AND r.attempt >= d.max_attempts;
+            GET DIAGNOSTICS v_failed = ROW_COUNT;
+        END IF;
 
         RETURN QUERY
         WITH c AS (
