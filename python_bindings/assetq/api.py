@@ -548,11 +548,21 @@ def read_committed_transaction(
     what: str,
     max_attempts: int,
     retry_codes: frozenset[str] = frozenset(),
+    one_statement: bool = False,
 ) -> Sequence[Any]:
     """Run named query ``query`` in a short READ COMMITTED transaction of its own and return
     its rows; roll back and retry, with jittered exponential backoff, what a retry cures
-    (TransientError, or an error whose code is in ``retry_codes``)."""
+    (TransientError, or an error whose code is in ``retry_codes``).
+
+    ``one_statement``: the query is a single routine call that needs no more than the
+    statement's own atomicity. Where a routine call is atomic by itself (PostgreSQL) it is
+    sent alone on an autocommit connection: one round trip instead of four (BEGIN, SET
+    TRANSACTION, the call, COMMIT). Its isolation is then the server's default: READ
+    COMMITTED unless a DBA changed it, and at a stricter level a conflict is a serialization
+    failure, retried like any other."""
     dialect = dialect_of(engine)
+    if one_statement and dialect.atomic_routines:
+        return _one_statement(engine, dialect, query, namespace, params, what, max_attempts)
     for attempt in range(1, max_attempts + 1):
         try:
             # Connecting is inside _translated too: a server that is down, restarting or
@@ -570,6 +580,38 @@ def read_committed_transaction(
             # loop backs off from it (and the error says where to point the URL).
             retry = retry and not isinstance(exc, errors.ReadOnlyServer)
             if not retry or attempt == max_attempts:
+                raise
+            delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
+            log.warning(
+                "assetq: %s attempt %d failed (%s %s); retrying in %.0f ms",
+                what,
+                attempt,
+                exc.code,
+                exc,
+                delay * 1000,
+            )
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def _one_statement(
+    engine: Engine,
+    dialect: Dialect,
+    query: str,
+    namespace: str,
+    params: Mapping[str, Any],
+    what: str,
+    max_attempts: int,
+) -> Sequence[Any]:
+    for attempt in range(1, max_attempts + 1):
+        try:
+            with _translated(dialect), engine.connect() as conn:
+                # psycopg's autocommit is a client-side switch: no round trip, here or when
+                # the pool resets the connection.
+                auto = conn.execution_options(isolation_level="AUTOCOMMIT")
+                return dialect.execute(auto, query, namespace, params)
+        except errors.TransientError as exc:
+            if isinstance(exc, errors.ReadOnlyServer) or attempt == max_attempts:
                 raise
             delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
             log.warning(
@@ -989,7 +1031,7 @@ def claim_runs(
         "dag_ids": dag_ids_json,
     }
     rows = read_committed_transaction(
-        engine, "claim_runs", namespace, params, "claim", max_attempts
+        engine, "claim_runs", namespace, params, "claim", max_attempts, one_statement=True
     )
     claims = sorted(
         (_claim(row, timedelta(seconds=lease_seconds)) for row in rows), key=lambda c: c.id
@@ -1030,7 +1072,9 @@ def heartbeat(
         "attempt": claim.attempt,
         "lease_seconds": lease_seconds,
     }
-    rows = read_committed_transaction(engine, "heartbeat_run", namespace, params, "heartbeat", 3)
+    rows = read_committed_transaction(
+        engine, "heartbeat_run", namespace, params, "heartbeat", 3, one_statement=True
+    )
     return replace(
         claim, lease_until=_utc(rows[0].lease_until), lease=timedelta(seconds=lease_seconds)
     )

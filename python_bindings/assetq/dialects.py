@@ -58,6 +58,10 @@ class Dialect:
     supports_notify: bool
     #: Error codes (as strings) that a retry of the whole transaction can cure.
     transient_codes: frozenset[str]
+    #: A routine call is one statement, atomic on its own: on an autocommit connection it is a
+    #: transaction of one round trip (PostgreSQL functions; a MySQL procedure's statements
+    #: each commit on their own under autocommit).
+    atomic_routines: bool = False
     #: Error codes that mean the input was bad (too long, wrong type, constraint).
     invalid_input_codes: frozenset[str] = field(default_factory=frozenset)
     #: Error codes (and code class prefixes) of a connection that was lost or never made.
@@ -359,6 +363,7 @@ POSTGRESQL = _PostgreSQL(
     quote='"',
     supports_returning=True,
     supports_notify=True,
+    atomic_routines=True,
     # serialization failure, deadlock, lock not available, query canceled by lock_timeout
     transient_codes=frozenset({"40001", "40P01", "55P03"}),
     # string too long, invalid text, NUL/encoding, numeric range, check/not-null/fk violations
