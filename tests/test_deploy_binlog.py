@@ -15,10 +15,10 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
-from servers import BinlogMariaDB, start_binlog_mariadb
 from sqlalchemy import Engine
 
 import assetq
+from servers import BinlogMariaDB, start_binlog_mariadb
 
 
 @pytest.fixture(scope="module")

@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from servers import ReplicatedPostgres, TcpForwarder, free_port, start_replicated_postgres
 from sqlalchemy import Connection, Engine
 
 import assetq
 from assetq import cli
 from dbs import TestDatabase
+from servers import ReplicatedPostgres, TcpForwarder, free_port, start_replicated_postgres
 
 #: URLs where nothing listens: a database that is down.
 DOWN = {

@@ -18,10 +18,10 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
-from servers import GaleraCluster, start_galera
 from sqlalchemy import Engine
 
 import assetq
+from servers import GaleraCluster, start_galera
 
 pytestmark = pytest.mark.slow
 

@@ -26,7 +26,6 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from servers import PgBouncer, start_pgbouncer
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
 
@@ -34,6 +33,7 @@ import assetq
 from assetq import cli
 from assetq.dialects import engine_arguments
 from dbs import TestDatabase
+from servers import PgBouncer, start_pgbouncer
 
 pytestmark = pytest.mark.engines("postgresql")
 

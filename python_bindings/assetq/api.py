@@ -540,6 +540,12 @@ def _event_ids(value: Any) -> tuple[int, ...]:
     return tuple(sorted(int(v) for v in value))
 
 
+def _ids_in_order(value: Any) -> tuple[int, ...]:
+    if isinstance(value, str):  # MySQL returns them as JSON text
+        value = json.loads(value)
+    return tuple(int(v) for v in value or ())
+
+
 def read_committed_transaction(
     engine: Engine,
     query: str,
@@ -700,8 +706,8 @@ def _run_info(row: Any) -> RunInfo:
         lease_until=_utc_or_none(row.lease_until),
         not_before=_utc_or_none(row.not_before),
         error=row.error,
-        # Only complete_run and retry_run return it.
-        output_event_ids=_event_ids(row.output_event_ids)
+        # Only complete_run and retry_run return it, in the order the events were given.
+        output_event_ids=_ids_in_order(row.output_event_ids)
         if "output_event_ids" in row._fields
         else (),
     )
