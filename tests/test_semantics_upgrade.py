@@ -66,6 +66,12 @@ def test_upgrading_from_0003_keeps_existing_grants_and_data_working(
     with scheduler.begin() as conn:
         info = assetq.set_run_state(conn, "report", run.run_id, "running")
     assert info.state == "running"
+    # retry_run is new in 0006 and part of the scheduler's access: the upgrade gives it too.
+    with scheduler.begin() as conn:
+        assert assetq.set_run_state(conn, "report", run.run_id, "failed").state == "failed"
+    with scheduler.begin() as conn:
+        again = assetq.retry_run(conn, "report", run.run_id)
+    assert (again.state, again.not_before is not None) == ("queued", True)
     # A reader reads the tables 0004 added, through the read API too.
     with reader.connect() as conn:
         assert [r.run_id for r in assetq.runs(conn, "report")] == [run.run_id]

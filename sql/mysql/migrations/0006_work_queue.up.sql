@@ -38,8 +38,8 @@
 -- Accounts keep the rights they had. MySQL revokes the privileges on a routine when it is
 -- dropped, and has no CREATE OR REPLACE PROCEDURE, so the EXECUTE (and ALTER ROUTINE) grants
 -- on every routine this migration creates again are saved in a table first and given back at
--- the end, as in 0004_semantics. As on PostgreSQL, accounts get no new right here: scheduler
--- accounts granted before may not run retry_run until grant_access gives it to them.
+-- the end, as in 0004_semantics. Accounts that could move run states (the scheduler kind)
+-- may also retry failed runs afterwards, as the scheduler kind may now (and on PostgreSQL).
 -- Readers hold SELECT on the whole namespace, which covers the new columns.
 --
 -- Online on both engines: the new columns are added in place (ALGORITHM=INSTANT, constant
@@ -124,6 +124,16 @@ BEGIN
                               'set_run_state', 'purge_runs', 'claim_runs', 'heartbeat_run',
                               'complete_run', 'retry_run', 'grant_access', 'revoke_access')
        AND p.Proc_priv <> '';
+    -- The accounts that may move run states are the scheduler kind's (grant_access), and
+    -- that kind may now also retry failed runs: an upgrade keeps what a kind of access means.
+    INSERT IGNORE INTO {{ns}}._assetq_0006_grants
+           (routine_name, grantee_user, grantee_host, privileges)
+    SELECT 'retry_run', p.User, p.Host, 'Execute'
+      FROM mysql.procs_priv p
+     WHERE p.Db = DATABASE()
+       AND p.Routine_type = 'PROCEDURE'
+       AND p.Routine_name = 'set_run_state'
+       AND FIND_IN_SET('Execute', p.Proc_priv) > 0;
 END $$
 
 -- Gives the saved privileges back on the routines that exist now, to the accounts that still

@@ -999,8 +999,11 @@ DO $$
 DECLARE
     v_grantee text;
 BEGIN
+    -- The roles that could move run states are the scheduler kind's (grant_access), and that
+    -- kind may now also retry failed runs: an upgrade keeps what a kind of access means.
     FOR v_grantee IN SELECT g.grantee FROM pg_temp._assetq_0006_grants g LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION {{ns}}.set_run_state(text, text, text) TO %I', v_grantee);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION {{ns}}.set_run_state(text, text, text),'
+                       ' {{ns}}.retry_run(text, text) TO %I', v_grantee);
     END LOOP;
 END
 $$;
