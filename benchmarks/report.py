@@ -207,8 +207,9 @@ def burndown_section(report: dict[str, Any]) -> list[str]:
         "## Worker burn-down",
         "",
         f"A no-op burn-down of {runs:,} queued runs by {threads} worker threads, each thread"
-        " looping `assetq.claim_runs(engine, worker, limit=1)` (its own READ COMMITTED"
-        ' transaction) and `assetq.complete_run(conn, claim, "success")` in a transaction'
+        " looping `assetq.claim_runs(engine, worker, limit=1)` (a transaction of its own: on"
+        " PostgreSQL the function call alone, on MariaDB at READ COMMITTED)"
+        ' and `assetq.complete_run(conn, claim, "success")` in a transaction'
         " of its own until nothing is left; against procrastinate's fetch + finish of"
         f" {runs:,} jobs on the same PostgreSQL server, through its own SQL functions"
         " (procrastinate_fetch_job_v2, procrastinate_finish_job_v1, the queries its worker"
@@ -657,16 +658,17 @@ def markdown(report: dict[str, Any], plots: Sequence[str], latency: str | None =
         " set-based statements; what grows with the backlog is the work per link (on"
         " PostgreSQL two foreign-key checks each) and the run's ids returned to Python.",
         "- Worker burn-down against procrastinate: per run both sides lock a row with SKIP"
-        " LOCKED and update it to claim, update it to finish, and commit twice. assetq does"
-        " more in each: its claim function also looks for runs whose last lease expired and"
-        " reads the run's event ids, and each claim and completion changes indexed columns"
-        " (state, not_before) of a table with nine indexes, so every update adds an entry to"
-        " each of them. The larger share is the client: assetq's calls go through SQLAlchemy"
-        " Core, each claim sends SET TRANSACTION ISOLATION LEVEL READ COMMITTED as a round"
-        " trip of its own, and its rows are mapped to Claim and RunInfo, against"
-        " procrastinate's bare psycopg calls here; with all worker threads under one"
-        " interpreter lock on a 2-core machine shared with the server, that client CPU bounds"
-        " the rate.",
+        " LOCKED and update it to claim, update it to finish, and commit. assetq does more"
+        " in each: its claim function reads the run's event ids (and, when a candidate's"
+        " lease expired, fails it if that was its last attempt), and each claim and"
+        " completion changes indexed columns (state, not_before) of a table with ten indexes,"
+        " so every update adds an entry to each of them. On PostgreSQL a claim is one round"
+        " trip (the function call alone, on an autocommit connection) and a completion three"
+        " (BEGIN, the call, COMMIT), against three each for procrastinate's connector. The"
+        " larger share is the client: assetq's calls go through SQLAlchemy Core and its rows"
+        " are mapped to Claim and RunInfo, against procrastinate's bare psycopg calls here;"
+        " with all worker threads under one interpreter lock on a 2-core machine shared with"
+        " the server, that client CPU bounds the rate.",
         "- A claim with finished runs in the history: it reads the same index entries and the"
         " same pages of the claim's partial index (finished runs are not in it); its total of"
         " buffers grows only by the descents of its UPDATE into dag_run's other B-trees, one"
