@@ -211,13 +211,19 @@ SELECT dag_id, is_paused, queued_events, oldest_queued_at, oldest_queued_age_sec
 -- database's clock, from server_clock)? The scheduler loop passes again while there are and
 -- their number goes down: a pass examines at most :limit consumers, and may have found
 -- nothing while a ready one waits further on. On MySQL a pass records when it examined a
--- consumer in its lock row (dag_lock.last_scheduled_at), never in the dag row.
+-- consumer in its lock row (dag_lock.last_scheduled_at), never in the dag row. Queued rows
+-- are probed once per consumer by key, as schedule_pass does: MariaDB 10.11 answered an
+-- EXISTS here by materializing every queued row's consumer (100,020 index entries read for
+-- 1,001 consumers over 100,000 queued rows), a scalar subquery is never flattened.
 SELECT COUNT(*) AS behind
   FROM {{ns}}.dag d
   JOIN {{ns}}.dag_lock l ON l.dag_id = d.dag_id
  WHERE NOT d.is_paused
    AND (l.last_scheduled_at IS NULL OR l.last_scheduled_at < :since)
-   AND EXISTS (SELECT 1 FROM {{ns}}.asset_dag_run_queue q WHERE q.target_dag_id = d.dag_id)
+   AND (SELECT q.target_dag_id
+          FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (PRIMARY)
+         WHERE q.target_dag_id = d.dag_id
+         LIMIT 1) IS NOT NULL
 
 -- server_clock --
 -- The database's current time (UTC, as every DATETIME(6) assetq writes): when a scheduler

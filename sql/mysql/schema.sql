@@ -167,6 +167,10 @@ CREATE TABLE IF NOT EXISTS {{ns}}.asset_dag_run_queue (
     PRIMARY KEY (target_dag_id, asset_event_id),
     -- InnoDB needs an index on every foreign key; named here instead of generated.
     KEY asset_dag_run_queue_event_idx (asset_event_id),
+    -- A consumer's queue in queue order (a capped claim reads its N + 1 oldest rows), and each
+    -- of its assets' oldest row (the witness search), by index (migration 0007_capped_claim).
+    KEY asset_dag_run_queue_order_idx (target_dag_id, created_at, asset_event_id, asset_id),
+    KEY asset_dag_run_queue_asset_idx (target_dag_id, asset_id, created_at, asset_event_id),
     CONSTRAINT asset_dag_run_queue_target_dag_id_fkey FOREIGN KEY (target_dag_id)
         REFERENCES {{ns}}.dag (dag_id) ON DELETE CASCADE,
     CONSTRAINT asset_dag_run_queue_asset_event_id_fkey FOREIGN KEY (asset_event_id)
@@ -206,6 +210,10 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_run (
     KEY dag_run_claim_idx (not_before, id),
     -- runs(state=...) across consumers, newest first; the status view's active runs.
     KEY dag_run_state_idx (state, id),
+    -- Running runs by the end of their lease: every pass fails those whose last attempt's
+    -- lease expired (migration 0007_capped_claim). Not partial (MySQL has none): the other
+    -- states are in it too, in ranges of their own a range on 'running' never reads.
+    KEY dag_run_lease_idx (state, not_before),
     CONSTRAINT dag_run_run_id_key UNIQUE (dag_id, run_id),
     CONSTRAINT dag_run_seq_key UNIQUE (dag_id, seq),
     -- Target of the link table's composite foreign key: a link's dag_id is its run's dag_id.
@@ -1333,6 +1341,12 @@ END $$
 -- N in all (more only if the chosen assets alone are more than N). When the oldest N rows
 -- satisfy the condition, that is exactly them.
 --
+-- A capped run costs what it consumes (migration 0007_capped_claim): the pass reads the
+-- N + 1 oldest rows through asset_dag_run_queue_order_idx and, only when the N oldest do not
+-- satisfy the condition, each member asset's oldest row through asset_dag_run_queue_asset_idx;
+-- never the backlog behind them (tests/test_capped_claim.py counts it). The claims are those
+-- of 0006, row for row.
+--
 -- Run it at READ COMMITTED, in a transaction of its own (assetq.schedule does). At READ
 -- COMMITTED every plain read below takes a fresh snapshot, after the lock, and locks nothing.
 -- At REPEATABLE READ the snapshot can be older than the lock: a pass would claim rows another
@@ -1345,7 +1359,9 @@ END $$
 -- (not_before = its creation). Before a consumer with max_active_runs is counted against its
 -- cap, its running runs whose last attempt's lease expired are failed (I10: a worker that
 -- died on its last attempt must not hold the cap for good; claim_runs does the same). Rows a
--- worker is completing right now are skipped, not waited for.
+-- worker is completing right now are skipped, not waited for. Since 0007_capped_claim every
+-- pass first fails up to 100 such runs of any consumer, oldest lease first ("the next time
+-- anyone claims or passes", docs/workers.md), found through dag_run_lease_idx.
 DROP PROCEDURE IF EXISTS {{ns}}.schedule_pass $$
 CREATE PROCEDURE {{ns}}.schedule_pass(IN p_limit INT)
 MODIFIES SQL DATA
@@ -1371,7 +1387,11 @@ BEGIN
     DECLARE v_next       INT;
     DECLARE v_hit        BIGINT;
     DECLARE v_pick       BIGINT;
+    DECLARE v_pick_id    BIGINT;
+    DECLARE v_pick_time  DATETIME(6);
     DECLARE v_pick_no    BIGINT;
+    DECLARE v_asset      BIGINT;
+    DECLARE v_missing    BOOLEAN;
     DECLARE v_claimed    BIGINT;
     DECLARE v_deleted    BIGINT;
     DECLARE v_run_after  DATETIME(6);
@@ -1401,16 +1421,20 @@ BEGIN
     -- max_events_per_run needs them (a pass over consumers with neither creates none):
     --   _assetq_member  the consumer's clause members (clause_no, asset_id); an alias member
     --                   that has resolved to nothing gives asset_id NULL, so its clause counts
-    --   _assetq_queue   with max_events_per_run: the consumer's queue, each row ranked among
-    --                   its asset's rows (1: the oldest), witness rows marked
-    --   _assetq_chosen  with max_events_per_run: the witness assets, in the order chosen
-    --   _assetq_reap    with max_active_runs: the runs whose last attempt's lease expired,
+    --   _assetq_queue   with max_events_per_run = N: the consumer's N + 1 oldest rows, by
+    --                   position in queue order (1: the oldest), witness rows marked
+    --   _assetq_oldest  with max_events_per_run, in the witness search: each member asset's
+    --                   oldest queued row (none for an asset with no row queued)
+    --   _assetq_chosen  with max_events_per_run: the witness assets, in the order chosen,
+    --                   with their oldest rows
+    -- and only once a run whose last attempt's lease expired is found:
+    --   _assetq_reap    those runs, with their consumers' max_attempts,
     --   _assetq_reaped  and those of them locked, with their errors
     -- MySQL 8 / MariaDB: MySQL cannot open one temporary table twice in a statement, so no
     -- statement below names the same temporary table twice.
     DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_candidate, {{ns}}._assetq_claim, {{ns}}._assetq_run,
-                                   {{ns}}._assetq_member, {{ns}}._assetq_queue, {{ns}}._assetq_chosen,
-                                   {{ns}}._assetq_reap, {{ns}}._assetq_reaped;
+                                   {{ns}}._assetq_member, {{ns}}._assetq_queue, {{ns}}._assetq_oldest,
+                                   {{ns}}._assetq_chosen, {{ns}}._assetq_reap, {{ns}}._assetq_reaped;
     CREATE TEMPORARY TABLE {{ns}}._assetq_candidate (
         pos    BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
         dag_id VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
@@ -1432,18 +1456,77 @@ BEGIN
         state               VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
     ) ENGINE = InnoDB;
 
+    -- I10: a run whose last attempt's lease expired is failed by the next pass (and by the
+    -- next claim), whatever its consumer's state: at most 100 per pass, oldest lease first.
+    -- As the check at the cap below and claim_runs do it: a plain read of the candidates
+    -- through dag_run_lease_idx (running runs by the end of their lease; the usual answer is
+    -- none, and costs no temporary table), then those rows locked by primary key SKIP LOCKED
+    -- and tested again as locked (a worker completing or renewing one now keeps it), each
+    -- error written from the row as locked, and failed by key. Not one locking read: through
+    -- a secondary index it would keep every row it read and refused locked to the end of the
+    -- pass, live leases included, even at READ COMMITTED. The consumers' max_attempts are
+    -- read plainly: a dag row is never locked (see dag_lock).
+    SET v_now = UTC_TIMESTAMP(6);
+    SELECT COUNT(*) INTO v_expired
+      FROM (SELECT r.id
+              FROM {{ns}}.dag_run r FORCE INDEX (dag_run_lease_idx)
+              STRAIGHT_JOIN {{ns}}.dag d FORCE INDEX (PRIMARY) ON d.dag_id = r.dag_id
+             WHERE r.state = 'running' AND r.not_before <= v_now AND r.attempt >= d.max_attempts
+             LIMIT 1) x;
+    IF v_expired > 0 THEN
+        CREATE TEMPORARY TABLE {{ns}}._assetq_reap (
+            id           BIGINT NOT NULL PRIMARY KEY,
+            max_attempts INT NOT NULL
+        ) ENGINE = InnoDB;
+        CREATE TEMPORARY TABLE {{ns}}._assetq_reaped (
+            id    BIGINT NOT NULL PRIMARY KEY,
+            error TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
+        ) ENGINE = InnoDB;
+        SET v_reaping = TRUE;
+        INSERT INTO {{ns}}._assetq_reap (id, max_attempts)
+        SELECT r.id, d.max_attempts
+          FROM {{ns}}.dag_run r FORCE INDEX (dag_run_lease_idx)
+          STRAIGHT_JOIN {{ns}}.dag d FORCE INDEX (PRIMARY) ON d.dag_id = r.dag_id
+         WHERE r.state = 'running' AND r.not_before <= v_now AND r.attempt >= d.max_attempts
+         ORDER BY r.not_before
+         LIMIT 100;
+        INSERT INTO {{ns}}._assetq_reaped (id, error)
+        SELECT r.id,
+               CONCAT('the lease of attempt ', r.attempt, ' (worker ', COALESCE(r.worker, ''),
+                      ') expired at ',
+                      COALESCE(DATE_FORMAT(r.lease_until, '%Y-%m-%d %H:%i:%s.%f'), ''),
+                      '+00 and no attempt is left (max_attempts ', k.max_attempts, ')')
+          FROM {{ns}}._assetq_reap k FORCE INDEX (PRIMARY)
+          STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
+         WHERE r.state = 'running' AND r.not_before <= v_now AND r.attempt >= k.max_attempts
+           FOR UPDATE SKIP LOCKED;
+        UPDATE {{ns}}._assetq_reaped k
+          STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
+           SET r.state = 'failed', r.ended_at = v_now, r.updated_at = v_now,
+               r.not_before = NULL, r.lease_until = NULL, r.error = k.error;
+    END IF;
+
     -- Candidates: unpaused consumers with queued rows, least recently examined first (NULL
     -- sorts first in MySQL's ascending order). A plain read that locks nothing; each
     -- candidate is locked on its own below. One locking statement with ORDER BY ... LIMIT
     -- could lock every candidate before sorting and keep the ones past the limit locked.
     -- MySQL 8 / MariaDB: MariaDB has no FOR UPDATE OF <table>, so a locking join would
     -- lock the dag rows too; the lock statement below reads dag_lock alone.
+    -- Whether a consumer has queued rows is one probe of the queue's primary key by consumer
+    -- (migration 0007_capped_claim), a scalar subquery. MySQL 8 / MariaDB: both may flatten
+    -- an EXISTS into a semi-join, and MariaDB 10.11 answered this one, as a SELECT, by
+    -- materializing every queued row's consumer: the whole backlog read (measured: 100,020
+    -- index entries for 1,001 consumers over 100,000 queued rows). A scalar subquery is
+    -- never flattened, and its LIMIT 1 stops at the first row (tests/test_capped_claim.py).
     INSERT INTO {{ns}}._assetq_candidate (dag_id)
     SELECT l.dag_id
       FROM {{ns}}.dag_lock l
       JOIN {{ns}}.dag d ON d.dag_id = l.dag_id
      WHERE NOT d.is_paused
-       AND EXISTS (SELECT 1 FROM {{ns}}.asset_dag_run_queue q WHERE q.target_dag_id = l.dag_id)
+       AND (SELECT q.target_dag_id
+              FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (PRIMARY)
+             WHERE q.target_dag_id = l.dag_id
+             LIMIT 1) IS NOT NULL
      ORDER BY l.last_scheduled_at, l.dag_id;
 
     candidate_loop: WHILE v_taken < p_limit DO
@@ -1508,7 +1591,8 @@ BEGIN
             IF v_expired > 0 THEN
                 IF NOT v_reaping THEN
                     CREATE TEMPORARY TABLE {{ns}}._assetq_reap (
-                        id BIGINT NOT NULL PRIMARY KEY
+                        id           BIGINT NOT NULL PRIMARY KEY,
+                        max_attempts INT NOT NULL
                     ) ENGINE = InnoDB;
                     CREATE TEMPORARY TABLE {{ns}}._assetq_reaped (
                         id    BIGINT NOT NULL PRIMARY KEY,
@@ -1518,8 +1602,8 @@ BEGIN
                 END IF;
                 DELETE FROM {{ns}}._assetq_reap;
                 DELETE FROM {{ns}}._assetq_reaped;
-                INSERT INTO {{ns}}._assetq_reap (id)
-                SELECT r.id
+                INSERT INTO {{ns}}._assetq_reap (id, max_attempts)
+                SELECT r.id, v_max_attempts
                   FROM {{ns}}.dag_run r
                  WHERE r.dag_id = v_dag_id AND r.state = 'running' AND r.not_before <= v_now
                    AND r.attempt >= v_max_attempts;
@@ -1528,10 +1612,10 @@ BEGIN
                        CONCAT('the lease of attempt ', r.attempt, ' (worker ', COALESCE(r.worker, ''),
                               ') expired at ',
                               COALESCE(DATE_FORMAT(r.lease_until, '%Y-%m-%d %H:%i:%s.%f'), ''),
-                              '+00 and no attempt is left (max_attempts ', v_max_attempts, ')')
+                              '+00 and no attempt is left (max_attempts ', k.max_attempts, ')')
                   FROM {{ns}}._assetq_reap k FORCE INDEX (PRIMARY)
                   STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
-                 WHERE r.state = 'running' AND r.not_before <= v_now AND r.attempt >= v_max_attempts
+                 WHERE r.state = 'running' AND r.not_before <= v_now AND r.attempt >= k.max_attempts
                    FOR UPDATE SKIP LOCKED;
                 UPDATE {{ns}}._assetq_reaped k
                   STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
@@ -1560,17 +1644,25 @@ BEGIN
                     KEY (clause_no)
                 ) ENGINE = InnoDB;
                 CREATE TEMPORARY TABLE {{ns}}._assetq_queue (
-                    asset_event_id BIGINT NOT NULL PRIMARY KEY,
+                    pos            BIGINT NOT NULL PRIMARY KEY,
+                    asset_event_id BIGINT NOT NULL,
                     asset_id       BIGINT NOT NULL,
                     created_at     DATETIME(6) NOT NULL,
-                    asset_rank     BIGINT NOT NULL,
                     witness        BOOLEAN NOT NULL DEFAULT FALSE,
-                    KEY (asset_id)
+                    UNIQUE KEY (asset_event_id)
+                ) ENGINE = InnoDB;
+                CREATE TEMPORARY TABLE {{ns}}._assetq_oldest (
+                    asset_id       BIGINT NOT NULL PRIMARY KEY,
+                    asset_event_id BIGINT NOT NULL,
+                    created_at     DATETIME(6) NOT NULL
                 ) ENGINE = InnoDB;
                 CREATE TEMPORARY TABLE {{ns}}._assetq_chosen (
-                    pick_no  BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-                    asset_id BIGINT NOT NULL,
-                    UNIQUE KEY (asset_id)
+                    pick_no        BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+                    asset_id       BIGINT NOT NULL,
+                    asset_event_id BIGINT NOT NULL,
+                    created_at     DATETIME(6) NOT NULL,
+                    UNIQUE KEY (asset_id),
+                    UNIQUE KEY (asset_event_id)
                 ) ENGINE = InnoDB;
                 SET v_temps = TRUE;
             END IF;
@@ -1602,29 +1694,70 @@ BEGIN
               FROM {{ns}}.asset_dag_run_queue q
              WHERE q.target_dag_id = v_dag_id;
         ELSE
-            -- The same read, in queue order (created_at, asset_event_id), each row ranked
-            -- among its asset's rows. The selection below works on this copy only.
+            -- Capped at N = max_events_per_run: the N + 1 oldest rows only, in queue order
+            -- (created_at, asset_event_id) through asset_dag_run_queue_order_idx, which holds
+            -- every column read: a capped run costs what it consumes, never the backlog
+            -- behind it (issue 16). Numbered in that order; the selection below works on this
+            -- copy, and on each member asset's oldest row if it must (the witness search).
+            -- MySQL 8 / MariaDB: LIMIT takes a routine variable, not an expression.
             DELETE FROM {{ns}}._assetq_queue;
+            DELETE FROM {{ns}}._assetq_oldest;
             DELETE FROM {{ns}}._assetq_chosen;
-            INSERT INTO {{ns}}._assetq_queue (asset_event_id, asset_id, created_at, asset_rank)
-            SELECT q.asset_event_id, q.asset_id, q.created_at,
-                   ROW_NUMBER() OVER (PARTITION BY q.asset_id
-                                      ORDER BY q.created_at, q.asset_event_id)
-              FROM {{ns}}.asset_dag_run_queue q
-             WHERE q.target_dag_id = v_dag_id;
+            SET v_take = v_max_events + 1;
+            INSERT INTO {{ns}}._assetq_queue (pos, asset_event_id, asset_id, created_at)
+            SELECT ROW_NUMBER() OVER (ORDER BY o.created_at, o.asset_event_id),
+                   o.asset_event_id, o.asset_id, o.created_at
+              FROM (SELECT q.asset_event_id, q.asset_id, q.created_at
+                      FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (asset_dag_run_queue_order_idx)
+                     WHERE q.target_dag_id = v_dag_id
+                     ORDER BY q.created_at, q.asset_event_id
+                     LIMIT v_take) o;
             SELECT COUNT(*) INTO v_queued FROM {{ns}}._assetq_queue;
             SET v_met = 0;
             IF v_queued > v_max_events THEN
                 SELECT COUNT(DISTINCT m.clause_no) INTO v_met
                   FROM {{ns}}._assetq_member m
-                 WHERE m.asset_id IN (SELECT q.asset_id FROM {{ns}}._assetq_queue q);
+                 WHERE m.asset_id IN (SELECT q.asset_id FROM {{ns}}._assetq_queue q
+                                       WHERE q.pos <= v_max_events);
             END IF;
             IF v_queued <= v_max_events THEN
+                -- At most N queued: the whole queue.
                 INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
                 SELECT q.asset_event_id, q.asset_id, q.created_at FROM {{ns}}._assetq_queue q;
             ELSEIF v_clauses > 0 AND v_met = v_clauses THEN
-                -- Greedy witnesses, clause by clause.
+                -- The N oldest rows satisfy the condition: they are the claim.
+                INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
+                SELECT q.asset_event_id, q.asset_id, q.created_at
+                  FROM {{ns}}._assetq_queue q
+                 WHERE q.pos <= v_max_events;
+            ELSEIF v_clauses > 0 THEN
+                -- The N oldest rows do not satisfy the condition. Greedy witnesses over the
+                -- whole queue, by index: first each member asset's oldest queued row, one
+                -- probe of asset_dag_run_queue_asset_idx each, its id and timestamp read
+                -- together. MySQL 8 / MariaDB: MariaDB has no LATERAL join, hence the loop.
+                SET v_asset = 0;
+                asset_loop: LOOP
+                    SELECT MIN(m.asset_id) INTO v_asset
+                      FROM {{ns}}._assetq_member m WHERE m.asset_id > v_asset;
+                    IF v_asset IS NULL THEN
+                        LEAVE asset_loop;
+                    END IF;
+                    SET v_pick_id = NULL;
+                    SELECT q.asset_event_id, q.created_at INTO v_pick_id, v_pick_time
+                      FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (asset_dag_run_queue_asset_idx)
+                     WHERE q.target_dag_id = v_dag_id AND q.asset_id = v_asset
+                     ORDER BY q.created_at, q.asset_event_id
+                     LIMIT 1;
+                    IF v_pick_id IS NOT NULL THEN
+                        INSERT INTO {{ns}}._assetq_oldest (asset_id, asset_event_id, created_at)
+                        VALUES (v_asset, v_pick_id, v_pick_time);
+                    END IF;
+                END LOOP;
+                -- Then, for each clause not yet hit, the member asset whose oldest row is the
+                -- oldest, and that row. A clause with no queued member: the whole queue does
+                -- not satisfy the condition, no run.
                 SET v_clause = 0;
+                SET v_missing = FALSE;
                 clause_loop: LOOP
                     SET v_next = NULL;
                     SELECT MIN(m.clause_no) INTO v_next
@@ -1639,46 +1772,60 @@ BEGIN
                      WHERE m.clause_no = v_clause;
                     IF v_hit = 0 THEN
                         SET v_pick = NULL;
-                        SELECT q.asset_id INTO v_pick
-                          FROM {{ns}}._assetq_queue q
-                          JOIN {{ns}}._assetq_member m ON m.asset_id = q.asset_id
-                         WHERE m.clause_no = v_clause AND q.asset_rank = 1
-                         ORDER BY q.created_at, q.asset_event_id
+                        SELECT o.asset_id, o.asset_event_id, o.created_at
+                          INTO v_pick, v_pick_id, v_pick_time
+                          FROM {{ns}}._assetq_oldest o
+                          JOIN {{ns}}._assetq_member m ON m.asset_id = o.asset_id
+                         WHERE m.clause_no = v_clause
+                         ORDER BY o.created_at, o.asset_event_id
                          LIMIT 1;
-                        INSERT INTO {{ns}}._assetq_chosen (asset_id) VALUES (v_pick);
+                        IF v_pick IS NULL THEN
+                            SET v_missing = TRUE;
+                            LEAVE clause_loop;
+                        END IF;
+                        INSERT INTO {{ns}}._assetq_chosen (asset_id, asset_event_id, created_at)
+                        VALUES (v_pick, v_pick_id, v_pick_time);
                     END IF;
                 END LOOP;
-                -- Prune, newest choice first: what is left is a minimal set of assets.
-                SELECT MAX(c.pick_no) + 1 INTO v_pick_no FROM {{ns}}._assetq_chosen c;
-                prune_loop: LOOP
-                    SET v_pick = NULL;
-                    SELECT c.pick_no, c.asset_id INTO v_pick_no, v_pick
-                      FROM {{ns}}._assetq_chosen c
-                     WHERE c.pick_no < v_pick_no
-                     ORDER BY c.pick_no DESC
-                     LIMIT 1;
-                    IF v_pick IS NULL THEN
-                        LEAVE prune_loop;
-                    END IF;
-                    SELECT COUNT(DISTINCT m.clause_no) INTO v_met
-                      FROM {{ns}}._assetq_chosen c
-                      JOIN {{ns}}._assetq_member m ON m.asset_id = c.asset_id
-                     WHERE c.asset_id <> v_pick;
-                    IF v_met = v_clauses THEN
-                        DELETE FROM {{ns}}._assetq_chosen WHERE asset_id = v_pick;
-                    END IF;
-                END LOOP;
-                -- The oldest row of each chosen asset, then the oldest others, N in all.
-                UPDATE {{ns}}._assetq_queue q
-                  JOIN {{ns}}._assetq_chosen c ON c.asset_id = q.asset_id
-                   SET q.witness = TRUE
-                 WHERE q.asset_rank = 1;
-                SELECT GREATEST(COUNT(*), v_max_events) INTO v_take FROM {{ns}}._assetq_chosen;
-                INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
-                SELECT q.asset_event_id, q.asset_id, q.created_at
-                  FROM {{ns}}._assetq_queue q
-                 ORDER BY q.witness DESC, q.created_at, q.asset_event_id
-                 LIMIT v_take;
+                IF NOT v_missing THEN
+                    -- Prune, newest choice first: what is left is a minimal set of assets.
+                    SELECT MAX(c.pick_no) + 1 INTO v_pick_no FROM {{ns}}._assetq_chosen c;
+                    prune_loop: LOOP
+                        SET v_pick = NULL;
+                        SELECT c.pick_no, c.asset_id INTO v_pick_no, v_pick
+                          FROM {{ns}}._assetq_chosen c
+                         WHERE c.pick_no < v_pick_no
+                         ORDER BY c.pick_no DESC
+                         LIMIT 1;
+                        IF v_pick IS NULL THEN
+                            LEAVE prune_loop;
+                        END IF;
+                        SELECT COUNT(DISTINCT m.clause_no) INTO v_met
+                          FROM {{ns}}._assetq_chosen c
+                          JOIN {{ns}}._assetq_member m ON m.asset_id = c.asset_id
+                         WHERE c.asset_id <> v_pick;
+                        IF v_met = v_clauses THEN
+                            DELETE FROM {{ns}}._assetq_chosen WHERE asset_id = v_pick;
+                        END IF;
+                    END LOOP;
+                    -- The witness rows, then the oldest others, N in all (more only if the
+                    -- witnesses alone are more). The others come from the N + 1 oldest rows
+                    -- read above: at most N minus the witnesses are needed, and that many
+                    -- are among them.
+                    UPDATE {{ns}}._assetq_queue q
+                      JOIN {{ns}}._assetq_chosen c ON c.asset_event_id = q.asset_event_id
+                       SET q.witness = TRUE;
+                    INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
+                    SELECT c.asset_event_id, c.asset_id, c.created_at FROM {{ns}}._assetq_chosen c;
+                    SELECT GREATEST(v_max_events - COUNT(*), 0) INTO v_take
+                      FROM {{ns}}._assetq_chosen;
+                    INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
+                    SELECT q.asset_event_id, q.asset_id, q.created_at
+                      FROM {{ns}}._assetq_queue q
+                     WHERE NOT q.witness
+                     ORDER BY q.pos
+                     LIMIT v_take;
+                END IF;
             END IF;
         END IF;
         SELECT COUNT(*), MAX(k.created_at), MIN(k.created_at), MAX(k.asset_event_id)
@@ -1728,13 +1875,17 @@ BEGIN
             -- Delete exactly the claimed rows (I3), one primary-key lookup per claimed id:
             -- STRAIGHT_JOIN makes the claim table drive the join. A plan that range-scans the
             -- consumer's queue instead waits on producers' uncommitted rows, even at READ
-            -- COMMITTED. The claim guard (I4): if any claimed row is gone, someone else
+            -- COMMITTED. FORCE INDEX (PRIMARY) since 0007_capped_claim: with the queue's indexes
+            -- by consumer, MariaDB 10.11 chose a ref scan of asset_dag_run_queue_order_idx over
+            -- the consumer's rows (index only, which it costs below the primary key's eq_ref)
+            -- for a consumer with few queued rows, and the pass waited for producers.
+            -- The claim guard (I4): if any claimed row is gone, someone else
             -- consumed it (or delete_asset deleted it with its event); abort the whole pass.
             -- Before the links: once the rows are held, delete_asset waits for this pass
             -- before it deletes their events, so a link never meets a deleted event.
             DELETE q
               FROM {{ns}}._assetq_claim k
-              STRAIGHT_JOIN {{ns}}.asset_dag_run_queue q
+              STRAIGHT_JOIN {{ns}}.asset_dag_run_queue q FORCE INDEX (PRIMARY)
                 ON q.target_dag_id = v_dag_id AND q.asset_event_id = k.asset_event_id;
             SET v_deleted = ROW_COUNT();
             IF v_deleted <> v_claimed THEN
@@ -1776,8 +1927,8 @@ BEGIN
       FROM {{ns}}._assetq_run r
      ORDER BY r.dag_run_id;
     DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_candidate, {{ns}}._assetq_claim, {{ns}}._assetq_run,
-                                   {{ns}}._assetq_member, {{ns}}._assetq_queue, {{ns}}._assetq_chosen,
-                                   {{ns}}._assetq_reap, {{ns}}._assetq_reaped;
+                                   {{ns}}._assetq_member, {{ns}}._assetq_queue, {{ns}}._assetq_oldest,
+                                   {{ns}}._assetq_chosen, {{ns}}._assetq_reap, {{ns}}._assetq_reaped;
 END $$
 
 
@@ -2785,8 +2936,18 @@ END $$
 -- The events go through insert_event_batch, the body of register_events: a CALL of
 -- register_events itself would send its result set to the client as a second one. The run
 -- row is locked first (a locking read: the caller's snapshot may be older than the claim),
--- then the events are inserted, then the run is updated; after an error the caller rolls
--- back (the Python layer always does), as after any routine here.
+-- then the events are inserted, then the run is updated.
+--
+-- A failed call leaves the caller's transaction as it was (migration 0007_capped_claim):
+-- its work runs under a savepoint, rolled back to before the error is raised again, so a
+-- caller that commits anyway after an error (an output event refused after others were
+-- inserted) commits no output event without the run's success (I9). PostgreSQL aborts the
+-- caller's transaction instead, which comes to the same. A deadlock (1213) has already rolled
+-- the whole transaction back, savepoint included: ROLLBACK TO SAVEPOINT then fails with 1305,
+-- which is ignored, so the caller gets the deadlock, which it retries, not 1305
+-- (tests/test_work_outputs.py). Under autocommit, with no transaction, every statement
+-- commits on its own and there is no savepoint to go back to (the Python layer opens a
+-- transaction for the call).
 DROP PROCEDURE IF EXISTS {{ns}}.complete_run $$
 CREATE PROCEDURE {{ns}}.complete_run(
     IN p_dag_id  TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -2813,7 +2974,21 @@ BEGIN
     DECLARE v_out       LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT '[]';
     DECLARE v_message   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_saved_gcl BIGINT UNSIGNED DEFAULT @@SESSION.group_concat_max_len;
+    -- RESIGNAL raises the error that started the handler, whatever the statements before it
+    -- did; group_concat_max_len is not left raised on the connection.
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+    BEGIN
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR 1305 BEGIN END;
+            ROLLBACK TO SAVEPOINT assetq_complete_run;
+            RELEASE SAVEPOINT assetq_complete_run;
+        END;
+        SET SESSION group_concat_max_len = v_saved_gcl;
+        RESIGNAL;
+    END;
 
+    -- First, before anything that can fail: the handler rolls back to this point only.
+    SAVEPOINT assetq_complete_run;
     -- NOT LIKE '% ': the PAD SPACE collation would take 'success ' for 'success'.
     IF p_state IS NULL OR p_state NOT IN ('success', 'failed') OR p_state LIKE '% ' THEN
         SET v_message = LEFT(CONCAT('[AQ008] a run is completed as success or failed, got ',
@@ -2900,6 +3075,11 @@ BEGIN
              WHERE id = v_id;
         END IF;
     END IF;
+    BEGIN
+        -- 1305 under autocommit: the savepoint ended with its own statement.
+        DECLARE CONTINUE HANDLER FOR 1305 BEGIN END;
+        RELEASE SAVEPOINT assetq_complete_run;
+    END;
     SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
            r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
            r.lease_until, r.not_before, r.error, v_out AS output_event_ids
