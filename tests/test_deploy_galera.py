@@ -7,9 +7,7 @@ acknowledged event exists exactly once and is consumed exactly once. Schedulers 
 collide (SKIP LOCKED and GET_LOCK are per node) and certification aborts one side: with a
 larger pass retry budget exactly-once still holds, with a node killed meanwhile.
 
-A cluster takes about 25 s to start on this machine kind: the default suite runs the short
-version of the node-killed test (60 events per node); `-m slow` runs the rest and the long
-version (300 per node).
+A cluster takes about 25 s to start on this machine kind: these tests run with `-m slow`.
 """
 
 from __future__ import annotations
@@ -24,6 +22,8 @@ from sqlalchemy import Engine
 
 import assetq
 from servers import GaleraCluster, start_galera
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
@@ -102,7 +102,6 @@ def _drain(engine: Engine) -> None:
             return
 
 
-@pytest.mark.slow
 def test_producers_on_every_node_and_a_scheduler_on_one_consume_each_event_once(
     galera: GaleraCluster,
 ) -> None:
@@ -135,13 +134,12 @@ def test_producers_on_every_node_and_a_scheduler_on_one_consume_each_event_once(
             engine.dispose()
 
 
-@pytest.mark.parametrize("per_node", [60, pytest.param(300, marks=pytest.mark.slow)])
 def test_schedulers_on_every_node_with_a_node_killed_still_consume_each_event_once(
-    galera: GaleraCluster, per_node: int
+    galera: GaleraCluster,
 ) -> None:
     engines = [sa.create_engine(node.url(), pool_pre_ping=True) for node in galera.nodes]
     producers = [
-        _Producer(engines[i:] + engines[:i], [f"n{i}-{k}" for k in range(per_node)])
+        _Producer(engines[i:] + engines[:i], [f"n{i}-{k}" for k in range(300)])
         for i in range(len(engines))
     ]
     stop = threading.Event()
@@ -159,7 +157,7 @@ def test_schedulers_on_every_node_with_a_node_killed_still_consume_each_event_on
         for thread in [*schedulers, *producers]:
             thread.start()
         deadline = time.monotonic() + 120
-        while sum(len(p.acked) for p in producers) < per_node and time.monotonic() < deadline:
+        while sum(len(p.acked) for p in producers) < 300 and time.monotonic() < deadline:
             time.sleep(0.01)
         galera.nodes[2].kill()  # kill -9: its producer moves to another node
         for producer in producers:
