@@ -567,57 +567,30 @@ def read_committed_transaction(
     COMMITTED unless a DBA changed it, and at a stricter level a conflict is a serialization
     failure, retried like any other."""
     dialect = dialect_of(engine)
-    if one_statement and dialect.atomic_routines:
-        return _one_statement(engine, dialect, query, namespace, params, what, max_attempts)
+    alone = one_statement and dialect.atomic_routines
     for attempt in range(1, max_attempts + 1):
         try:
             # Connecting is inside _translated too: a server that is down, restarting or
             # failing over raises at connect time, and that is a ConnectionLost to retry.
-            with _translated(dialect), engine.connect() as conn, conn.begin():
-                # READ COMMITTED for this transaction only, as its first statement. Not
-                # execution_options(isolation_level=...): that sets the session level and
-                # resets it when the connection goes back to the pool, an extra round trip
-                # that, on a connection the server cut, raised a raw driver error.
-                dialect.execute(conn, "scheduler_transaction", namespace)
-                return dialect.execute(conn, query, namespace, params)
+            with _translated(dialect), engine.connect() as conn:
+                if alone:
+                    # psycopg's autocommit is a client-side switch: no round trip, here or
+                    # when the pool resets the connection.
+                    auto = conn.execution_options(isolation_level="AUTOCOMMIT")
+                    return dialect.execute(auto, query, namespace, params)
+                with conn.begin():
+                    # READ COMMITTED for this transaction only, as its first statement. Not
+                    # execution_options(isolation_level=...): that sets the session level and
+                    # resets it when the connection goes back to the pool, an extra round
+                    # trip that, on a connection the server cut, raised a raw driver error.
+                    dialect.execute(conn, "scheduler_transaction", namespace)
+                    return dialect.execute(conn, query, namespace, params)
         except errors.AssetqError as exc:
             retry = isinstance(exc, errors.TransientError) or exc.code in retry_codes
             # A read-only server stays read-only for longer than this backoff: the caller's
             # loop backs off from it (and the error says where to point the URL).
             retry = retry and not isinstance(exc, errors.ReadOnlyServer)
             if not retry or attempt == max_attempts:
-                raise
-            delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
-            log.warning(
-                "assetq: %s attempt %d failed (%s %s); retrying in %.0f ms",
-                what,
-                attempt,
-                exc.code,
-                exc,
-                delay * 1000,
-            )
-            time.sleep(delay)
-    raise AssertionError("unreachable")
-
-
-def _one_statement(
-    engine: Engine,
-    dialect: Dialect,
-    query: str,
-    namespace: str,
-    params: Mapping[str, Any],
-    what: str,
-    max_attempts: int,
-) -> Sequence[Any]:
-    for attempt in range(1, max_attempts + 1):
-        try:
-            with _translated(dialect), engine.connect() as conn:
-                # psycopg's autocommit is a client-side switch: no round trip, here or when
-                # the pool resets the connection.
-                auto = conn.execution_options(isolation_level="AUTOCOMMIT")
-                return dialect.execute(auto, query, namespace, params)
-        except errors.TransientError as exc:
-            if isinstance(exc, errors.ReadOnlyServer) or attempt == max_attempts:
                 raise
             delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
             log.warning(
