@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError
 
 from . import conditions, errors
 from .dialects import Dialect, dialect_for, dialect_of
+from .handles import Handle, connection_of, engine_of
 from .migrate import DEFAULT_NAMESPACE
 from .validation import (
     ASSET_NAME_MAX,
@@ -221,7 +222,7 @@ def _source(source: object) -> Source:
 
 
 def declare_asset(
-    conn: Connection,
+    conn: Handle,
     name: str,
     *,
     uri: str | None = None,
@@ -232,6 +233,7 @@ def declare_asset(
 
     Idempotent; runs in the caller's transaction.
     """
+    conn = connection_of(conn, "declare_asset")
     name = check_name(name, "asset name", ASSET_NAME_MAX)
     uri = check_optional_name(uri, "asset uri", ASSET_NAME_MAX)
     extra_text = None if extra is None else extra_json(extra)
@@ -245,7 +247,7 @@ def declare_asset(
 
 
 def declare_dag(
-    conn: Connection,
+    conn: Handle,
     dag_id: str,
     condition: conditions.Condition,
     *,
@@ -278,6 +280,7 @@ def declare_dag(
     assets the new condition does not depend on are dropped; the others stay queued and are
     consumed by its next run.
     """
+    conn = connection_of(conn, "declare_dag")
     dag_id = check_dag_id(dag_id)
     node = conditions.normalize(condition)
     if paused is not None:
@@ -326,19 +329,21 @@ def _set_paused(conn: Connection, dag_id: str, paused: bool, namespace: str) -> 
         dialect.execute(conn, "set_dag_paused", namespace, {"dag_id": dag_id, "paused": paused})
 
 
-def pause_dag(conn: Connection, dag_id: str, *, namespace: str = DEFAULT_NAMESPACE) -> None:
+def pause_dag(conn: Handle, dag_id: str, *, namespace: str = DEFAULT_NAMESPACE) -> None:
     """Pause a consumer: events that commit while it is paused are not queued for it, and
     the scheduler creates no run for it. Raises UnknownDag for an unknown id."""
+    conn = connection_of(conn, "pause_dag")
     _set_paused(conn, dag_id, True, namespace)
 
 
-def unpause_dag(conn: Connection, dag_id: str, *, namespace: str = DEFAULT_NAMESPACE) -> None:
+def unpause_dag(conn: Handle, dag_id: str, *, namespace: str = DEFAULT_NAMESPACE) -> None:
     """Unpause a consumer. Events that committed while it was paused are not replayed."""
+    conn = connection_of(conn, "unpause_dag")
     _set_paused(conn, dag_id, False, namespace)
 
 
 def register_event(
-    conn: Connection,
+    conn: Handle,
     asset: str,
     *,
     extra: Mapping[str, Any] | None = None,
@@ -361,6 +366,7 @@ def register_event(
     ``aliases``: register the event through these asset aliases (created if new). Each alias
     resolves to ``asset`` from then on, and the event is queued for the alias's consumers too.
     """
+    conn = connection_of(conn, "register_event")
     if aliases:
         return register_events(
             conn,
@@ -462,7 +468,7 @@ def _json_text(value: str) -> str:
 
 
 def register_events(
-    conn: Connection,
+    conn: Handle,
     events: Iterable[NewEvent | Mapping[str, Any]],
     *,
     namespace: str = DEFAULT_NAMESPACE,
@@ -483,6 +489,7 @@ def register_events(
     timestamp. On PostgreSQL the whole batch is fanned out by one statement; on MySQL/MariaDB
     per event, by the row-level trigger.
     """
+    conn = connection_of(conn, "register_events")
     if isinstance(events, str | bytes | Mapping) or not isinstance(events, Iterable):
         raise errors.InvalidArgumentType(
             f"events must be a sequence of assetq.NewEvent items, got {type(events).__name__}"
@@ -623,6 +630,7 @@ def schedule(
     serialization failure, lock timeout, claim-guard abort) are rolled back and retried with
     jittered exponential backoff, up to ``max_attempts`` attempts.
     """
+    engine = engine_of(engine, "schedule")
     check_int(limit, "limit", 1, 1_000_000)
     check_int(max_attempts, "max_attempts", 1, 100)
     namespace = check_namespace(namespace)
@@ -722,7 +730,7 @@ def _run_key(dag_id: object, run_id: object) -> tuple[str, str]:
 
 
 def set_run_state(
-    conn: Connection,
+    conn: Handle,
     dag_id: str,
     run_id: str,
     state: str,
@@ -737,6 +745,7 @@ def set_run_state(
     counts against the consumer's ``max_active_runs``: the next scheduler pass may create
     the next run. Runs in the caller's transaction.
     """
+    conn = connection_of(conn, "set_run_state")
     dag_id, run_id = _run_key(dag_id, run_id)
     _check_state(state)
     namespace = check_namespace(namespace)
@@ -750,9 +759,10 @@ def set_run_state(
 
 
 def get_run(
-    conn: Connection, dag_id: str, run_id: str, *, namespace: str = DEFAULT_NAMESPACE
+    conn: Handle, dag_id: str, run_id: str, *, namespace: str = DEFAULT_NAMESPACE
 ) -> RunInfo:
     """Run ``run_id`` of consumer ``dag_id``; UnknownRun if there is none."""
+    conn = connection_of(conn, "get_run")
     dag_id, run_id = _run_key(dag_id, run_id)
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
@@ -763,13 +773,14 @@ def get_run(
     return _run_info(rows[0])
 
 
-def delete_dag(conn: Connection, dag_id: str, *, namespace: str = DEFAULT_NAMESPACE) -> None:
+def delete_dag(conn: Handle, dag_id: str, *, namespace: str = DEFAULT_NAMESPACE) -> None:
     """Remove consumer ``dag_id`` with its queued events, condition, runs and their links.
 
     Waits for a scheduler pass that holds the consumer; producers registering meanwhile are
     not disturbed (their events are simply not queued for it once it is gone). Raises
     UnknownDag for an unknown id. Runs in the caller's transaction.
     """
+    conn = connection_of(conn, "delete_dag")
     dag_id = check_dag_id(dag_id)
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
@@ -778,7 +789,7 @@ def delete_dag(conn: Connection, dag_id: str, *, namespace: str = DEFAULT_NAMESP
     log.info("assetq: deleted dag %s", dag_id)
 
 
-def delete_asset(conn: Connection, asset: str, *, namespace: str = DEFAULT_NAMESPACE) -> int:
+def delete_asset(conn: Handle, asset: str, *, namespace: str = DEFAULT_NAMESPACE) -> int:
     """Remove ``asset`` (a name or uri) with its events; return how many events went.
 
     Refused with AssetInUse while a consumer condition names it (re-declare those consumers
@@ -788,6 +799,7 @@ def delete_asset(conn: Connection, asset: str, *, namespace: str = DEFAULT_NAMES
     either finish first (their events are deleted too) or get UnknownAsset. Runs in the
     caller's transaction.
     """
+    conn = connection_of(conn, "delete_asset")
     asset = check_name(asset, "asset", ASSET_NAME_MAX)
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
@@ -799,7 +811,7 @@ def delete_asset(conn: Connection, asset: str, *, namespace: str = DEFAULT_NAMES
 
 
 def runs(
-    conn: Connection,
+    conn: Handle,
     dag_id: str | None = None,
     *,
     state: str | None = None,
@@ -815,6 +827,7 @@ def runs(
     is the end. At most ``limit`` (1 to 10,000) runs per page, read with one indexed range
     query however many runs there are.
     """
+    conn = connection_of(conn, "runs")
     if dag_id is None:
         return _all_runs(conn, state, limit, before, namespace)
     dag_id = check_dag_id(dag_id)
@@ -862,7 +875,7 @@ def _all_runs(
 
 
 def queued_events(
-    conn: Connection,
+    conn: Handle,
     dag_id: str,
     *,
     limit: int = 100,
@@ -872,6 +885,7 @@ def queued_events(
     """One page of the events queued for consumer ``dag_id`` (not consumed yet), oldest first:
     the order ``max_events_per_run`` consumes them in. For the next page pass the last event
     of this one as ``after``; an empty page is the end. At most ``limit`` (1 to 10,000)."""
+    conn = connection_of(conn, "queued_events")
     dag_id = check_dag_id(dag_id)
     check_int(limit, "limit", 1, PAGE_MAX)
     _check_after(after)
@@ -889,7 +903,7 @@ def queued_events(
 
 
 def consumed_events(
-    conn: Connection,
+    conn: Handle,
     dag_id: str,
     run_id: str,
     *,
@@ -901,6 +915,7 @@ def consumed_events(
     For the next page pass the last event of this one as ``after``; an empty page is the end.
     Events purged since are not listed (the run's ``event_count`` still counts them). Raises
     UnknownRun when the run does not exist."""
+    conn = connection_of(conn, "consumed_events")
     dag_id, run_id = _run_key(dag_id, run_id)
     check_int(limit, "limit", 1, PAGE_MAX)
     _check_after(after)

@@ -350,7 +350,7 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
             )
             return EXIT_OK
         if args.dry_run:
-            preview = ops.uninstall_preview(engine, namespace)
+            preview = ops.uninstall_preview(engine, namespace=namespace)
         else:
             migrate.uninstall(engine, namespace)
     finally:
@@ -734,7 +734,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     try:
         revision = _installed_revision(engine, url, namespace)
         with engine.connect() as conn:
-            consumers = ops.status(conn, namespace)
+            consumers = ops.status(conn, namespace=namespace)
     finally:
         engine.dispose()
     head = migrate.head_revision()

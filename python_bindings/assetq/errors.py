@@ -16,7 +16,9 @@ class AssetqError(Exception):
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
-        self.code = code
+        # Raised by the Python layer without a code: the class's stable one (see the end of
+        # this module); a database error always brings its own.
+        self.code = code if code is not None else python_side_code(type(self))
 
 
 class InvalidArgument(AssetqError, ValueError):
@@ -114,3 +116,76 @@ class UnsupportedServerSetting(DatabaseError):
     """A server setting keeps assetq from working, whatever is retried: MySQL/MariaDB with
     ``binlog_format=STATEMENT`` refuses every write at READ COMMITTED (error 1665). The
     message says what to set."""
+
+
+# -- codes of errors raised by the Python layer (issue 15) ------------------------------------
+# Errors the Python layer raises before anything is sent carry a stable code too, listed in
+# docs/python.md. Where the database raises the same error it uses the same code (AQ002,
+# AQ004); the AQ1nn codes are the Python layer's own. Errors that only the database raises
+# (IdempotencyConflict, LeaseLost, transient and database errors) keep the database's code.
+
+_PYTHON_SIDE_CODES: dict[type[AssetqError], str] = {
+    InvalidArgument: "AQ002",
+    InvalidCondition: "AQ004",
+    UnknownAsset: "AQ001",
+    UnknownDag: "AQ003",
+    UnknownRun: "AQ006",
+    AssetInUse: "AQ007",
+    InvalidRunState: "AQ008",
+    InvalidArgumentType: "AQ100",
+    NameTooLong: "AQ102",
+    InvalidExtra: "AQ103",
+    NotInstalled: "AQ104",
+}
+
+
+def python_side_code(cls: type[AssetqError]) -> str | None:
+    """The stable code of an error of class ``cls`` raised by the Python layer: that of
+    the nearest class in ``cls``'s bases that has one, AQ199 for a bare AssetqError."""
+    if cls is AssetqError:
+        return "AQ199"
+    for base in cls.__mro__:
+        code = _PYTHON_SIDE_CODES.get(base)
+        if code is not None:
+            return code
+    return None
+
+
+class MigrationFailed(DatabaseError):
+    """Installing, upgrading or downgrading the schema failed. ``code`` is the database's code
+    of the first error it reported (not a later "current transaction is aborted"),
+    ``revision`` the revision being applied (the head revision for a fresh install from the
+    schema snapshot). On PostgreSQL nothing of the failed step was kept; on MySQL/MariaDB a
+    failed fresh install removed what it had created (each DDL statement commits there)."""
+
+    revision: str | None
+    #: A retry can cure it (a deadlock, a lock timeout): run the same install again.
+    transient: bool
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        revision: str | None = None,
+        transient: bool = False,
+    ) -> None:
+        super().__init__(message, code=code)
+        self.revision = revision
+        self.transient = transient
+
+
+class UnknownRevision(InvalidArgument):
+    """A schema revision this package does not know (a typo, or a revision of a newer
+    package)."""
+
+
+class SchemaTooOld(NotInstalled):
+    """The namespace holds an older schema revision than this package needs: upgrade it
+    (``assetq upgrade``, or ``assetq.install(engine)``) before running this package."""
+
+
+class SchemaTooNew(NotInstalled):
+    """The namespace holds a schema revision newer than this package knows: a newer assetq
+    upgraded it. Run that newer package (``pip install -U assetq``); this one never
+    downgrades it."""

@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError
 from . import errors, migrate, sqlfiles
 from .api import _translated, _utc, read_committed_transaction
 from .dialects import Dialect, dialect_for, dialect_of
+from .handles import Handle, connection_of, engine_of, keyword_namespace
 from .migrate import DEFAULT_NAMESPACE
 from .validation import check_int, check_namespace
 
@@ -73,10 +74,12 @@ def _optional_utc(value: datetime | None) -> datetime | None:
     return None if value is None else _utc(value)
 
 
-def status(conn: Connection, namespace: str = DEFAULT_NAMESPACE) -> list[DagStatus]:
+@keyword_namespace
+def status(conn: Handle, *, namespace: str = DEFAULT_NAMESPACE) -> list[DagStatus]:
     """Every consumer of ``namespace`` with its queue depth, oldest queued event and recent
     runs, ordered by dag id. A read in the caller's transaction; the view it reads,
     ``dag_queue_status``, is documented in docs/operations.md for dashboards."""
+    conn = connection_of(conn, "status")
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
     with _translated(dialect):
@@ -160,6 +163,7 @@ def purge(
     from several processes (they skip each other's batches). Deleting an event frees its
     idempotency key: keep ``older_than`` longer than any producer's retry horizon.
     """
+    engine = engine_of(engine, "purge")
     _check_older_than(older_than)
     check_int(batch_size, "batch_size", 1, 100_000)
     check_int(max_attempts, "max_attempts", 1, 100)
@@ -275,6 +279,7 @@ def purge_preview(
     consumed meanwhile, rows another transaction holds, which purge skips). It repeats the
     tests of the purge_runs and purge_events routines: change them together
     (tests/test_cli_namespaces.py compares the two)."""
+    engine = engine_of(engine, "purge_preview")
     _check_older_than(older_than)
     namespace = check_namespace(namespace)
     run = _table(namespace, "dag_run", "id", "created_at", "state")
@@ -323,10 +328,12 @@ class UninstallPreview:
         return sum(self.rows.values())
 
 
-def uninstall_preview(engine: Engine, namespace: str = DEFAULT_NAMESPACE) -> UninstallPreview:
+@keyword_namespace
+def uninstall_preview(engine: Engine, *, namespace: str = DEFAULT_NAMESPACE) -> UninstallPreview:
     """Count what :func:`assetq.uninstall` would remove from ``namespace``, removing nothing:
     assetq's tables, views, routines and triggers (those of this package's schema), and the
     rows of its tables. Reads only."""
+    engine = engine_of(engine, "uninstall_preview")
     namespace = check_namespace(namespace)
     with engine.connect() as conn:
         dialect = dialect_for(conn)
@@ -420,6 +427,7 @@ def grant_roles(
     transaction on PostgreSQL; idempotent. Grant again after an upgrade that adds tables (a
     reader's SELECT covers the tables that exist when it is granted).
     """
+    engine = engine_of(engine, "grant_roles")
     namespace = check_namespace(namespace)
     plan = [
         (access, grantee)
@@ -448,6 +456,7 @@ def revoke_roles(
     engine: Engine, grantees: Grantee | Iterable[Grantee], *, namespace: str = DEFAULT_NAMESPACE
 ) -> None:
     """Take away every kind of access :func:`grant_roles` gave these roles. Idempotent."""
+    engine = engine_of(engine, "revoke_roles")
     namespace = check_namespace(namespace)
     plan = _grantees(grantees)
     with engine.begin() as conn:
@@ -843,7 +852,7 @@ def _deployment_checks(dialect: Dialect, conn: Connection, namespace: str) -> li
 def _work_checks(conn: Connection, namespace: str) -> list[Check]:
     """Runs a dead worker holds (expired leases) and consumers blocked at their cap."""
     checks: list[Check] = []
-    rows = status(conn, namespace)
+    rows = status(conn, namespace=namespace)
     for row in rows:
         if row.expired_leases:
             checks.append(
@@ -887,6 +896,7 @@ def doctor(engine: Engine, *, namespace: str = DEFAULT_NAMESPACE) -> DoctorRepor
     running with their owner's rights, the owner suitable, the server's settings, and what
     the connected account may do. Read-only. ``report.ok`` is False when a check found a
     problem; each problem says how to fix it."""
+    engine = engine_of(engine, "doctor")
     namespace = check_namespace(namespace)
     head = migrate.head_revision()
     dialect = dialect_of(engine)

@@ -47,6 +47,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from . import api, errors
 from .dialects import Dialect, dialect_of
+from .handles import engine_of
 from .migrate import DEFAULT_NAMESPACE
 from .validation import check_int, check_namespace
 
@@ -506,6 +507,9 @@ def run_scheduler(
     always finishes. A summary (passes, runs, events, errors) is logged every
     ``summary_interval`` seconds at INFO level, each run created at INFO level too.
     """
+    engine = engine_of(engine, "run_scheduler")
+    if listen_engine is not None:
+        listen_engine = engine_of(listen_engine, "run_scheduler")
     check_int(limit, "limit", 1, 1_000_000)
     check_int(max_attempts, "max_attempts", 1, 100)
     if max_passes is not None:

@@ -1,0 +1,265 @@
+"""Handles (issue 15, item 1): what each public function accepts as its database handle.
+
+A function that runs in the caller's transaction takes a Connection or an ORM Session; one
+that owns its transactions takes an Engine. Anything else is refused before anything is sent,
+with InvalidArgumentType (code AQ101) and a message that says what to pass. ``namespace`` is
+keyword-only everywhere.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session, scoped_session, sessionmaker
+
+import assetq
+from dbs import TestDatabase
+
+#: Public functions by the handle they take: "conn" (the caller's transaction) or "engine".
+HANDLE_KINDS = {
+    "declare_asset": "conn",
+    "declare_dag": "conn",
+    "pause_dag": "conn",
+    "unpause_dag": "conn",
+    "register_event": "conn",
+    "register_events": "conn",
+    "runs": "conn",
+    "queued_events": "conn",
+    "consumed_events": "conn",
+    "set_run_state": "conn",
+    "get_run": "conn",
+    "delete_dag": "conn",
+    "delete_asset": "conn",
+    "complete_run": "conn",
+    "retry_run": "conn",
+    "status": "conn",
+    "current_revision": "conn",
+    "schedule": "engine",
+    "claim_runs": "engine",
+    "heartbeat": "engine",
+    "purge": "engine",
+    "doctor": "engine",
+    "grant_roles": "engine",
+    "revoke_roles": "engine",
+    "install": "engine",
+    "uninstall": "engine",
+    "run_scheduler": "engine",
+    "run_worker": "engine",
+}
+
+#: Functions whose bodies other engineers own at this commit (the lead is optimizing the work
+#: queue's; migrate.py and worker.py are edited elsewhere): they take the helper next.
+NOT_COERCED_YET = {
+    "claim_runs",
+    "heartbeat",
+    "complete_run",
+    "retry_run",
+    "install",
+    "uninstall",
+    "current_revision",
+    "run_worker",
+}
+
+
+def _public_functions() -> dict[str, Callable[..., Any]]:
+    found: dict[str, Callable[..., Any]] = {}
+    for name in assetq.__all__:
+        value = getattr(assetq, name)
+        if inspect.isfunction(value):
+            params = list(inspect.signature(value).parameters)
+            if params and params[0] in ("conn", "engine"):
+                found[name] = value
+    return found
+
+
+def _marked(names: object) -> list[Any]:
+    return [
+        pytest.param(
+            name,
+            marks=pytest.mark.xfail(reason="owned elsewhere: takes the handle helper next")
+            if name in NOT_COERCED_YET
+            else (),
+        )
+        for name in sorted(names)  # type: ignore[call-overload]
+    ]
+
+
+def test_every_public_function_with_a_handle_is_classified() -> None:
+    """A new public function must say which handle it takes (and get a test here)."""
+    assert set(_public_functions()) == set(HANDLE_KINDS)
+
+
+def _call(name: str, handle: object) -> None:
+    """Call ``name`` with ``handle`` and placeholders for its other required arguments: the
+    handle is checked first, so they are never looked at."""
+    function = _public_functions()[name]
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for param in list(inspect.signature(function).parameters.values())[1:]:
+        if param.default is not inspect.Parameter.empty or param.kind is param.VAR_KEYWORD:
+            continue
+        if param.kind is param.KEYWORD_ONLY:
+            kwargs[param.name] = "x"
+        else:
+            args.append("x")
+    function(handle, *args, **kwargs)
+
+
+@pytest.mark.parametrize("name", _marked(HANDLE_KINDS))
+def test_a_handle_of_no_known_kind_is_refused_with_a_code(name: str) -> None:
+    with pytest.raises(assetq.InvalidArgumentType) as raised:
+        _call(name, object())
+    assert raised.value.code == "AQ101"
+    assert "got object" in str(raised.value)
+
+
+@pytest.mark.parametrize("name", _marked(n for n, k in HANDLE_KINDS.items() if k == "conn"))
+def test_an_engine_given_for_the_callers_transaction_says_to_pass_a_connection(
+    name: str,
+) -> None:
+    engine = sa.create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
+    with pytest.raises(assetq.InvalidArgumentType, match=r"Connection or an ORM Session"):
+        _call(name, engine)
+
+
+@pytest.mark.parametrize("name", _marked(n for n, k in HANDLE_KINDS.items() if k == "engine"))
+def test_a_connection_or_session_given_for_an_engine_says_where_the_engine_is(
+    name: str, db: TestDatabase
+) -> None:
+    with (
+        db.engine.connect() as conn,
+        pytest.raises(assetq.InvalidArgumentType, match=r"conn\.engine"),
+    ):
+        _call(name, conn)
+    with (
+        Session(db.engine) as session,
+        pytest.raises(assetq.InvalidArgumentType, match=r"session\.get_bind\(\)"),
+    ):
+        _call(name, session)
+
+
+@pytest.mark.parametrize("name", _marked(HANDLE_KINDS))
+def test_asyncio_handles_are_pointed_at_assetq_aio(name: str) -> None:
+    pytest.importorskip("greenlet")
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+
+    # Neither connects: an AsyncEngine's connect() only makes the AsyncConnection object.
+    engine = create_async_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
+    handles: list[object] = [engine, engine.connect(), AsyncSession(engine)]
+    for handle in handles:
+        with pytest.raises(assetq.InvalidArgumentType, match=r"assetq\.aio\." + name):
+            _call(name, handle)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            name,
+            marks=pytest.mark.xfail(reason="migrate.py is edited elsewhere")
+            if name in {"install", "uninstall", "current_revision"}
+            else (),
+        )
+        for name in sorted(HANDLE_KINDS)
+    ],
+)
+def test_namespace_is_keyword_only(name: str) -> None:
+    params = inspect.signature(_public_functions()[name]).parameters
+    assert "namespace" in params
+    assert params["namespace"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def test_a_positional_namespace_still_works_with_a_deprecation_warning(db: TestDatabase) -> None:
+    with db.engine.connect() as conn:
+        with pytest.warns(DeprecationWarning, match=r"namespace='assetq'"):
+            shown = assetq.status(conn, "assetq")  # type: ignore[call-arg]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert assetq.status(conn, namespace="assetq") == shown
+    with pytest.warns(DeprecationWarning):
+        preview = assetq.ops.uninstall_preview(db.engine, "assetq")  # type: ignore[call-arg]
+    assert preview.namespace == "assetq"
+
+
+# -- ORM sessions -----------------------------------------------------------------------------
+
+
+def _event_count(db: TestDatabase) -> int:
+    return int(db.scalar("SELECT count(*) FROM {ns}.asset_event"))
+
+
+def test_a_session_is_used_in_its_own_transaction_and_commits_with_it(db: TestDatabase) -> None:
+    with Session(db.engine) as session:
+        assert not session.in_transaction()  # a Session begins lazily
+        assetq.declare_dag(session, "report", "orders")
+        event = assetq.register_event(session, "orders")
+        assert session.in_transaction()
+        # Not visible outside the Session's transaction until it commits.
+        assert _event_count(db) == 0
+        session.commit()
+    assert _event_count(db) == 1
+    assert db.scalar("SELECT asset_event_id FROM {ns}.asset_dag_run_queue") == event.id
+
+
+def test_a_session_rolled_back_takes_assetqs_writes_with_it(db: TestDatabase) -> None:
+    with Session(db.engine) as session:
+        assetq.declare_asset(session, "orders")
+        assetq.register_events(session, [assetq.NewEvent("orders"), {"asset": "orders"}])
+        session.rollback()
+    assert _event_count(db) == 0
+    assert int(db.scalar("SELECT count(*) FROM {ns}.asset")) == 0
+
+
+def test_a_session_reads_and_moves_runs_like_a_connection(db: TestDatabase) -> None:
+    with Session(db.engine) as session, session.begin():
+        assetq.declare_dag(session, "report", "orders")
+        assetq.register_event(session, "orders")
+    (run,) = assetq.schedule(db.engine)
+    with Session(db.engine) as session, session.begin():
+        (listed,) = assetq.runs(session, "report")
+        assert listed.run_id == run.run_id
+        assert [e.asset for e in assetq.consumed_events(session, "report", run.run_id)] == [
+            "orders"
+        ]
+        moved = assetq.set_run_state(session, "report", run.run_id, "success")
+        assert moved.state == "success"
+        (shown,) = assetq.status(session)
+        assert shown.runs_total == 1
+    with db.engine.connect() as conn:
+        assert assetq.get_run(conn, "report", run.run_id).state == "success"
+
+
+def test_a_scoped_session_is_accepted(db: TestDatabase) -> None:
+    registry = scoped_session(sessionmaker(db.engine))
+    try:
+        assetq.declare_dag(registry, "report", "orders")
+        assetq.register_event(registry, "orders")
+        registry.commit()
+    finally:
+        registry.remove()
+    assert _event_count(db) == 1
+
+
+def test_a_session_shares_its_transaction_with_the_applications_orm_writes(
+    db: TestDatabase,
+) -> None:
+    """The order row and the event commit together: one transaction, the Session's."""
+    db.execute("CREATE TABLE {ns}.app_orders (id INTEGER PRIMARY KEY)")
+    with db.engine.begin() as conn:
+        assetq.declare_asset(conn, "orders")
+    with Session(db.engine) as session:
+        session.execute(sa.text(db.sql("INSERT INTO {ns}.app_orders (id) VALUES (1)")))
+        assetq.register_event(session, "orders")
+        session.rollback()
+        assert int(db.scalar("SELECT count(*) FROM {ns}.app_orders")) == 0
+        assert _event_count(db) == 0
+        session.execute(sa.text(db.sql("INSERT INTO {ns}.app_orders (id) VALUES (2)")))
+        assetq.register_event(session, "orders")
+        session.commit()
+    assert int(db.scalar("SELECT count(*) FROM {ns}.app_orders")) == 1
+    assert _event_count(db) == 1
