@@ -41,6 +41,19 @@ burndown
     and without the history (benchmarks/burndown.py, which also runs alone). procrastinate
     is installed into the running environment first when it is missing.
 
+peers
+    assetq side by side with PgQ, pgmq and procrastinate in the same database, interleaved
+    (benchmarks/peers.py, which says how each peer is installed and driven): producer at 1
+    and 8 clients with 1 and 4 consumers, batches of 1,000 events, drains of a 100,000-event
+    backlog at a whole / 1,000 / 1 events per run, and where the producer's time goes (assetq
+    against copies of its schema without one part each); on MariaDB, where none of them
+    runs, assetq's producer against plain statements. The peers are installed when missing
+    (apt-get for PgQ, pip for pgmq and procrastinate).
+
+``--merge`` keeps the other figures of docs/benchmarks.json and replaces those measured
+(``--figures peers --merge`` refreshes that section alone; the page says which run measured
+what).
+
 Servers: PostgreSQL at ``--postgres`` (default: the local server, postgres@127.0.0.1:5432), in
 a database ``aqp_bench_<pid>`` created for the run and dropped after; MariaDB/MySQL on a
 throw-away server started from this machine's mariadbd/mysqld (tests/dbs.py), or at
@@ -87,6 +100,7 @@ for _path in (HERE, ROOT / "tests"):
         sys.path.insert(0, str(_path))
 
 import burndown  # noqa: E402  (benchmarks/burndown.py: the worker burn-down)
+import peers  # noqa: E402  (benchmarks/peers.py: PgQ, pgmq, procrastinate side by side)
 import register  # noqa: E402  (benchmarks/register.py: the plain-statements path)
 
 
@@ -122,6 +136,16 @@ class Config:
     burndown_probes: int = 20
     #: "install" (procrastinate pip-installed when missing), "if-installed" or "off".
     burndown_peer: str = "install"
+    peers_clients: tuple[int, ...] = (1, 8)  # the peers figure (benchmarks/peers.py)
+    peers_consumers: tuple[int, ...] = (1, 4)
+    peers_seconds: float = 2.0
+    peers_repetitions: int = 5
+    peers_batch: int = 1_000
+    peers_backlog: int = 100_000
+    peers_whole_repetitions: int = 3
+    peers_profile: bool = True
+    #: "install" (PgQ, pgmq, procrastinate installed when missing), "if-installed" or "off".
+    peers_install: str = "install"
 
 
 FULL = Config()
@@ -143,6 +167,12 @@ QUICK = Config(
     burndown_rounds=1,
     burndown_history=10_000,
     burndown_probes=5,
+    peers_clients=(1, 2),
+    peers_seconds=0.25,
+    peers_repetitions=1,
+    peers_batch=50,
+    peers_backlog=2_000,
+    peers_whole_repetitions=1,
 )
 
 
@@ -723,6 +753,27 @@ def measure_burndown(target: Target, cfg: Config) -> dict[str, Any]:
     return burndown.measure(target.engine, settings)
 
 
+# -- the peers -------------------------------------------------------------------------------
+
+
+def measure_peers(target: Target, cfg: Config) -> dict[str, Any]:
+    """benchmarks/peers.py: producer, batch, drain and the producer's profile against PgQ,
+    pgmq and procrastinate on PostgreSQL (installed first when missing); assetq against plain
+    statements on MySQL/MariaDB, where none of them runs."""
+    settings = peers.Settings(
+        clients=cfg.peers_clients,
+        consumers=cfg.peers_consumers,
+        seconds=cfg.peers_seconds,
+        repetitions=cfg.peers_repetitions,
+        batch_size=cfg.peers_batch,
+        backlog=cfg.peers_backlog,
+        whole_repetitions=cfg.peers_whole_repetitions,
+        profile=cfg.peers_profile,
+        install=cfg.peers_install,
+    )
+    return peers.measure(target.engine, settings)
+
+
 # -- servers ---------------------------------------------------------------------------------
 
 
@@ -833,6 +884,7 @@ FIGURES: dict[str, Callable[[Target, Config], dict[str, Any]]] = {
     "pass": measure_pass,
     "large_run": measure_large_run,
     "burndown": measure_burndown,
+    "peers": measure_peers,
 }
 
 
@@ -904,6 +956,32 @@ def finish_report(report: dict[str, Any], elapsed_s: float) -> None:
     report["elapsed_s"] = round(elapsed_s, 1)
 
 
+def merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``old`` with the figures of ``new`` in place of its own, and a note of the run that
+    measured them (``updates``: command, date, figures, minutes, load average)."""
+    figures = sorted({f for data in new["engines"].values() for f in data if f in FIGURES})
+    result = dict(old)
+    result["engines"] = {e: dict(d) for e, d in old["engines"].items()}
+    for engine, data in new["engines"].items():
+        target = result["engines"].setdefault(engine, {})
+        target.update({k: v for k, v in data.items() if k in FIGURES})
+        target.setdefault("server", data["server"])
+        target.setdefault("settings", data["settings"])
+    update = {
+        "command": new["command"],
+        "date": new["date"],
+        "figures": figures,
+        "elapsed_s": new["elapsed_s"],
+        "load_before": new["load_before"],
+        "load_after": new["load_after"],
+        "machine": new["machine"],
+        "config": new["config"],
+    }
+    kept = [u for u in old.get("updates", []) if set(u["figures"]) - set(figures)]
+    result["updates"] = [*kept, update]
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0] if __doc__ else None,
@@ -923,6 +1001,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--out", default=str(ROOT / "docs"), help="where benchmarks.md and its plots go (docs/)"
     )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the other figures of OUT/benchmarks.json and replace only those measured now"
+        " (the page says which figures came from which run)",
+    )
     args = parser.parse_args(argv)
     # A plain kill (SIGTERM) unwinds like Ctrl-C: the databases and the throw-away server
     # are dropped on the way out.
@@ -938,6 +1022,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         command += f" --engines {args.engines}"
     if args.figures != ",".join(FIGURES):
         command += f" --figures {args.figures}"
+    if args.merge:
+        command += " --merge"
 
     started = time.perf_counter()
     report = new_report(command, cfg)
@@ -954,10 +1040,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             server.close()
         add_engine(report, engine_name, server.description, server.settings, results)
     finish_report(report, time.perf_counter() - started)
+    out = Path(args.out)
+    if args.merge:
+        report = merged(json.loads((out / "benchmarks.json").read_text("utf-8")), report)
 
     import report as report_module  # benchmarks/report.py: tables, targets and plots
 
-    out = Path(args.out)
     report_module.write(report, out)
     print(f"wrote {out / 'benchmarks.md'} in {report['elapsed_s']:.0f} s")
     print(json.dumps(report_module.targets_summary(report), indent=2))

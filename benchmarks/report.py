@@ -141,7 +141,250 @@ def targets_summary(report: dict[str, Any]) -> list[dict[str, Any]]:
         burn = data.get("burndown")
         if burn:
             rows += _burndown_targets(title, burn)
+        peer_figures = data.get("peers")
+        if peer_figures:
+            rows += _peer_targets(title, peer_figures)
     return rows
+
+
+# -- against the peers (benchmarks/peers.py) -------------------------------------------------
+
+P_ASSETQ, P_API = "assetq", "assetq (Python API)"
+P_PGQ, P_PGMQ, P_PROC, P_PLAIN = "PgQ", "pgmq", "procrastinate", "plain statements"
+P_PEERS = (P_PGQ, P_PGMQ, P_PROC)
+
+
+def _peer_rows(
+    peer_figures: dict[str, Any],
+) -> list[tuple[str, dict[str, list[float]], dict[str, float]]]:
+    """The works of the peers figure: (what, events/s per side per repetition, the issue's
+    targets for assetq / peer)."""
+    st = peer_figures["settings"]
+    rows: list[tuple[str, dict[str, list[float]], dict[str, float]]] = []
+    for key, rates in peer_figures.get("producer", {}).items():
+        consumers, clients = (int(x) for x in key.split("/"))
+        targets: dict[str, float] = {}
+        if consumers == 4:
+            targets = {P_PGQ: 0.7 if clients == 1 else 0.9}
+        rows.append(
+            (
+                f"producer, 1 event per transaction, {consumers} consumer"
+                f"{'s' if consumers > 1 else ''}, {clients} client{'s' if clients > 1 else ''}",
+                rates,
+                targets,
+            )
+        )
+    if "batch" in peer_figures:
+        rows.append(
+            (
+                f"batch of {st['batch_size']:,} events, {st['batch_consumers']} consumers",
+                peer_figures["batch"],
+                {P_PGQ: 0.5},
+            )
+        )
+    drain = peer_figures.get("drain", {})
+    if "whole" in drain:
+        rows.append(
+            (
+                f"drain a {drain['backlog']:,} backlog, whole queue in one run",
+                drain["whole"],
+                {P_PGQ: 0.5},
+            )
+        )
+    for cap, targets in (("1000", {P_PGMQ: 1.0, P_PGQ: 0.3}), ("1", {P_PROC: 1.0})):
+        if cap in drain:
+            rows.append(
+                (
+                    f"drain, {int(cap):,} event{'s' if cap != '1' else ''} per run",
+                    drain[cap],
+                    targets,
+                )
+            )
+    return rows
+
+
+def _peer_targets(title: str, peer_figures: dict[str, Any]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for what, rates, targets in _peer_rows(peer_figures):
+        for peer, target in targets.items():
+            if peer not in rates or P_ASSETQ not in rates:
+                continue
+            ratios = _ratios(rates[P_ASSETQ], rates[peer])
+            rows.append(
+                {
+                    "engine": title,
+                    "target": f"{what}: assetq / {peer} >= {target:g}x",
+                    "measured": _spread(ratios, digits=2, unit="x"),
+                    "met": _median(ratios) >= target,
+                }
+            )
+    return rows
+
+
+def _ratio_cell(rates: dict[str, list[float]], top: str, bottom: str) -> str:
+    if top not in rates or bottom not in rates:
+        return ""
+    return _spread(_ratios(rates[top], rates[bottom]), digits=2, unit="x")
+
+
+def peers_section(report: dict[str, Any]) -> list[str]:
+    """The page's "Against the peers" section: benchmarks/peers.py's figures."""
+    pg = report["engines"].get("postgresql", {}).get("peers")
+    my = report["engines"].get("mysql", {}).get("peers")
+    if not pg and not my:
+        return []
+    first = pg or my
+    assert first is not None
+    st = first["settings"]
+    versions = ", ".join((pg or {}).get("versions", {}).values())
+    notes = "; ".join(f"{k}: {v}" for k, v in (pg or {}).get("notes", {}).items())
+    out = [
+        "",
+        "## Against the peers",
+        "",
+        "assetq side by side with the queues its users would otherwise pick, in the same"
+        f" PostgreSQL database ({versions or 'no peer installed'}"
+        f"{'; ' + notes if notes else ''}), by benchmarks/peers.py (which says how each is"
+        " installed and driven). Every side goes through the same client: bare psycopg 3, one"
+        " connection per client thread, each call one statement on an autocommit connection"
+        " (a function call is atomic by itself; a PgQ consumer's batch is one transaction of"
+        " next_batch, get_batch_events and finish_batch), synchronous_commit off; assetq's"
+        " side calls its own routines as its Python API sends them, and the API itself"
+        " (SQLAlchemy Core) is shown under it where it differs. Consumers: PgQ registers N"
+        " consumers on one queue and writes one row per event; pgmq sends to a topic bound to"
+        " N queues (one row per queue); procrastinate defers N jobs in one call; assetq"
+        " declares N consumers on the asset (one event row and N queue rows). Drains: the"
+        f" backlog of {st['backlog']:,} events (one consumer) is topped up before each slice,"
+        " untimed; assetq's run is one scheduler pass (`max_events_per_run` capping it), PgQ's"
+        " a batch (the events between two ticks, ticked by hand every 1,000 events or once"
+        " for the whole backlog), pgmq's a read of N messages and their delete, procrastinate's"
+        " a fetch and a finish. Events/s, median (min-max) of"
+        f" {st['repetitions']} repetitions of {st['seconds']:g} s per side in quarter-second"
+        " slices, the sides taking turns ("
+        f"{st['whole_repetitions']} timed single runs each for the whole backlog); ratios per"
+        " repetition. The targets are issue 16's. MariaDB: none of these peers runs on it, so"
+        " its column is assetq against the same rows written by plain client statements"
+        " (benchmarks/register.py's path), in the same run. Reproduce with"
+        " `python benchmarks/bench.py --figures peers` (add `--merge` to keep the other"
+        " figures of the page).",
+        "",
+    ]
+    rows: list[list[str]] = []
+    for what, rates, targets in _peer_rows(pg or {}):
+        assetq_cell = _spread(rates[P_ASSETQ]) if P_ASSETQ in rates else ""
+        if P_API in rates:
+            assetq_cell += f"<br>API {_spread(rates[P_API])}"
+        target = ", ".join(f"{peer} >= {t:g}x" for peer, t in targets.items())
+        mysql_cell = ""
+        if my and what.startswith("producer"):
+            key = what.split(", ")[2].split()[0] + "/" + what.split(", ")[3].split()[0]
+            mine = my.get("producer", {}).get(key)
+            if mine:
+                mysql_cell = _ratio_cell(mine, P_ASSETQ, P_PLAIN)
+        rows.append(
+            [
+                what,
+                assetq_cell,
+                *(_spread(rates[p]) if p in rates else "" for p in P_PEERS),
+                *(_ratio_cell(rates, P_ASSETQ, p) for p in P_PEERS),
+                target,
+                mysql_cell,
+            ]
+        )
+    burn_pg = report["engines"].get("postgresql", {}).get("burndown")
+    if burn_pg and BURN_PEER in burn_pg["rates"]:
+        r = burn_pg["rates"]
+        rows.append(
+            [
+                f"worker burn-down, {burn_pg['runs']:,} runs, {burn_pg['threads']} threads"
+                " (runs/s; the Worker burn-down section)",
+                _spread(r[BURN_ASSETQ]),
+                "",
+                "",
+                _spread(r[BURN_PEER]),
+                "",
+                "",
+                _spread(_ratios(r[BURN_ASSETQ], r[BURN_PEER]), digits=2, unit="x"),
+                f"{BURN_PEER} >= 1x",
+                "no peer (assetq alone)",
+            ]
+        )
+    out += _table(
+        [
+            "work",
+            "assetq, events/s",
+            *(f"{p}, events/s" for p in P_PEERS),
+            *(f"assetq / {p}" for p in P_PEERS),
+            "target",
+            "MariaDB: assetq / plain statements",
+        ],
+        rows,
+    )
+    if my and not pg:
+        out += ["", "MariaDB, assetq against plain statements (events/s):", ""]
+        out += _table(
+            ["producer (consumers/clients)", "assetq", P_PLAIN, "assetq / plain"],
+            [
+                [k, _spread(v[P_ASSETQ]), _spread(v[P_PLAIN]), _ratio_cell(v, P_ASSETQ, P_PLAIN)]
+                for k, v in my.get("producer", {}).items()
+            ],
+        )
+    profile = (pg or {}).get("profile")
+    if profile:
+        out += profile_section(profile)
+    return out
+
+
+def profile_section(profile: dict[str, Any]) -> list[str]:
+    """Where the producer's time goes: assetq against copies of its schema without one
+    part each, and PgQ, in one interleaved run."""
+    rates = profile["rates"]
+    base = rates[profile["base"]]
+    pgq = rates.get(P_PGQ)
+    out = [
+        "",
+        "### Where the producer's time goes",
+        "",
+        f"One event per transaction, {profile['consumers']} consumers, {profile['clients']}"
+        " client: assetq's register_event in copies of its schema, each made in a namespace of"
+        " its own by benchmarks/sql/peers_postgresql.sql (the real schema is not changed),"
+        " without one part or with the fan-out written by one client CTE (the same rows and"
+        " FOR KEY SHARE locks, without the plpgsql routine, the statement trigger and the"
+        " alias probe), and PgQ's insert_event, all in one interleaved run. Every copy is"
+        " checked to hold one queue row per consumer per event. *Share of the gap* is how"
+        " much of assetq's distance to PgQ the change closes: (variant / PgQ - assetq / PgQ)"
+        " / (1 - assetq / PgQ), per repetition.",
+        "",
+    ]
+    rows = []
+    for label, values in rates.items():
+        if label == P_PGQ:
+            continue
+        gap = ""
+        if pgq and label != profile["base"]:
+            shares = [
+                (v / p - b / p) / (1 - b / p)
+                for v, b, p in zip(values, base, pgq, strict=True)
+                if p > b
+            ]
+            gap = _spread([x * 100 for x in shares], unit="%") if shares else ""
+        rows.append(
+            [
+                label,
+                _spread(values),
+                ""
+                if label == profile["base"]
+                else _spread(_ratios(values, base), digits=2, unit="x"),
+                _spread(_ratios(values, pgq), digits=2, unit="x") if pgq else "",
+                gap,
+            ]
+        )
+    if pgq:
+        rows.append([P_PGQ, _spread(pgq), _spread(_ratios(pgq, base), digits=2, unit="x"), "", ""])
+    out += _table(
+        ["variant", "events/s", "/ assetq as it is", "/ PgQ", "share of the gap to PgQ"], rows
+    )
+    return out
 
 
 #: The labels of benchmarks/burndown.py's alternatives, as its figures store them.
@@ -465,6 +708,16 @@ def markdown(report: dict[str, Any], plots: Sequence[str], latency: str | None =
         " of a quarter second (the passes: one pass each, at every history level), and ratios"
         " are taken per repetition, so load from elsewhere falls on all of them alike. The"
         " machine is small and shared: read ratios, not absolute times.",
+    ]
+    for update in report.get("updates", []):
+        out += [
+            "",
+            f"Figures {', '.join(update['figures'])}: measured again by `{update['command']}`"
+            f" (about {update['elapsed_s'] / 60:.0f} min, {update['date']}, load average"
+            f" {update['load_before']} before, {update['load_after']} after; assetq"
+            f" {update['machine']['assetq']}); the rest of the page is the run above.",
+        ]
+    out += [
         "",
         "## Machine and settings",
         "",
@@ -635,6 +888,7 @@ def markdown(report: dict[str, Any], plots: Sequence[str], latency: str | None =
                 ],
             )
     out += burndown_section(report)
+    out += peers_section(report)
     out += latency_section(latency)
     if plots:
         out += ["", "## Plots", ""]
