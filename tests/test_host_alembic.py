@@ -1,0 +1,252 @@
+"""assetq as revisions of a host application's own alembic history (issue 13, item 1).
+
+tests/hostapp is an application's alembic project: its own tables, a revision that installs
+assetq pinned at 0005, a revision of its own, a revision that upgrades assetq to 0007 and then
+indexes its own table. The tests drive it with the ``alembic`` command as the application's
+developers would (a subprocess: alembic's exit status is part of what is proven), online and
+offline (``--sql``, the output run with psql / the mysql client), on both engines.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+import assetq
+from dbs import Backend, TestDatabase
+from schema_snapshot import snapshot
+
+HOSTAPP = Path(__file__).parent / "hostapp"
+PINNED = "0005_wakeup_on_demand"
+UPGRADED = "0007_capped_claim"
+NAMESPACE = "assetq"
+
+
+@pytest.fixture
+def second_empty_db(backend: Backend) -> Iterator[TestDatabase]:
+    database = backend.database(installed=False)
+    yield database
+    backend.drop(database)
+
+
+def alembic(
+    db: TestDatabase,
+    *args: str,
+    namespace: str = NAMESPACE,
+    project: Path = HOSTAPP,
+    check: bool = True,
+    **env: str,
+) -> subprocess.CompletedProcess[str]:
+    """``alembic -c <project>/alembic.ini ARGS`` against ``db``, as a developer runs it."""
+    environment = {
+        **os.environ,
+        "HOSTAPP_DATABASE_URL": db.url.render_as_string(hide_password=False),
+        "HOSTAPP_ASSETQ_NAMESPACE": namespace,
+        **env,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "alembic", "-c", str(project / "alembic.ini"), *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=240,
+    )
+    if check:
+        assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def run_with_client(db: TestDatabase, sql: str) -> None:
+    """Run ``sql`` with the engine's own command-line client, as a DBA would."""
+    url = db.url
+    if db.engine_name == "postgresql":
+        tool = shutil.which("psql")
+        command = [
+            "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1",
+            "-h", str(url.host), "-p", str(url.port or 5432),
+            "-U", str(url.username), "-d", str(url.database),
+        ]  # fmt: skip
+        env = {**os.environ, "PGPASSWORD": url.password or ""}
+    else:
+        tool = shutil.which("mariadb") or shutil.which("mysql")
+        # --comments: keep the comments inside routine bodies, as assetq's own loader does
+        # (the client strips them by default, and the stored routines would differ).
+        command = [str(tool), "--comments", "--batch", "-u", str(url.username)]
+        socket = url.query.get("unix_socket")
+        if socket:
+            command.append(f"--socket={socket}")
+        else:
+            command += ["-h", str(url.host), "-P", str(url.port or 3306), "--protocol=tcp"]
+        if url.password:
+            command.append(f"-p{url.password}")
+        command.append(str(url.database))
+        env = dict(os.environ)
+    if tool is None:
+        pytest.skip(f"no {command[0]} client on this machine")
+    done = subprocess.run(
+        command, input=sql, capture_output=True, text=True, env=env, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def assert_same_schema(left: TestDatabase, right: TestDatabase) -> None:
+    """The two namespaces hold the same schema; on failure, the first row that differs."""
+    ours, theirs = snapshot(left), snapshot(right)
+    for kind in sorted(set(ours) | set(theirs)):
+        a, b = ours.get(kind, []), theirs.get(kind, [])
+        assert len(a) == len(b), (kind, a, b)
+        for x, y in zip(a, b, strict=True):
+            fields = [(i, u, v) for i, (u, v) in enumerate(zip(x, y, strict=True)) if u != v]
+            assert not fields, f"{kind} {x[0]}: fields that differ {fields}"
+
+
+def assetq_revision(db: TestDatabase, namespace: str = NAMESPACE) -> str | None:
+    with db.engine.connect() as conn:
+        return assetq.current_revision(conn, namespace)
+
+
+def host_revision(db: TestDatabase) -> str | None:
+    with db.engine.connect() as conn:
+        return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def host_tables(db: TestDatabase) -> set[str]:
+    return set(sa.inspect(db.engine).get_table_names()) - {"alembic_version"}
+
+
+def test_a_host_history_installs_assetq_pinned_then_upgrades_it_between_its_own_steps(
+    empty_db: TestDatabase, second_empty_db: TestDatabase
+) -> None:
+    db = empty_db
+    alembic(db, "upgrade", "h0003_orders")
+    assert assetq_revision(db) == PINNED
+    # The host's op.* after assetq's step in the same run worked (it failed before: assetq's
+    # nested alembic command removed the host's proxies).
+    assert {c["name"] for c in sa.inspect(db.engine).get_columns("account")} >= {"email"}
+    alembic(db, "upgrade", "head")
+    assert assetq_revision(db) == UPGRADED
+    assert host_revision(db) == "h0004_assetq_0007"
+    indexes = {i["name"] for i in sa.inspect(db.engine).get_indexes("orders")}
+    assert "orders_amount_idx" in indexes
+    assetq.install(second_empty_db.engine, revision=UPGRADED)
+    assert_same_schema(db, second_empty_db)
+
+
+def test_the_pinned_revision_is_installed_whatever_this_package_head_is(
+    empty_db: TestDatabase, second_empty_db: TestDatabase
+) -> None:
+    alembic(empty_db, "upgrade", "h0002_assetq")
+    assetq.install(second_empty_db.engine, revision=PINNED, replay=True)
+    assert_same_schema(empty_db, second_empty_db)
+
+
+def test_alembic_downgrade_steps_assetq_back_with_the_host_history(
+    empty_db: TestDatabase,
+) -> None:
+    db = empty_db
+    alembic(db, "upgrade", "h0003_orders")
+    at_pinned = snapshot(db)
+    alembic(db, "upgrade", "head")
+    alembic(db, "downgrade", "h0003_orders")
+    assert assetq_revision(db) == PINNED
+    assert snapshot(db) == at_pinned
+    alembic(db, "downgrade", "base")
+    assert assetq_revision(db) is None
+    assert not any(snapshot(db).values())
+    assert host_tables(db) == set()
+
+
+def test_alembic_upgrade_sql_emits_what_a_dba_runs_to_get_the_same_schema(
+    empty_db: TestDatabase, second_empty_db: TestDatabase
+) -> None:
+    offline = alembic(empty_db, "upgrade", "head", "--sql").stdout
+    assert "{{ns}}" not in offline
+    run_with_client(empty_db, offline)
+    assert assetq_revision(empty_db) == UPGRADED
+    assert host_revision(empty_db) == "h0004_assetq_0007"
+    assert host_tables(empty_db) >= {"account", "orders"}
+    alembic(second_empty_db, "upgrade", "head")  # the same history, online
+    assert_same_schema(empty_db, second_empty_db)
+
+
+def test_alembic_downgrade_sql_steps_assetq_back_as_online(empty_db: TestDatabase) -> None:
+    db = empty_db
+    alembic(db, "upgrade", "h0003_orders")
+    at_pinned = snapshot(db)
+    alembic(db, "upgrade", "head")
+    run_with_client(db, alembic(db, "downgrade", "h0004_assetq_0007:h0003_orders", "--sql").stdout)
+    assert assetq_revision(db) == PINNED
+    assert snapshot(db) == at_pinned
+
+
+def test_offline_upgrade_starting_after_the_install_asks_for_from_revision(
+    empty_db: TestDatabase,
+) -> None:
+    done = alembic(empty_db, "upgrade", "h0003_orders:head", "--sql", check=False)
+    assert done.returncode != 0
+    assert "pass from_revision=" in done.stderr
+
+
+def test_autogenerate_proposes_nothing_for_assetq_objects(empty_db: TestDatabase) -> None:
+    namespace = _namespace_autogenerate_sees(empty_db)
+    alembic(empty_db, "upgrade", "head", namespace=namespace)
+    alembic(empty_db, "check", namespace=namespace)  # exits 1 on any proposed operation
+
+
+def test_autogenerate_without_the_filter_would_drop_assetq_tables(
+    empty_db: TestDatabase,
+) -> None:
+    # The same check as above with the filter left out: proves the filter is what keeps
+    # assetq's tables out of the proposals.
+    namespace = _namespace_autogenerate_sees(empty_db)
+    alembic(empty_db, "upgrade", "head", namespace=namespace)
+    done = alembic(
+        empty_db, "check", namespace=namespace, check=False, HOSTAPP_NO_ASSETQ_FILTER="1"
+    )
+    assert done.returncode != 0
+    assert "remove_table" in done.stdout + done.stderr
+    assert "dag_run" in done.stdout + done.stderr
+
+
+def _namespace_autogenerate_sees(db: TestDatabase) -> str:
+    """Where autogenerate sees assetq's tables: PostgreSQL's own schema (the host's env.py
+    compares every schema there), MySQL's single-database install (assetq in the
+    application's own database; a separate database is never reflected)."""
+    return NAMESPACE if db.engine_name == "postgresql" else str(db.url.database)
+
+
+@pytest.mark.engines("postgresql")
+def test_a_failure_later_in_the_host_revision_rolls_assetq_back_too(
+    empty_db: TestDatabase, tmp_path: Path
+) -> None:
+    """PostgreSQL: the host revision is one transaction, assetq's step included. (MySQL
+    commits every DDL statement, so no engine can offer this there; docs/alembic.md.)"""
+    project = tmp_path / "failing"
+    shutil.copytree(HOSTAPP, project, ignore=shutil.ignore_patterns("h000[2-4]*", "__pycache__"))
+    (project / "migrations" / "versions" / "h0002_fails.py").write_text(
+        '"""Installs assetq, then fails."""\n'
+        "import sqlalchemy as sa\n"
+        "from alembic import op\n\n"
+        "import assetq.alembic\n\n"
+        'revision = "h0002_fails"\n'
+        'down_revision = "h0001_accounts"\n\n\n'
+        "def upgrade() -> None:\n"
+        f'    assetq.alembic.upgrade(op, "{PINNED}")\n'
+        '    op.create_table("notes", sa.Column("id", sa.Integer, primary_key=True))\n'
+        '    op.execute("SELECT * FROM no_such_table")\n'
+    )
+    alembic(empty_db, "upgrade", "h0001_accounts", project=project)
+    done = alembic(empty_db, "upgrade", "head", project=project, check=False)
+    assert done.returncode != 0
+    assert "no_such_table" in done.stderr
+    assert assetq_revision(empty_db) is None
+    assert not any(snapshot(empty_db).values())
+    assert host_tables(empty_db) == {"account"}
+    assert host_revision(empty_db) == "h0001_accounts"
