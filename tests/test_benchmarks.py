@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -43,6 +44,17 @@ def test_every_figure_runs_and_the_report_is_written(
         burndown_probes=1,
         # The suite never installs anything: without procrastinate its side is skipped.
         burndown_peer="if-installed",
+        peers_clients=(1, 2),
+        peers_consumers=(4,),
+        peers_seconds=0.05,
+        peers_repetitions=1,
+        peers_batch=20,
+        peers_backlog=200,
+        peers_whole_repetitions=1,
+        peers_profile=1,  # the client-CTE variant: a copy namespace, altered and dropped
+        # Nor here: a peer that is not installed (PgQ's Debian package, pgmq's or
+        # procrastinate's wheel) is skipped, with one line saying so.
+        peers_install="if-installed",
     )
     report = bench.new_report("pytest", cfg)
     results = bench.run_engine(bench.Target(db.engine), cfg, list(bench.FIGURES))
@@ -59,3 +71,28 @@ def test_every_figure_runs_and_the_report_is_written(
     figures = json.loads((tmp_path / "benchmarks.json").read_text())["engines"][db.engine_name]
     assert set(figures) >= set(bench.FIGURES)
     assert figures["pass"]["queued_rows"] == 4  # 2 pending events x 2 consumers per asset
+    assert "## Against the peers" in page
+    _check_peers(figures["peers"], db.engine_name)
+
+
+def _every_rate(figure: dict[str, list[float]]) -> list[float]:
+    return [rate for rates in figure.values() for rate in rates]
+
+
+def _check_peers(figure: dict[str, Any], engine_name: str) -> None:
+    """Every side of every work did work (events counted, not timed), and each peer is either
+    measured or said to be skipped."""
+    producer = figure["producer"]["4/1"]
+    assert min(_every_rate(producer)) > 0
+    if engine_name != "postgresql":
+        assert set(producer) == {"assetq", "plain statements"}
+        return
+    peers = importlib.import_module("peers")
+    for peer in (peers.PGQ, peers.PGMQ, peers.PROCRASTINATE):
+        assert (peer in producer) != (peer in figure["notes"]), peer
+    assert min(_every_rate(figure["batch"])) > 0
+    for work in ("whole", "1000", "1"):
+        assert "assetq" in figure["drain"][work]
+        assert min(_every_rate(figure["drain"][work])) > 0
+    rows = figure["profile"]["rates"]
+    assert len(rows) == 2 + (peers.PGQ in producer) and min(_every_rate(rows)) > 0
