@@ -143,7 +143,7 @@ class Config:
     peers_batch: int = 1_000
     peers_backlog: int = 100_000
     peers_whole_repetitions: int = 3
-    peers_profile: bool = True
+    peers_profile: int = 99  # variants of the producer profile measured (0: none)
     #: "install" (PgQ, pgmq, procrastinate installed when missing), "if-installed" or "off".
     peers_install: str = "install"
 
@@ -996,6 +996,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--postgres", default=LOCAL_POSTGRES, help="PostgreSQL server URL")
     parser.add_argument(
+        "--database",
+        default=None,
+        help="name of the database created for the run and dropped after (default"
+        " aqp_bench_<pid> on PostgreSQL, aqp_bench_app on a --mysql URL)",
+    )
+    parser.add_argument(
         "--mysql", default="private", help="'private' (throw-away mariadbd) or a server URL"
     )
     parser.add_argument(
@@ -1029,9 +1035,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = new_report(command, cfg)
     for engine_name in engines:
         server = (
-            _postgres_server(args.postgres)
+            _postgres_server(args.postgres, args.database)
             if engine_name == "postgresql"
-            else _mysql_server(args.mysql)
+            else _mysql_server(args.mysql, args.database)
         )
         try:
             server.settings = _settings(server.target.engine)
