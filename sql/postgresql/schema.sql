@@ -841,6 +841,9 @@ BEGIN
     -- next claim), whatever its consumer's state: at most 100 per pass, oldest lease first,
     -- found through dag_run_lease_idx (running runs only); rows a worker is completing right
     -- now are skipped, not waited for.
+    -- = ANY (ARRAY(...)), not IN (...): as a join, planning the statement probed the ends of
+    -- dag_run's id index (the planner's estimate of a merge join), reads of the run history
+    -- that varied with its visibility map (migration 0008_claim_plans).
     UPDATE {{ns}}.dag_run r
        SET state = 'failed', ended_at = clock_timestamp(), updated_at = clock_timestamp(),
            not_before = NULL, lease_until = NULL,
@@ -848,14 +851,14 @@ BEGIN
                           r.attempt, r.worker, r.lease_until, d.max_attempts)
       FROM {{ns}}.dag d
      WHERE d.dag_id = r.dag_id
-       AND r.id IN (SELECT x.id
-                      FROM {{ns}}.dag_run x
-                      JOIN {{ns}}.dag xd ON xd.dag_id = x.dag_id
-                     WHERE x.state = 'running' AND x.not_before <= clock_timestamp()
-                       AND x.attempt >= xd.max_attempts
-                     ORDER BY x.not_before
-                     LIMIT 100
-                       FOR NO KEY UPDATE OF x SKIP LOCKED);
+       AND r.id = ANY (ARRAY(SELECT x.id
+                               FROM {{ns}}.dag_run x
+                               JOIN {{ns}}.dag xd ON xd.dag_id = x.dag_id
+                              WHERE x.state = 'running' AND x.not_before <= clock_timestamp()
+                                AND x.attempt >= xd.max_attempts
+                              ORDER BY x.not_before
+                              LIMIT 100
+                                FOR NO KEY UPDATE OF x SKIP LOCKED));
 
     -- FOR NO KEY UPDATE, not FOR UPDATE: every in-flight producer holds a KEY SHARE lock on
     -- the consumer row through the queue's foreign key. FOR UPDATE conflicts with it, so the
@@ -887,10 +890,10 @@ BEGIN
                    lease_until = NULL,
                    error = format('the lease of attempt %s (worker %s) expired at %s and no attempt is left (max_attempts %s)',
                                   r.attempt, r.worker, r.lease_until, v_dag.max_attempts)
-             WHERE r.id IN (SELECT x.id FROM {{ns}}.dag_run x
-                             WHERE x.dag_id = v_dag.dag_id AND x.state = 'running'
-                               AND x.not_before <= v_now AND x.attempt >= v_dag.max_attempts
-                               FOR NO KEY UPDATE SKIP LOCKED);
+             WHERE r.id = ANY (ARRAY(SELECT x.id FROM {{ns}}.dag_run x
+                                      WHERE x.dag_id = v_dag.dag_id AND x.state = 'running'
+                                        AND x.not_before <= v_now AND x.attempt >= v_dag.max_attempts
+                                        FOR NO KEY UPDATE SKIP LOCKED));
         END IF;
         IF v_dag.max_active_runs IS NOT NULL
            AND (SELECT count(*) FROM {{ns}}.dag_run r
@@ -1461,7 +1464,8 @@ DECLARE
     v_taken   integer := 0;
     v_claimed integer;
     v_failed  integer;
-    v_expired boolean;
+    v_running bigint[];
+    v_gone    bigint[];
 BEGIN
     IF p_worker IS NULL OR p_worker = '' OR length(p_worker) > 250 THEN
         RAISE EXCEPTION 'worker must be a name of 1 to 250 characters, got %', quote_nullable(left(p_worker, 60))
@@ -1485,8 +1489,8 @@ BEGIN
     v_now := clock_timestamp();
     v_until := v_now + make_interval(secs => p_lease_seconds);
     LOOP
-        SELECT array_agg(x.id), coalesce(bool_or(x.state = 'running'), false)
-          INTO v_ids, v_expired
+        SELECT array_agg(x.id), array_agg(x.id) FILTER (WHERE x.state = 'running')
+          INTO v_ids, v_running
           FROM (SELECT r.id, r.state
                   FROM {{ns}}.dag_run r
                  WHERE r.not_before <= v_now
@@ -1498,27 +1502,38 @@ BEGIN
         EXIT WHEN v_ids IS NULL;
 
         -- Only a running candidate (its lease expired) may be on its last attempt: the
-        -- usual claim, of queued runs only, skips this statement.
+        -- usual claim, of queued runs only, skips this statement. The candidates are locked,
+        -- so their states are the ones just read; the failed ones leave the claim's ids.
         v_failed := 0;
-        IF v_expired THEN
-            UPDATE {{ns}}.dag_run r
-               SET state = 'failed', ended_at = v_now, updated_at = v_now, not_before = NULL,
-                   lease_until = NULL,
-                   error = format('the lease of attempt %s (worker %s) expired at %s and no attempt is left (max_attempts %s)',
-                                  r.attempt, r.worker, r.lease_until, d.max_attempts)
-              FROM {{ns}}.dag d
-             WHERE r.id = ANY (v_ids) AND d.dag_id = r.dag_id
-               AND r.state = 'running' AND r.attempt >= d.max_attempts;
-            GET DIAGNOSTICS v_failed = ROW_COUNT;
+        IF v_running IS NOT NULL THEN
+            WITH f AS (
+                UPDATE {{ns}}.dag_run r
+                   SET state = 'failed', ended_at = v_now, updated_at = v_now, not_before = NULL,
+                       lease_until = NULL,
+                       error = format('the lease of attempt %s (worker %s) expired at %s and no attempt is left (max_attempts %s)',
+                                      r.attempt, r.worker, r.lease_until, d.max_attempts)
+                  FROM {{ns}}.dag d
+                 WHERE r.id = ANY (v_running) AND d.dag_id = r.dag_id
+                   AND r.attempt >= d.max_attempts
+                RETURNING r.id)
+            SELECT array_agg(f.id) INTO v_gone FROM f;
+            IF v_gone IS NOT NULL THEN
+                v_failed := cardinality(v_gone);
+                v_ids := ARRAY(SELECT i FROM unnest(v_ids) AS i WHERE i <> ALL (v_gone));
+            END IF;
         END IF;
 
+        -- By id alone: a condition on state here let the planner read the runs through
+        -- dag_run_dag_state_idx instead, every queued and running run for each claim
+        -- (PostgreSQL 18, whose skip scan makes that index look cheap; migration
+        -- 0008_claim_plans).
         RETURN QUERY
         WITH c AS (
             UPDATE {{ns}}.dag_run r
                SET state = 'running', attempt = r.attempt + 1, worker = p_worker,
                    lease_until = v_until, not_before = v_until, started_at = v_now,
                    updated_at = v_now
-             WHERE r.id = ANY (v_ids) AND r.state IN ('queued', 'running')
+             WHERE r.id = ANY (v_ids)
             RETURNING r.id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at,
                       r.triggering_event_id, r.state, r.attempt, r.worker, r.lease_until,
                       r.started_at)
@@ -1790,6 +1805,9 @@ ALTER FUNCTION {{ns}}.set_run_state(text, text, text)
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 ALTER FUNCTION {{ns}}.claim_runs(text, integer, double precision, jsonb)
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+-- Generic plans (migration 0008_claim_plans): planned once per session, not per claim.
+ALTER FUNCTION {{ns}}.claim_runs(text, integer, double precision, jsonb)
+    SET plan_cache_mode = force_generic_plan;
 ALTER FUNCTION {{ns}}.heartbeat_run(text, text, integer, double precision)
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 ALTER FUNCTION {{ns}}.complete_run(text, text, integer, text, text, jsonb)
