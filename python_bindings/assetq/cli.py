@@ -2,7 +2,7 @@
 
     assetq [--url URL] [--namespace NS] [-v] COMMAND [options]
 
-Commands: ``install``, ``upgrade``, ``uninstall``, ``scheduler``, ``worker``, ``status``,
+Commands: ``install``, ``upgrade``, ``uninstall``, ``sql``, ``scheduler``, ``worker``, ``status``,
 ``doctor``, ``purge``, ``grant``, ``demo``; ``assetq COMMAND --help`` tells more. The database
 URL comes from ``--url`` or the environment variable ``ASSETQ_DATABASE_URL``
 (``postgresql://...`` and ``mysql://...`` get the drivers assetq ships with: psycopg 3 and
@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import io
 import json
 import logging
 import os
@@ -399,6 +400,59 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
         engine.dispose()
     what = f"schema {after} already installed" if before == after else f"{before} -> {after}"
     print(f"assetq: upgraded namespace {namespace!r} of {_shown(url)}: {what}")
+    return EXIT_OK
+
+
+# -- sql -------------------------------------------------------------------------------------
+
+
+def _sql_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--from",
+        dest="from_revision",
+        metavar="REV",
+        help="the revision installed now (default: none, a fresh install); an unambiguous"
+        " start such as 0005 is enough",
+    )
+    parser.add_argument(
+        "--to",
+        dest="to_revision",
+        metavar="REV",
+        default="head",
+        help="the revision to reach (default: this package's head; base: remove assetq)",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("postgresql", "mysql"),
+        help="the SQL's engine (default: that of --url / $ASSETQ_DATABASE_URL, never"
+        " connected to); mysql is MySQL 8.0+ and MariaDB 10.6+",
+    )
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    """Print the SQL of a fresh install (or of the upgrade from --from, or of the downgrade
+    to --to) in the namespace, rendered for the engine and runnable as printed, for review:
+    `assetq sql --engine postgresql | psql -v ON_ERROR_STOP=1 DB` (one transaction),
+    `assetq sql --engine mysql | mysql --comments DB` (--comments keeps the comments of
+    routine bodies, as assetq's own installs do). Connects to no database."""
+    try:
+        start = migrate.resolve_revision(args.from_revision)
+        target = migrate.resolve_revision(args.to_revision)
+    except InvalidArgument as exc:
+        raise UsageError(str(exc)) from None
+    engine = args.engine
+    if engine is None:
+        url = _url_arg(args)
+        if url is None:
+            raise UsageError(f"name the engine: --engine postgresql|mysql (or --url, ${URL_ENV})")
+        engine = "postgresql" if url.get_backend_name() == "postgresql" else "mysql"
+    rendered = io.StringIO()
+    migrate.write_sql(rendered, engine, args.resolved_namespace, start, target)
+    try:
+        sys.stdout.write(rendered.getvalue())
+        sys.stdout.flush()
+    except BrokenPipeError:  # `assetq sql | head`: the reader has seen enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_OK
 
 
@@ -1057,6 +1111,12 @@ COMMANDS: tuple[Command, ...] = (
         "remove assetq and all its data from a database",
         cmd_uninstall,
         _uninstall_arguments,
+    ),
+    Command(
+        "sql",
+        "print the SQL of an install or upgrade, for review (psql / mysql run it as printed)",
+        cmd_sql,
+        _sql_arguments,
     ),
     Command(
         "scheduler",

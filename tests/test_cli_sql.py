@@ -1,0 +1,87 @@
+"""`assetq sql` (issue 13, item 2): the SQL of an install or an upgrade for review, rendered
+and runnable as printed: piped into psql / the mysql client, it builds the schema that
+`assetq install` builds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from test_host_alembic import assert_same_schema, assetq_revision, run_with_client
+
+import assetq
+from assetq import cli
+from dbs import Backend, TestDatabase
+from schema_snapshot import snapshot
+
+PINNED = "0005_wakeup_on_demand"
+LATER = "0007_capped_claim"
+
+
+@pytest.fixture
+def second_empty_db(backend: Backend) -> Iterator[TestDatabase]:
+    database = backend.database(installed=False)
+    yield database
+    backend.drop(database)
+
+
+def printed_sql(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    capsys.readouterr()
+    assert cli.main(["sql", *args]) == cli.EXIT_OK, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "{{ns}}" not in out
+    return out
+
+
+def test_the_printed_fresh_install_builds_what_install_builds(
+    empty_db: TestDatabase, second_empty_db: TestDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_with_client(empty_db, printed_sql(capsys, "--engine", empty_db.dialect.name))
+    assetq.install(second_empty_db.engine)
+    assert assetq_revision(empty_db) == assetq.head_revision()
+    assert_same_schema(empty_db, second_empty_db)
+
+
+def test_the_printed_upgrade_moves_an_older_install_to_the_target(
+    empty_db: TestDatabase, second_empty_db: TestDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assetq.install(empty_db.engine, revision=PINNED)
+    url = empty_db.url.render_as_string(hide_password=False)  # the engine comes from the URL
+    run_with_client(empty_db, printed_sql(capsys, "--url", url, "--from", "0005", "--to", LATER))
+    assetq.install(second_empty_db.engine, revision=LATER)
+    assert assetq_revision(empty_db) == LATER
+    assert_same_schema(empty_db, second_empty_db)
+
+
+def test_the_printed_downgrade_to_base_removes_every_object(
+    empty_db: TestDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assetq.install(empty_db.engine, revision=LATER)
+    args = ("--engine", empty_db.dialect.name, "--from", LATER, "--to", "base")
+    run_with_client(empty_db, printed_sql(capsys, *args))
+    assert assetq_revision(empty_db) is None
+    assert not any(snapshot(empty_db).values())
+
+
+def test_the_printed_sql_is_rendered_for_the_namespace_given(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = printed_sql(capsys, "--engine", "postgresql", "--namespace", "team_a")
+    assert 'CREATE SCHEMA IF NOT EXISTS "team_a"' in out
+    assert '"assetq".' not in out
+
+
+def test_an_unknown_revision_is_a_usage_error_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["sql", "--engine", "mysql", "--from", "0099"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown assetq schema revision '0099'" in err
+
+
+def test_without_engine_or_url_it_says_which_to_give(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(cli.URL_ENV, raising=False)
+    assert cli.main(["sql"]) == cli.EXIT_USAGE
+    assert "--engine postgresql|mysql" in capsys.readouterr().err
