@@ -861,19 +861,25 @@ def _proc_step(s: Setup, queue: str) -> Callable[..., int]:
 
 # -- producer profile --------------------------------------------------------------------------
 
-#: (label, variant statements applied to the copy, whether the client sends the CTE).
-PROFILE_VARIANTS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
-    ("one client CTE instead of routine + trigger", ("prof_no_fan_out",), True),
-    ("without the wake-up trigger", ("prof_no_notify",), False),
-    ("without the foreign keys", ("prof_no_fk",), False),
-    ("without 0007's two queue indexes", ("prof_no_0007_indexes",), False),
-    ("without any secondary queue index", ("prof_no_queue_indexes",), False),
-    ("event and queue unlogged", ("prof_unlogged",), False),
-    ("one client CTE, without the foreign keys", ("prof_no_fan_out", "prof_no_fk"), True),
+#: (label, variant statements applied to the copy, the statement the producer sends).
+PROFILE_VARIANTS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("one client CTE instead of routine + trigger", ("prof_no_fan_out",), "prof_cte_register"),
+    ("a plain INSERT of the event (trigger fans out, no routine)", (), "prof_raw_insert"),
+    ("fan-out without FOR KEY SHARE and alias probe", ("prof_lean_fan_out",), "aq_register"),
+    ("without the wake-up trigger", ("prof_no_notify",), "aq_register"),
+    ("without the foreign keys", ("prof_no_fk",), "aq_register"),
+    ("without 0007's two queue indexes", ("prof_no_0007_indexes",), "aq_register"),
+    ("without any secondary queue index", ("prof_no_queue_indexes",), "aq_register"),
+    ("event and queue unlogged", ("prof_unlogged",), "aq_register"),
+    (
+        "one client CTE, without the foreign keys",
+        ("prof_no_fan_out", "prof_no_fk"),
+        "prof_cte_register",
+    ),
     (
         "without trigger, foreign keys, secondary queue indexes",
         ("prof_no_notify", "prof_no_fk", "prof_no_queue_indexes"),
-        False,
+        "aq_register",
     ),
 )
 PROFILE_BASE = "assetq as it is"
@@ -890,13 +896,13 @@ def measure_profile(s: Setup, st: Settings) -> dict[str, Any]:
         )
     ]
     namespaces = {PROFILE_BASE: base}
-    for i, (label, statements, cte) in enumerate(PROFILE_VARIANTS[: st.profile]):
+    for i, (label, statements, producer) in enumerate(PROFILE_VARIANTS[: st.profile]):
         ns = s.namespace(f"aqp_prof_{i}", consumers)
         namespaces[label] = ns
         s.copies.add(ns)
         for name in statements:
             s.execute(q(name, ns))
-        sql = q("prof_cte_register" if cte else "aq_register", ns)
+        sql = q(producer, ns)
         alts.append(Alternative(label, _simple(info, _pg_one(sql, {"asset": "a0"}))))
     if s.pgq:
         queue = "prof"

@@ -87,6 +87,28 @@ SELECT d.dag_id, e.id, e.asset_id, e."timestamp"
 -- A variant's namespace, gone (its altered schema is no longer what alembic would undo).
 DROP SCHEMA IF EXISTS {{ns}} CASCADE
 
+-- prof_raw_insert --
+-- The event alone by a plain INSERT (the fan-out trigger writes the queue rows): what the
+-- register_event routine adds is its asset lookup by name or uri, ON CONFLICT and RETURNING.
+INSERT INTO {{ns}}.asset_event (asset_id)
+SELECT a.id FROM {{ns}}.asset a WHERE a.name = %(asset)s
+
+-- prof_lean_fan_out --
+-- The fan-out trigger's function without its FOR KEY SHARE locks and its alias probe (the
+-- queue's foreign-key check still takes KEY SHARE on the dag row).
+CREATE OR REPLACE FUNCTION {{ns}}.asset_event_fan_out() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO {{ns}}.asset_dag_run_queue (target_dag_id, asset_event_id, asset_id, created_at)
+    SELECT d.dag_id, e.id, e.asset_id, e."timestamp"
+      FROM new_events e
+      JOIN {{ns}}.dag_schedule_asset_reference r ON r.asset_id = e.asset_id
+      JOIN {{ns}}.dag d ON d.dag_id = r.dag_id
+     WHERE NOT d.is_paused OR d.queue_while_paused;
+    RETURN NULL;
+END
+$$
+
 -- prof_rows --
 -- Rows per event of a namespace: events, queue rows (the variants must write the same rows).
 SELECT (SELECT count(*) FROM {{ns}}.asset_event) AS events,
