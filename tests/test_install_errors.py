@@ -1,0 +1,158 @@
+"""Failed installs (issue 13, item 5): the first error the database reported, as
+MigrationFailed with its code and the revision; one line from the command line; nothing of
+assetq's left behind, on both engines (PostgreSQL: one transaction; MySQL, where each DDL
+statement commits: the install removes what it created)."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+import assetq
+from assetq import cli
+from dbs import TestDatabase, made_logins
+from schema_snapshot import snapshot
+
+#: A table of the user's, in the namespace, named like one of assetq's, and the code of the
+#: error the install then meets: PostgreSQL's duplicate_table; on MySQL, whose schema creates
+#: tables IF NOT EXISTS, the first foreign key to dag.dag_id, which the user's table lacks
+#: (1005, after asset was created: the install removes it).
+CONFLICT = {
+    "postgresql": ("CREATE TABLE {ns}.dag (note text)", "42P07"),
+    "mysql": ("CREATE TABLE {ns}.dag (note text)", "1005"),
+}
+
+#: Rights on the namespace without the right to create routines (MySQL: the tables are
+#: created, then the first routine statement is refused: 1370), and the code of the refusal.
+#: PostgreSQL: no right to create the schema at all.
+NO_ROUTINES = {
+    "postgresql": ("", "42501"),
+    "mysql": (
+        "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX, ALTER, REFERENCES,"
+        " TRIGGER, CREATE VIEW, LOCK TABLES ON {ns}.* TO '{name}'@'{host}'",
+        "1370",
+    ),
+}
+
+
+def _create_conflict(db: TestDatabase) -> str:
+    statement, code = CONFLICT[db.engine_name]
+    with db.engine.begin() as conn:
+        db.dialect.execute(conn, "create_namespace", db.namespace)
+        conn.execute(sa.text(db.sql(statement)))
+    return code
+
+
+def _user_objects(db: TestDatabase) -> list[str]:
+    with db.engine.connect() as conn:
+        rows = db.dialect.execute(
+            conn, "namespace_objects", db.namespace, {"namespace": db.namespace}
+        )
+    return sorted(f"{r.kind} {r.name}" for r in rows)
+
+
+def test_a_conflicting_table_fails_with_the_database_code_and_leaves_only_the_users(
+    empty_db: TestDatabase,
+) -> None:
+    code = _create_conflict(empty_db)
+    with pytest.raises(assetq.MigrationFailed) as failed:
+        assetq.install(empty_db.engine)
+    assert failed.value.code == code
+    assert failed.value.revision == assetq.head_revision()
+    # PostgreSQL reported "current transaction is aborted" (25P02) instead: the release of
+    # the namespace lock ran in the failed transaction.
+    assert "current transaction is aborted" not in str(failed.value)
+    assert _user_objects(empty_db) == ["table dag"]
+    with empty_db.engine.connect() as conn:
+        assert assetq.current_revision(conn) is None
+
+
+def test_a_failed_replayed_install_names_the_revision_that_failed(
+    empty_db: TestDatabase,
+) -> None:
+    code = _create_conflict(empty_db)
+    with pytest.raises(assetq.MigrationFailed) as failed:
+        assetq.install(empty_db.engine, revision="0005_wakeup_on_demand")
+    assert failed.value.code == code
+    assert failed.value.revision == "0001_initial"
+    assert _user_objects(empty_db) == ["table dag"]
+
+
+def test_the_command_line_prints_a_failed_install_in_one_line(
+    empty_db: TestDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _create_conflict(empty_db)
+    url = empty_db.url.render_as_string(hide_password=False)
+    assert cli.main(["--url", url, "install"]) == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"assetq install: error [{code}]: ")
+    assert "Traceback" not in err
+
+
+def test_a_missing_privilege_fails_with_its_code_and_leaves_nothing(
+    empty_db: TestDatabase,
+) -> None:
+    db = empty_db
+    grant, code = NO_ROUTINES[db.engine_name]
+    with made_logins(db, ("installer",), "aqie") as logins:
+        login = logins["installer"]
+        if grant:
+            host = login.grantee[1] if isinstance(login.grantee, tuple) else ""
+            db.execute(db.sql(grant).replace("{name}", login.name).replace("{host}", host))
+        with pytest.raises(assetq.MigrationFailed) as failed:
+            assetq.install(login.engine)
+        login.engine.dispose()
+    assert failed.value.code == code
+    assert not any(snapshot(db).values())
+    with db.engine.connect() as conn:
+        assert not db.dialect.execute(
+            conn, "namespace_exists", db.namespace, {"namespace": db.namespace}
+        )[0][0]
+
+
+def test_uninstall_of_a_namespace_without_assetq_says_there_was_nothing(
+    empty_db: TestDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert assetq.uninstall(empty_db.engine) is None
+    url = empty_db.url.render_as_string(hide_password=False)
+    assert cli.main(["--url", url, "uninstall", "--yes"]) == cli.EXIT_OK
+    assert "nothing to remove" in capsys.readouterr().out
+
+
+def test_uninstall_returns_the_revision_it_removed(db: TestDatabase) -> None:
+    assert assetq.uninstall(db.engine) == assetq.head_revision()
+
+
+def test_install_refuses_a_schema_newer_than_the_package(
+    db: TestDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db.execute("UPDATE {ns}.assetq_alembic_version SET version_num = '0099_from_the_future'")
+    with pytest.raises(assetq.SchemaTooNew, match="newer assetq installed it"):
+        assetq.install(db.engine)
+    url = db.url.render_as_string(hide_password=False)
+    assert cli.main(["--url", url, "upgrade"]) == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install -U assetq" in err, err
+    assert "Can't locate revision" not in err
+
+
+def test_install_never_downgrades(db: TestDatabase) -> None:
+    with pytest.raises(assetq.SchemaTooNew, match="never downgrades"):
+        assetq.install(db.engine, revision="0005_wakeup_on_demand")
+    with db.engine.connect() as conn:
+        assert assetq.current_revision(conn) == assetq.head_revision()
+
+
+@pytest.mark.engines("postgresql")
+def test_install_on_a_connection_is_part_of_the_callers_transaction(
+    empty_db: TestDatabase,
+) -> None:
+    """PostgreSQL: rolled back with the caller's transaction (MySQL commits DDL)."""
+    with empty_db.engine.connect() as conn:
+        conn.begin()
+        assert assetq.install(conn) == assetq.head_revision()
+        assert assetq.current_revision(conn) == assetq.head_revision()
+        conn.rollback()
+    with empty_db.engine.connect() as conn:
+        assert assetq.current_revision(conn) is None
