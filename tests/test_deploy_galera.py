@@ -5,16 +5,23 @@ writer node. Certification conflicts come as error 1213, also at a producer's CO
 never happens on one server: the producer recipe retries with the idempotency key, so every
 acknowledged event exists exactly once and is consumed exactly once. Schedulers on every node
 collide (SKIP LOCKED and GET_LOCK are per node) and certification aborts one side: with a
-larger pass retry budget exactly-once still holds, with a node killed meanwhile.
+larger pass retry budget exactly-once still holds, with a node killed (`kill -9`) meanwhile.
 
-A cluster takes about 25 s to start on this machine kind: these tests run with `-m slow`.
+A cluster starts in about 10-20 s on this machine kind (start_galera says how). The default
+suite runs the short version of the node-killed test (60 events per node); `-m slow` runs the
+long one (300 per node) and the one-writer layout. Nothing here depends on timing: the kill
+comes after a number of acknowledged events, and deadlines only catch hangs.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -23,7 +30,10 @@ from sqlalchemy import Engine
 import assetq
 from servers import GaleraCluster, start_galera
 
-pytestmark = pytest.mark.slow
+#: MySQL client errors of a connection that is gone or a node that cannot serve (2003 cannot
+#: connect, 2006 server gone, 2013 lost during a query, 1047 node not ready / not primary):
+#: the producer moves to another node, as a client with several nodes does.
+_NODE_GONE = (2003, 2006, 2013, 1047)
 
 
 @pytest.fixture
@@ -44,8 +54,10 @@ def galera(pytestconfig: pytest.Config) -> Iterator[GaleraCluster]:
 
 
 class _Producer(threading.Thread):
-    """Registers one event per key with the documented recipe, on its node; after a lost
-    connection it moves to the next engine of ``engines`` (a client with several nodes)."""
+    """Registers one event per key with the documented recipe (docs/deployment.md, Failover):
+    each in its own transaction, retried with the same idempotency key on a transient error
+    or a lost connection, at connect, during the call or at COMMIT. After a lost connection
+    it moves to the next engine of ``engines`` (a client with several nodes)."""
 
     def __init__(self, engines: list[Engine], keys: list[str]) -> None:
         super().__init__(daemon=True)
@@ -53,10 +65,11 @@ class _Producer(threading.Thread):
         self.keys = keys
         self.acked: dict[str, int] = {}
         self.retries = 0
+        self.moves = 0
         self.failure: BaseException | None = None
 
     def run(self) -> None:
-        give_up = time.monotonic() + 300
+        give_up = time.monotonic() + 300  # catches a hang only
         current = 0
         try:
             for key in self.keys:
@@ -65,23 +78,36 @@ class _Producer(threading.Thread):
                         with self.engines[current].begin() as conn:
                             event = assetq.register_event(conn, "orders", idempotency_key=key)
                         break
-                    except (assetq.TransientError, sa.exc.OperationalError) as exc:
+                    except (
+                        assetq.TransientError,
+                        sa.exc.OperationalError,
+                        sa.exc.InterfaceError,
+                    ) as exc:
                         self.retries += 1
                         if time.monotonic() > give_up:
                             raise
-                        if isinstance(exc, assetq.ConnectionLost) or (
-                            isinstance(exc, sa.exc.OperationalError)
-                            and getattr(exc.orig, "args", (None,))[0] in (2003, 2006, 2013)
-                        ):
+                        if _node_gone(exc):
                             current = (current + 1) % len(self.engines)
+                            self.moves += 1
                         time.sleep(0.02)
                 self.acked[key] = event.id
         except BaseException as exc:
             self.failure = exc
 
 
+def _node_gone(exc: Exception) -> bool:
+    if isinstance(exc, (assetq.ConnectionLost, sa.exc.InterfaceError)):
+        return True
+    code = getattr(getattr(exc, "orig", None), "args", (None,))[0]
+    return isinstance(exc, sa.exc.OperationalError) and code in _NODE_GONE
+
+
 def _verify(engine: Engine, acked: dict[str, int]) -> None:
+    """Every acknowledged event exists, once per key, and each consumer linked each event
+    exactly once; nothing is left queued. Read with wsrep_sync_wait, so a node that is
+    still applying the others' write-sets answers only once it has them."""
     with engine.connect() as conn:
+        conn.execute(sa.text("SET SESSION wsrep_sync_wait = 1"))
         events = dict(
             conn.execute(sa.text("SELECT idempotency_key, id FROM assetq.asset_event")).all()
         )
@@ -96,12 +122,25 @@ def _verify(engine: Engine, acked: dict[str, int]) -> None:
     assert queued == 0
 
 
+def _wait_until_consumed(engine: Engine, deadline: float) -> None:
+    """Until nothing is queued (the schedulers running elsewhere consumed it all)."""
+    while True:
+        with engine.connect() as conn:
+            queued = conn.execute(
+                sa.text("SELECT count(*) FROM assetq.asset_dag_run_queue")
+            ).scalar_one()
+        if queued == 0 or time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
+
+
 def _drain(engine: Engine) -> None:
     for _ in range(1000):
         if not assetq.schedule(engine, max_attempts=50):
             return
 
 
+@pytest.mark.slow
 def test_producers_on_every_node_and_a_scheduler_on_one_consume_each_event_once(
     galera: GaleraCluster,
 ) -> None:
@@ -124,58 +163,101 @@ def test_producers_on_every_node_and_a_scheduler_on_one_consume_each_event_once(
             producer.join(timeout=300)
         stop.set()
         scheduler.join(timeout=60)
+        assert [p.is_alive() for p in producers] == [False] * len(producers)
         _drain(engines[0])
         assert [p.failure for p in producers] == [None] * len(producers)
         acked = {k: v for p in producers for k, v in p.acked.items()}
-        _verify(engines[0], acked)
+        for engine in engines:
+            _verify(engine, acked)
     finally:
         stop.set()
         for engine in engines:
             engine.dispose()
 
 
+def _scheduler_process(url: str, stop: Any, results: Any) -> None:
+    """A scheduler in a process of its own (spawned), so that it can die with its node: the
+    documented budget for schedulers on every node (max_attempts=50)."""
+    engine = sa.create_engine(url, pool_pre_ping=True)
+    with engine.connect():
+        results.put(("ready", url))  # connected: the test starts its producers after this
+    stats = assetq.run_scheduler(
+        engine, poll_interval=0.05, stop_event=stop, backoff_max=0.5, max_attempts=50
+    )
+    results.put((url, stats.runs, stats.errors))
+
+
+@pytest.mark.parametrize("per_node", [60, pytest.param(300, marks=pytest.mark.slow)])
 def test_schedulers_on_every_node_with_a_node_killed_still_consume_each_event_once(
-    galera: GaleraCluster,
+    galera: GaleraCluster, per_node: int
 ) -> None:
-    engines = [sa.create_engine(node.url(), pool_pre_ping=True) for node in galera.nodes]
+    """Producers and schedulers on all 3 nodes. Once a third of the events are acknowledged,
+    node2's machine dies: kill -9 of its mariadbd and of the scheduler process on it. Its
+    producer (a client elsewhere) moves to another node and finishes there; the two nodes
+    left keep the quorum. Every acknowledged event is then on both survivors, consumed
+    exactly once by each of the two consumers."""
+    urls = [node.url().render_as_string(hide_password=False) for node in galera.nodes]
+    engines = [sa.create_engine(url, pool_pre_ping=True) for url in urls]
     producers = [
-        _Producer(engines[i:] + engines[:i], [f"n{i}-{k}" for k in range(300)])
+        _Producer(engines[i:] + engines[:i], [f"n{i}-{k}" for k in range(per_node)])
         for i in range(len(engines))
     ]
-    stop = threading.Event()
-    stats: list[assetq.SchedulerStats] = []
-
-    def schedule_on(engine: Engine) -> None:
-        stats.append(
-            assetq.run_scheduler(
-                engine, poll_interval=0.05, stop_event=stop, backoff_max=0.5, max_attempts=50
-            )
-        )
-
-    schedulers = [threading.Thread(target=schedule_on, args=(e,), daemon=True) for e in engines]
+    # Spawned before any thread of this test starts: a fork would copy held locks.
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    results = context.Queue()
+    schedulers = [
+        context.Process(target=_scheduler_process, args=(url, stop, results), daemon=True)
+        for url in urls
+    ]
+    total = per_node * len(engines)
     try:
-        for thread in [*schedulers, *producers]:
-            thread.start()
-        deadline = time.monotonic() + 120
-        while sum(len(p.acked) for p in producers) < 300 and time.monotonic() < deadline:
+        for scheduler in schedulers:
+            scheduler.start()
+        ready = sorted(results.get(timeout=120) for _ in schedulers)  # catches a hang only
+        assert ready == sorted(("ready", url) for url in urls)
+        for producer in producers:
+            producer.start()
+        deadline = time.monotonic() + 120  # catches a hang only
+        while sum(len(p.acked) for p in producers) < total // 3 and time.monotonic() < deadline:
             time.sleep(0.01)
-        galera.nodes[2].kill()  # kill -9: its producer moves to another node
+        acked_on_node2 = len(producers[2].acked)
+        # The machine of node2 dies: its scheduler and its mariadbd, kill -9 both.
+        os.kill(schedulers[2].pid, signal.SIGKILL)  # type: ignore[arg-type]
+        galera.nodes[2].kill()
         for producer in producers:
             producer.join(timeout=300)
+        # The schedulers consume everything themselves (the deadline only catches a hang).
+        _wait_until_consumed(engines[0], deadline=time.monotonic() + 120)
         stop.set()
-        for thread in schedulers:
-            thread.join(timeout=60)
-        _drain(engines[0])
+        for scheduler in schedulers:
+            scheduler.join(timeout=60)
+        assert [p.is_alive() for p in producers] == [False] * len(producers)
         assert [p.failure for p in producers] == [None] * len(producers)
+        # The kill came mid-run: node2's producer had keys left, and finished them elsewhere.
+        assert 0 < acked_on_node2 < per_node
+        assert producers[2].moves >= 1
+        # The survivors' loops stopped when told; the dead one was killed.
+        assert [s.exitcode for s in schedulers] == [0, 0, -signal.SIGKILL]
+        stats = sorted(results.get(timeout=10) for _ in schedulers[:2])
+        assert sum(runs for _, runs, _ in stats) > 0  # the survivors scheduled after the kill
         acked = {k: v for p in producers for k, v in p.acked.items()}
-        _verify(engines[0], acked)
+        assert len(acked) == total
+        for engine in engines[:2]:  # the same on both survivors
+            _verify(engine, acked)
         print(  # the measured retry counts, for docs/deployment.md (-s shows them)
             "galera: producer retries",
             [p.retries for p in producers],
-            "scheduler errors",
-            [s.errors for s in stats],
+            "moves",
+            [p.moves for p in producers],
+            "surviving schedulers' (url, runs, errors)",
+            stats,
         )
     finally:
         stop.set()
+        for scheduler in schedulers:
+            if scheduler.is_alive():
+                scheduler.kill()
+                scheduler.join(timeout=10)
         for engine in engines:
             engine.dispose()
