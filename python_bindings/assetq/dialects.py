@@ -210,7 +210,74 @@ def _message(exc: DBAPIError) -> str:
     return str(orig)
 
 
+#: The calls a worker makes for every run: sent straight through the driver's cursor when
+#: nothing listens to the connection's statements (see _PostgreSQL.execute).
+_DRIVER_QUERIES = frozenset({"claim_runs", "heartbeat_run", "complete_run"})
+#: Named queries as the driver takes them (SQLAlchemy's compilation of the same text), and
+#: their result columns once seen, by (query, quoted namespace).
+_driver_sql_cache: dict[tuple[str, str], str] = {}
+_driver_keys_cache: dict[tuple[str, str], tuple[str, ...]] = {}
+
+
+def _listened(conn: Connection) -> bool:
+    """Whether statement events are listened to on ``conn`` or its engine (instrumentation,
+    tests counting statements). Unknown means yes: the fast path is only an optimization."""
+    return bool(getattr(conn, "_has_events", True) or getattr(conn.engine, "_has_events", True))
+
+
 class _PostgreSQL(Dialect):
+    def execute(
+        self,
+        conn: Connection,
+        name: str,
+        namespace: str,
+        params: Mapping[str, Any] | None = None,
+    ) -> Sequence[Row[Any]]:
+        """Run named query ``name``. A worker's per-run calls (claim, heartbeat, complete) go
+        straight through the driver's cursor: the same SQL as SQLAlchemy compiles it, the
+        same transaction, but none of SQLAlchemy's per-statement result machinery, which
+        cost more client time than the call itself (docs/benchmarks.md, "Worker
+        burn-down"). Whenever something listens to the connection's statement events the
+        call goes through SQLAlchemy as every other one does, so listeners see it."""
+        if name not in _DRIVER_QUERIES or _listened(conn):
+            return super().execute(conn, name, namespace, params)
+        quoted = self.quote_ns(namespace)
+        key = (name, quoted)
+        sql = _driver_sql_cache.get(key)
+        if sql is None:
+            compiled = self.statement(name, namespace).compile(dialect=conn.dialect)
+            sql = _driver_sql_cache[key] = compiled.string
+        bound = dict(params or {})
+        dbapi_connection = conn.connection.dbapi_connection
+        assert dbapi_connection is not None  # a Connection in use always has one
+        dbapi_error: type[Exception] = conn.dialect.loaded_dbapi.Error
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(sql, bound)
+            raw = cursor.fetchall()
+            keys = _driver_keys_cache.get(key)
+            if keys is None:
+                keys = _driver_keys_cache[key] = tuple(str(c[0]) for c in cursor.description)
+        except dbapi_error as exc:
+            lost = conn.dialect.is_disconnect(
+                exc,  # type: ignore[arg-type]  # a DB-API Error, typed loosely above
+                dbapi_connection,
+                cursor,
+            )
+            if lost:
+                # As SQLAlchemy does for its own statements: the pool must not hand this
+                # connection out again.
+                conn.invalidate(exc)
+            raise DBAPIError.instance(
+                sql, bound, exc, dbapi_error, connection_invalidated=lost, dialect=conn.dialect
+            ) from exc
+        finally:
+            cursor.close()
+        make_row = _row_makers.get(keys)
+        if make_row is None:
+            make_row = _row_makers[keys] = result_tuple(keys)
+        return [make_row(values) for values in raw]
+
     def run_script(self, conn: Connection, script: str, namespace: str) -> None:
         sql = sqlfiles.render(script, self.quote_ns(namespace))
         # Straight to the driver: no bind-parameter parsing, so ':' and '%' in PL/pgSQL

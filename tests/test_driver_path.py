@@ -1,0 +1,100 @@
+"""A worker's per-run calls (claim_runs, heartbeat, complete_run) on PostgreSQL go straight
+through the driver's cursor when nothing listens to the connection's statements
+(dialects._PostgreSQL.execute); with a listener they go through SQLAlchemy. Both ways give
+the same results, a listener sees every call, and a connection lost on the driver path is
+thrown out of the pool like one lost under SQLAlchemy."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+import assetq
+import assetq.dialects
+from dbs import TestDatabase
+from work_scenario import make_runs
+
+WORKER_CALLS = ("claim_runs", "heartbeat_run", "complete_run")
+
+
+def _work_one(engine: sa.Engine, worker: str) -> tuple[assetq.Claim, assetq.Claim, assetq.RunInfo]:
+    (claim,) = assetq.claim_runs(engine, worker, lease=timedelta(seconds=30))
+    renewed = assetq.heartbeat(engine, claim, lease=timedelta(seconds=60))
+    with engine.begin() as conn:
+        info = assetq.complete_run(conn, renewed, "success")
+    return claim, renewed, info
+
+
+def _shape(value: object) -> dict[str, str]:
+    """Field name -> type name: what a caller can rely on, whichever run it is."""
+    return {k: type(v).__name__ for k, v in vars(value).items()}
+
+
+def test_with_and_without_a_statement_listener_the_calls_give_the_same_results(
+    db: TestDatabase,
+) -> None:
+    make_runs(db, 2)
+    plain = db.new_engine()
+    listened = db.new_engine()
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.extend(name for name in WORKER_CALLS if name in statement)
+
+    sa.event.listen(listened, "before_cursor_execute", record)
+    first = _work_one(plain, "w-plain")
+    second = _work_one(listened, "w-listened")
+    assert seen == list(WORKER_CALLS)  # the listener saw each call, in order
+    for a, b in zip(first, second, strict=True):
+        assert _shape(a) == _shape(b)
+    claim, renewed, info = first
+    assert (claim.attempt, claim.worker, claim.state) == (1, "w-plain", "running")
+    assert renewed.lease_until > claim.lease_until
+    assert (info.state, info.attempt, info.worker) == ("success", 1, "w-plain")
+    assert info.id == claim.id and claim.event_ids == second[0].event_ids
+
+
+@pytest.mark.engines("postgresql")
+def test_without_a_listener_the_calls_bypass_sqlalchemy_execution(
+    db: TestDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """White box: the SQLAlchemy path (Dialect.execute) is not taken for a worker's calls
+    on PostgreSQL, and is for everything else."""
+    make_runs(db, 1)
+    through_sqlalchemy: list[str] = []
+    base = assetq.dialects.Dialect.execute
+
+    def counted(self: Any, conn: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        through_sqlalchemy.append(name)
+        return base(self, conn, name, *args, **kwargs)
+
+    monkeypatch.setattr(assetq.dialects.Dialect, "execute", counted)
+    engine = db.new_engine()
+    _work_one(engine, "w")
+    assert not set(WORKER_CALLS) & set(through_sqlalchemy), through_sqlalchemy
+    with engine.connect() as conn:
+        assetq.runs(conn, "job_000")
+    assert "runs" in " ".join(through_sqlalchemy)  # the rest still goes through SQLAlchemy
+
+
+@pytest.mark.engines("postgresql")
+def test_a_connection_lost_on_the_driver_path_is_replaced_and_the_claim_retried(
+    db: TestDatabase,
+) -> None:
+    """The only pooled connection is terminated by the server before a claim: the claim's
+    first attempt fails on it with the driver's error, which must come out as assetq's
+    ConnectionLost (retried) and not as a raw psycopg error, and the retry claims on a new
+    connection."""
+    make_runs(db, 1)
+    engine = db.new_engine(pool_size=1, max_overflow=0)
+    with engine.connect() as conn:
+        old_pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+    db.scalar(f"SELECT pg_terminate_backend({int(old_pid)})")
+    (claim,) = assetq.claim_runs(engine, "w")
+    assert claim.attempt == 1
+    with engine.connect() as conn:
+        new_pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+    assert new_pid != old_pid
