@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from . import conditions, errors
 from .dialects import Dialect, dialect_for, dialect_of
@@ -200,6 +200,57 @@ def _translated(dialect: Dialect) -> Iterator[None]:
         raise dialect.translate(exc) from exc
 
 
+def _autocommit(conn: Connection) -> bool:
+    """True when ``conn`` is in autocommit mode, where each call is its own transaction.
+    Read from the driver's connection, client-side: no round trip."""
+    dbapi_connection = conn.connection.dbapi_connection
+    try:
+        return bool(conn.dialect.detect_autocommit_setting(dbapi_connection))  # type: ignore[arg-type]
+    except (AttributeError, NotImplementedError):  # SQLAlchemy < 2.1, other drivers
+        get_autocommit = getattr(dbapi_connection, "get_autocommit", None)
+        if get_autocommit is not None:
+            return bool(get_autocommit())
+        return bool(getattr(dbapi_connection, "autocommit", False))
+
+
+#: Routine calls that write with one statement (its trigger included) and raise before or in
+#: it, on engines where an error rolls back the failed statement only (MySQL/MariaDB): the
+#: statement's own rollback already leaves the caller's transaction as it was, so they need
+#: no savepoint (tests/test_savepoints.py proves it). A deadlock rolls back the whole
+#: transaction on MySQL, savepoint or not.
+_ONE_WRITE_STATEMENT = frozenset({("mysql", "register_event")})
+
+
+@contextmanager
+def _savepoint(conn: Connection, wanted: bool) -> Iterator[None]:
+    """Run a routine call under a savepoint of its own in the caller's transaction, so
+    that a database-side error leaves that transaction exactly as it was before the call.
+
+    Without it the engines differ: on PostgreSQL any error aborts the caller's whole
+    transaction (an ORM ``session.commit()`` after catching it silently rolls the caller's
+    own writes back); on MySQL/MariaDB the failed statement is undone but a procedure's
+    earlier statements stay (a batch whose tenth item reuses a key keeps nine). Skipped on an
+    autocommit connection, where the call is its own transaction and there is nothing of
+    the caller's to keep. Costs two round trips (SAVEPOINT, RELEASE): ``savepoint=False``
+    saves them when the caller rolls back on every error anyway (docs/python.md)."""
+    if not wanted or _autocommit(conn):
+        yield
+        return
+    nested = conn.begin_nested()
+    try:
+        yield
+    except BaseException:
+        if nested.is_active:
+            try:
+                nested.rollback()
+            except SQLAlchemyError:
+                # The error took the transaction, and the savepoint, with it (a deadlock on
+                # MySQL, a lost connection): the caller gets that error, not this one.
+                log.debug("assetq: rolling back to the call's savepoint failed", exc_info=True)
+        raise
+    nested.commit()
+
+
 def _source(source: object) -> Source:
     if source is None:
         return Source()
@@ -227,11 +278,12 @@ def declare_asset(
     *,
     uri: str | None = None,
     extra: Mapping[str, Any] | None = None,
+    savepoint: bool = True,
     namespace: str = DEFAULT_NAMESPACE,
 ) -> int:
     """Create the asset ``name`` (or update its uri/extra) and return its id.
 
-    Idempotent; runs in the caller's transaction.
+    Idempotent; runs in the caller's transaction. ``savepoint``: see :func:`register_event`.
     """
     conn = connection_of(conn, "declare_asset")
     name = check_name(name, "asset name", ASSET_NAME_MAX)
@@ -239,7 +291,7 @@ def declare_asset(
     extra_text = None if extra is None else extra_json(extra)
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
-    with _translated(dialect):
+    with _translated(dialect), _savepoint(conn, savepoint):
         rows = dialect.execute(
             conn, "declare_asset", namespace, {"name": name, "uri": uri, "extra": extra_text}
         )
@@ -258,6 +310,7 @@ def declare_dag(
     max_attempts: int = 1,
     retry_delay: timedelta | float = timedelta(0),
     max_retry_delay: timedelta | float | None = None,
+    savepoint: bool = True,
     namespace: str = DEFAULT_NAMESPACE,
 ) -> None:
     """Declare consumer ``dag_id`` scheduled on ``condition``, or replace its declaration.
@@ -278,7 +331,7 @@ def declare_dag(
     caller's transaction: a
     concurrent scheduler pass sees the old declaration or the new one. Queued events of
     assets the new condition does not depend on are dropped; the others stay queued and are
-    consumed by its next run.
+    consumed by its next run. ``savepoint``: see :func:`register_event`.
     """
     conn = connection_of(conn, "declare_dag")
     dag_id = check_dag_id(dag_id)
@@ -317,29 +370,35 @@ def declare_dag(
         "max_retry_delay_seconds": max_delay,
     }
     dialect = dialect_for(conn)
-    with _translated(dialect):
+    with _translated(dialect), _savepoint(conn, savepoint):
         dialect.execute(conn, "declare_dag", namespace, params)
 
 
-def _set_paused(conn: Connection, dag_id: str, paused: bool, namespace: str) -> None:
+def _set_paused(
+    conn: Connection, dag_id: str, paused: bool, namespace: str, savepoint: bool
+) -> None:
     dag_id = check_dag_id(dag_id)
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
-    with _translated(dialect):
+    with _translated(dialect), _savepoint(conn, savepoint):
         dialect.execute(conn, "set_dag_paused", namespace, {"dag_id": dag_id, "paused": paused})
 
 
-def pause_dag(conn: Handle, dag_id: str, *, namespace: str = DEFAULT_NAMESPACE) -> None:
+def pause_dag(
+    conn: Handle, dag_id: str, *, savepoint: bool = True, namespace: str = DEFAULT_NAMESPACE
+) -> None:
     """Pause a consumer: events that commit while it is paused are not queued for it, and
     the scheduler creates no run for it. Raises UnknownDag for an unknown id."""
     conn = connection_of(conn, "pause_dag")
-    _set_paused(conn, dag_id, True, namespace)
+    _set_paused(conn, dag_id, True, namespace, savepoint)
 
 
-def unpause_dag(conn: Handle, dag_id: str, *, namespace: str = DEFAULT_NAMESPACE) -> None:
+def unpause_dag(
+    conn: Handle, dag_id: str, *, savepoint: bool = True, namespace: str = DEFAULT_NAMESPACE
+) -> None:
     """Unpause a consumer. Events that committed while it was paused are not replayed."""
     conn = connection_of(conn, "unpause_dag")
-    _set_paused(conn, dag_id, False, namespace)
+    _set_paused(conn, dag_id, False, namespace, savepoint)
 
 
 def register_event(
@@ -350,6 +409,7 @@ def register_event(
     source: Source | Mapping[str, Any] | None = None,
     idempotency_key: str | None = None,
     aliases: Sequence[str] = (),
+    savepoint: bool = True,
     namespace: str = DEFAULT_NAMESPACE,
 ) -> Event:
     """Register one event for ``asset`` (a name or uri) in the caller's transaction.
@@ -358,8 +418,14 @@ def register_event(
     visible together when the caller commits, and vanish together if it rolls back. With an
     ``idempotency_key`` (unique per asset), a retry returns the original event with
     ``created=False`` and queues nothing; reusing the key with a different ``extra`` raises
-    IdempotencyConflict. Raises UnknownAsset when no asset has that name or uri; after a
-    database-side error the caller's transaction must be rolled back. On an autocommit
+    IdempotencyConflict. Raises UnknownAsset when no asset has that name or uri.
+
+    ``savepoint`` (default True): the call runs under a savepoint of its own, so an error
+    (UnknownAsset, IdempotencyConflict, any database error that leaves the transaction
+    alive) leaves the caller's transaction exactly as it was before the call, on both
+    engines: catch it, and commit the rest of your work. It costs two round trips;
+    ``savepoint=False`` saves them, and then after a database-side error the caller's
+    transaction must be rolled back (PostgreSQL aborts it; docs/python.md). On an autocommit
     connection the call is its own transaction, still atomic, and committed in its one round
     trip: the cheapest way to register a single event (docs/benchmarks.md).
 
@@ -371,6 +437,7 @@ def register_event(
         return register_events(
             conn,
             [NewEvent(asset, extra, source, idempotency_key, aliases)],
+            savepoint=savepoint,
             namespace=namespace,
         )[0]
     asset = check_name(asset, "asset", ASSET_NAME_MAX)
@@ -388,7 +455,8 @@ def register_event(
         "source_map_index": src.map_index,
         "idempotency_key": key,
     }
-    with _translated(dialect):
+    wanted = savepoint and (dialect.name, "register_event") not in _ONE_WRITE_STATEMENT
+    with _translated(dialect), _savepoint(conn, wanted):
         row = dialect.execute(conn, "register_event", namespace, params)[0]
     return Event(
         id=int(row.event_id),
@@ -471,6 +539,7 @@ def register_events(
     conn: Handle,
     events: Iterable[NewEvent | Mapping[str, Any]],
     *,
+    savepoint: bool = True,
     namespace: str = DEFAULT_NAMESPACE,
 ) -> list[Event]:
     """Register a batch of events in the caller's transaction, in one round trip.
@@ -484,7 +553,9 @@ def register_events(
 
     All or nothing: every item is checked before anything is sent (an error names the item),
     and if any item fails in the database (an unknown asset, a key reused with another extra)
-    the call raises and none of the batch remains once the caller rolls back. On an
+    the call raises and none of the batch remains: with ``savepoint`` (the default, see
+    :func:`register_event`) the caller's transaction is left as it was before the call;
+    with ``savepoint=False``, once the caller rolls back. On an
     autocommit connection the call is its own transaction. The events of one batch share one
     timestamp. On PostgreSQL the whole batch is fanned out by one statement; on MySQL/MariaDB
     per event, by the row-level trigger.
@@ -522,7 +593,7 @@ def register_events(
             " several calls (in one transaction they are still atomic together)"
         )
     dialect = dialect_for(conn)
-    with _translated(dialect), dialect.atomic(conn):
+    with _translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
         rows = dialect.execute(conn, "register_events", namespace, {"events": payload})
     if [int(row.item_no) for row in rows] != list(range(1, len(items) + 1)):
         raise errors.DatabaseError(
@@ -735,6 +806,7 @@ def set_run_state(
     run_id: str,
     state: str,
     *,
+    savepoint: bool = True,
     namespace: str = DEFAULT_NAMESPACE,
 ) -> RunInfo:
     """Move run ``run_id`` of consumer ``dag_id`` to ``state`` and return it.
@@ -743,7 +815,7 @@ def set_run_state(
     to the state it is already in changes nothing, so a retry is harmless. Anything else
     raises InvalidRunState; an unknown run UnknownRun. A run in success or failed no longer
     counts against the consumer's ``max_active_runs``: the next scheduler pass may create
-    the next run. Runs in the caller's transaction.
+    the next run. Runs in the caller's transaction; ``savepoint``: see :func:`register_event`.
     """
     conn = connection_of(conn, "set_run_state")
     dag_id, run_id = _run_key(dag_id, run_id)
@@ -751,7 +823,7 @@ def set_run_state(
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
     params = {"dag_id": dag_id, "run_id": run_id, "state": state}
-    with _translated(dialect), dialect.atomic(conn):
+    with _translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
         rows = dialect.execute(conn, "set_run_state", namespace, params)
     info = _run_info(rows[0])
     log.info("assetq: run %s of %s is %s", run_id, dag_id, info.state)
@@ -773,23 +845,28 @@ def get_run(
     return _run_info(rows[0])
 
 
-def delete_dag(conn: Handle, dag_id: str, *, namespace: str = DEFAULT_NAMESPACE) -> None:
+def delete_dag(
+    conn: Handle, dag_id: str, *, savepoint: bool = True, namespace: str = DEFAULT_NAMESPACE
+) -> None:
     """Remove consumer ``dag_id`` with its queued events, condition, runs and their links.
 
     Waits for a scheduler pass that holds the consumer; producers registering meanwhile are
     not disturbed (their events are simply not queued for it once it is gone). Raises
-    UnknownDag for an unknown id. Runs in the caller's transaction.
+    UnknownDag for an unknown id. Runs in the caller's transaction; ``savepoint``: see
+    :func:`register_event`.
     """
     conn = connection_of(conn, "delete_dag")
     dag_id = check_dag_id(dag_id)
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
-    with _translated(dialect), dialect.atomic(conn):
+    with _translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
         dialect.execute(conn, "delete_dag", namespace, {"dag_id": dag_id})
     log.info("assetq: deleted dag %s", dag_id)
 
 
-def delete_asset(conn: Handle, asset: str, *, namespace: str = DEFAULT_NAMESPACE) -> int:
+def delete_asset(
+    conn: Handle, asset: str, *, savepoint: bool = True, namespace: str = DEFAULT_NAMESPACE
+) -> int:
     """Remove ``asset`` (a name or uri) with its events; return how many events went.
 
     Refused with AssetInUse while a consumer condition names it (re-declare those consumers
@@ -797,13 +874,13 @@ def delete_asset(conn: Handle, asset: str, *, namespace: str = DEFAULT_NAMESPACE
     lose the pending ones), as do its alias resolutions; runs that consumed its events keep
     their other events and their ``event_count``. Producers registering for it meanwhile
     either finish first (their events are deleted too) or get UnknownAsset. Runs in the
-    caller's transaction.
+    caller's transaction; ``savepoint``: see :func:`register_event`.
     """
     conn = connection_of(conn, "delete_asset")
     asset = check_name(asset, "asset", ASSET_NAME_MAX)
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
-    with _translated(dialect), dialect.atomic(conn):
+    with _translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
         rows = dialect.execute(conn, "delete_asset", namespace, {"asset": asset})
     deleted = int(rows[0].deleted_events)
     log.info("assetq: deleted asset %s with %d events", asset, deleted)
