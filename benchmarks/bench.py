@@ -1,8 +1,9 @@
 """assetq benchmarks, both engines, one command: writes docs/benchmarks.md, its PNG plots and
 the raw figures (docs/benchmarks.json).
 
-    python benchmarks/bench.py            # the full run, about 25 minutes on 2 cores (a
-                                          # dozen of them the worker burn-down)
+    python benchmarks/bench.py            # the full run, about 40 minutes on 2 cores (a
+                                          # dozen of them the worker burn-down, 13-15 the
+                                          # peers)
     python benchmarks/bench.py --quick    # a smoke run of every figure, well under a minute
 
 What is measured (each figure a median of repetitions with min-max; within a repetition the
@@ -1046,6 +1047,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             server.close()
         add_engine(report, engine_name, server.description, server.settings, results)
     finish_report(report, time.perf_counter() - started)
+    elapsed = report["elapsed_s"]
     out = Path(args.out)
     if args.merge:
         report = merged(json.loads((out / "benchmarks.json").read_text("utf-8")), report)
@@ -1053,7 +1055,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import report as report_module  # benchmarks/report.py: tables, targets and plots
 
     report_module.write(report, out)
-    print(f"wrote {out / 'benchmarks.md'} in {report['elapsed_s']:.0f} s")
+    print(f"wrote {out / 'benchmarks.md'} in {elapsed:.0f} s")
     print(json.dumps(report_module.targets_summary(report), indent=2))
     return 0
 

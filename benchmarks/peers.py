@@ -347,7 +347,8 @@ def interleaved(
     rates: dict[str, list[float]] = {a.label: [] for a in alts}
     slices = _slices(seconds)
     for rep in range(repetitions):
-        for alt in alts:
+        for alt in alts:  # filled first, then vacuumed and analyzed: plans see the backlog
+            alt.prepare()
             alt.settle()
         events = dict.fromkeys(rates, 0)
         elapsed = dict.fromkeys(rates, 0.0)
