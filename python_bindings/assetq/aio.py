@@ -1,0 +1,715 @@
+"""assetq for SQLAlchemy's asyncio extension: the public API with the same names, errors and
+guarantees, awaited.
+
+Functions that run in the caller's transaction take an ``AsyncConnection`` or an
+``AsyncSession`` (``await session.connection()``: the Session's transaction). They run the
+sync function of the same name on the connection's sync facade with
+``AsyncConnection.run_sync``: one core, two shells, so validation, SQL, row mapping and the
+savepoint (``savepoint=True``) are exactly the sync API's, and so are the errors. The
+database calls are awaited on the event loop through SQLAlchemy's greenlet bridge, never in
+a thread.
+
+Functions that own their transactions take an ``AsyncEngine``. :func:`schedule` and
+:func:`claim_runs` retry transient errors here, sleeping with ``asyncio.sleep`` between
+attempts; :func:`heartbeat`, :func:`purge`, :func:`doctor` and the rest run the sync
+function whole in the bridge, so their short retry backoffs (tens of milliseconds for a
+heartbeat) would hold the loop: they are rare and short.
+
+:func:`run_scheduler` and :func:`run_worker` are the loops, as tasks of the running event
+loop: they never block it (waits are ``asyncio`` waits, handlers are coroutines). The
+worker is woken on PostgreSQL by the scheduler pass's notification (LISTEN on a psycopg
+async connection of its own, only when it is directly connected: behind a pooler it polls);
+the async scheduler polls (``poll_interval``): the wake-up protocol of
+:mod:`assetq.scheduler` needs a session lock dance on a sync connection.
+
+Drivers: psycopg 3 (``postgresql+psycopg://``, the same URL as the sync engine) and aiomysql
+(``mysql+aiomysql://``); :func:`async_url` turns a sync URL into its async twin. Install
+with ``pip install 'assetq[async]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, Concatenate, ParamSpec, TypeAlias, TypeVar
+
+from sqlalchemy import URL, Connection, Engine, make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncSession,
+    async_scoped_session,
+)
+from sqlalchemy.util import greenlet_spawn
+
+from . import api, errors, ops
+from .api import Claim, NewEvent, RunInfo
+from .dialects import dialect_of
+from .handles import WRONG_HANDLE_CODE
+from .migrate import DEFAULT_NAMESPACE
+from .scheduler import SchedulerStats, _ErrorLog, _Round
+from .validation import WORKER_MAX, check_int, check_name, check_namespace, seconds
+from .worker import WorkerStats, _error_text, _handlers, default_worker_name
+
+__all__ = [
+    "AsyncHandle",
+    "AsyncHandler",
+    "async_url",
+    "claim_runs",
+    "complete_run",
+    "consumed_events",
+    "declare_asset",
+    "declare_dag",
+    "delete_asset",
+    "delete_dag",
+    "doctor",
+    "get_run",
+    "grant_roles",
+    "heartbeat",
+    "pause_dag",
+    "purge",
+    "queued_events",
+    "register_event",
+    "register_events",
+    "retry_run",
+    "revoke_roles",
+    "run_scheduler",
+    "run_worker",
+    "runs",
+    "schedule",
+    "set_run_state",
+    "status",
+    "unpause_dag",
+]
+
+log = logging.getLogger("assetq.aio")
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+#: What an async function that runs in the caller's transaction accepts.
+AsyncHandle: TypeAlias = AsyncConnection | AsyncSession | async_scoped_session[Any]
+
+#: An async worker's handler: ``await handler(claim, conn)`` runs inside the transaction that
+#: completes the run and returns the run's output events (or None), as for
+#: :data:`assetq.Handler`.
+AsyncHandler = Callable[
+    [Claim, AsyncConnection], Awaitable["Iterable[NewEvent | Mapping[str, Any]] | None"]
+]
+
+#: Async drivers by engine, for :func:`async_url`.
+_ASYNC_DRIVERS = {"postgresql": "postgresql+psycopg", "mysql": "mysql+aiomysql"}
+
+
+def async_url(url: str | URL) -> URL:
+    """``url`` with the async driver assetq is tested with: psycopg 3 for PostgreSQL (whose
+    URL serves both), aiomysql for MySQL/MariaDB (``mysql+pymysql://`` becomes
+    ``mysql+aiomysql://``, its options kept)."""
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    backend = "mysql" if backend == "mariadb" else backend
+    if backend not in _ASYNC_DRIVERS:
+        raise errors.InvalidArgument(f"assetq supports PostgreSQL and MySQL/MariaDB, not {backend}")
+    if parsed.get_driver_name() in ("psycopg", "aiomysql", "asyncmy", "psycopg_async"):
+        return parsed
+    return parsed.set(drivername=_ASYNC_DRIVERS[backend])
+
+
+def _wrong(message: str) -> errors.InvalidArgumentType:
+    return errors.InvalidArgumentType(message, code=WRONG_HANDLE_CODE)
+
+
+async def _connection(handle: object, function: str) -> AsyncConnection:
+    if isinstance(handle, AsyncConnection):
+        return handle
+    if isinstance(handle, async_scoped_session):
+        handle = handle()
+    if isinstance(handle, AsyncSession):
+        return await handle.connection()
+    name = type(handle).__name__
+    if isinstance(handle, AsyncEngine):
+        raise _wrong(
+            f"assetq.aio.{function} runs in the caller's transaction: pass an AsyncConnection"
+            " or an AsyncSession, not an AsyncEngine (async with engine.begin() as conn: ...)"
+        )
+    raise _wrong(
+        f"assetq.aio.{function} takes an AsyncConnection or an AsyncSession, got {name}"
+        + (f": for a sync {name} use assetq.{function}" if _is_sync(handle) else "")
+    )
+
+
+def _engine(handle: object, function: str) -> Engine:
+    """The sync facade of the AsyncEngine ``handle``, to run sync functions on in the
+    greenlet bridge."""
+    if isinstance(handle, AsyncEngine):
+        return handle.sync_engine
+    name = type(handle).__name__
+    if isinstance(handle, AsyncConnection | AsyncSession):
+        raise _wrong(
+            f"assetq.aio.{function} opens and commits transactions of its own: pass an"
+            f" AsyncEngine, not an {name} (conn.engine / session.bind is the engine)"
+        )
+    raise _wrong(
+        f"assetq.aio.{function} takes an AsyncEngine, got {name}"
+        + (f": for a sync {name} use assetq.{function}" if _is_sync(handle) else "")
+    )
+
+
+def _is_sync(handle: object) -> bool:
+    return type(handle).__module__.startswith(("sqlalchemy.engine", "sqlalchemy.orm"))
+
+
+def _in_transaction(
+    function: Callable[Concatenate[Connection, _P], _T],
+) -> Callable[Concatenate[AsyncHandle, _P], Awaitable[_T]]:
+    """The async shell of a sync function that runs in the caller's transaction."""
+    name = function.__name__
+
+    @functools.wraps(function)
+    async def shell(handle: AsyncHandle, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        conn = await _connection(handle, name)
+        return await conn.run_sync(lambda sync: function(sync, *args, **kwargs))
+
+    shell.__doc__ = (
+        f"Async version of :func:`assetq.{name}`, on an AsyncConnection or AsyncSession (the"
+        f" caller's transaction).\n\n{function.__doc__ or ''}"
+    )
+    return shell
+
+
+def _own_transactions(
+    function: Callable[Concatenate[Engine, _P], _T],
+) -> Callable[Concatenate[AsyncEngine, _P], Awaitable[_T]]:
+    """The async shell of a sync function that owns its transactions."""
+    name = function.__name__
+
+    @functools.wraps(function)
+    async def shell(engine: AsyncEngine, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        sync = _engine(engine, name)
+        return await greenlet_spawn(lambda: function(sync, *args, **kwargs))
+
+    shell.__doc__ = (
+        f"Async version of :func:`assetq.{name}`, on an AsyncEngine.\n\n{function.__doc__ or ''}"
+    )
+    return shell
+
+
+# -- the caller's transaction -----------------------------------------------------------------
+
+declare_asset = _in_transaction(api.declare_asset)
+declare_dag = _in_transaction(api.declare_dag)
+pause_dag = _in_transaction(api.pause_dag)
+unpause_dag = _in_transaction(api.unpause_dag)
+register_event = _in_transaction(api.register_event)
+register_events = _in_transaction(api.register_events)
+runs = _in_transaction(api.runs)
+queued_events = _in_transaction(api.queued_events)
+consumed_events = _in_transaction(api.consumed_events)
+set_run_state = _in_transaction(api.set_run_state)
+get_run = _in_transaction(api.get_run)
+delete_dag = _in_transaction(api.delete_dag)
+delete_asset = _in_transaction(api.delete_asset)
+complete_run = _in_transaction(api.complete_run)
+retry_run = _in_transaction(api.retry_run)
+status = _in_transaction(ops.status)
+
+# -- transactions of their own -----------------------------------------------------------------
+
+heartbeat = _own_transactions(api.heartbeat)
+purge = _own_transactions(ops.purge)
+doctor = _own_transactions(ops.doctor)
+grant_roles = _own_transactions(ops.grant_roles)
+revoke_roles = _own_transactions(ops.revoke_roles)
+
+
+def _retryable(exc: errors.AssetqError) -> bool:
+    """What assetq.api.read_committed_transaction retries: a transient error, except a
+    read-only server (the loops back off from it)."""
+    return isinstance(exc, errors.TransientError) and not isinstance(exc, errors.ReadOnlyServer)
+
+
+async def _retrying(what: str, max_attempts: int, attempt_once: Callable[[], _T]) -> _T:
+    """Run ``attempt_once`` (a sync call made with max_attempts=1) in the greenlet bridge up
+    to ``max_attempts`` times, with the sync API's jittered exponential backoff, awaited."""
+    check_int(max_attempts, "max_attempts", 1, 100)
+    for attempt in range(1, max_attempts + 1):
+        try:
+            return await greenlet_spawn(attempt_once)
+        except errors.AssetqError as exc:
+            if not _retryable(exc) or attempt == max_attempts:
+                raise
+            delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
+            log.warning(
+                "assetq: %s attempt %d failed (%s %s); retrying in %.0f ms",
+                what,
+                attempt,
+                exc.code,
+                exc,
+                delay * 1000,
+            )
+            await asyncio.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+async def schedule(
+    engine: AsyncEngine,
+    *,
+    limit: int = 100,
+    namespace: str = DEFAULT_NAMESPACE,
+    max_attempts: int = 8,
+) -> list[api.Run]:
+    """Async version of :func:`assetq.schedule`: one scheduler pass, a short READ COMMITTED
+    transaction of its own, transient errors retried up to ``max_attempts`` times (the
+    backoff awaited). The same guarantees: any number of passes may run at once."""
+    sync = _engine(engine, "schedule")
+    return await _retrying(
+        "scheduler pass",
+        max_attempts,
+        lambda: api.schedule(sync, limit=limit, namespace=namespace, max_attempts=1),
+    )
+
+
+async def claim_runs(
+    engine: AsyncEngine,
+    worker: str,
+    *,
+    limit: int = 1,
+    lease: timedelta | float = timedelta(seconds=60),
+    dag_ids: Sequence[str] | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+    max_attempts: int = 8,
+) -> list[Claim]:
+    """Async version of :func:`assetq.claim_runs`: each attempt of the run is claimed by
+    exactly one worker; transient errors retried up to ``max_attempts`` times (the backoff
+    awaited)."""
+    sync = _engine(engine, "claim_runs")
+    return await _retrying(
+        "claim",
+        max_attempts,
+        lambda: api.claim_runs(
+            sync,
+            worker,
+            limit=limit,
+            lease=lease,
+            dag_ids=dag_ids,
+            namespace=namespace,
+            max_attempts=1,
+        ),
+    )
+
+
+# -- the loops ---------------------------------------------------------------------------------
+
+
+async def _wait(event: asyncio.Event, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for ``event``; True if it was set."""
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except asyncio.TimeoutError:
+        return event.is_set()
+    return True
+
+
+async def run_scheduler(
+    engine: AsyncEngine,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+    limit: int = 100,
+    poll_interval: float = 5.0,
+    stop_event: asyncio.Event | None = None,
+    on_run: Callable[[api.Run], None] | None = None,
+    on_pass: Callable[[list[api.Run]], None] | None = None,
+    max_passes: int | None = None,
+    backoff_initial: float = 0.5,
+    backoff_max: float = 30.0,
+    max_attempts: int = 8,
+) -> SchedulerStats:
+    """Async version of :func:`assetq.run_scheduler`: scheduler passes until ``stop_event``
+    is set (or ``max_passes`` passes were made), as a task of the running loop.
+
+    After a pass that created runs the next starts at once, and while a ready consumer may
+    wait outside the pass's window (the sync loop's rounds); otherwise it waits
+    ``poll_interval`` seconds, or until ``stop_event`` is set. It polls: the sync loop's
+    PostgreSQL wake-up is not available here. Errors are logged once with their code and
+    retried after a backoff (``backoff_initial`` doubling up to ``backoff_max``); an
+    exception ``on_run`` or ``on_pass`` raises ends the loop. A pass in progress always
+    finishes. Safe to run with any number of other schedulers, sync or async.
+    """
+    sync = _engine(engine, "run_scheduler")
+    check_int(limit, "limit", 1, 1_000_000)
+    check_int(max_attempts, "max_attempts", 1, 100)
+    if max_passes is not None:
+        check_int(max_passes, "max_passes", 0, 2**62)
+    poll = seconds(poll_interval, "poll_interval")
+    initial = seconds(backoff_initial, "backoff_initial")
+    cap = seconds(backoff_max, "backoff_max")
+    namespace = check_namespace(namespace)
+    stop = stop_event if stop_event is not None else asyncio.Event()
+    rounds = _Round(sync, dialect_of(sync), namespace)
+    stats = SchedulerStats()
+    error_log = _ErrorLog()
+    started = time.monotonic()
+    log.info(
+        "assetq scheduler (asyncio): started on namespace %s, polling every %g s", namespace, poll
+    )
+    try:
+        while not stop.is_set() and (max_passes is None or stats.passes < max_passes):
+            stats.passes += 1
+            await greenlet_spawn(rounds.start)
+            try:
+                created = await schedule(
+                    engine, limit=limit, namespace=namespace, max_attempts=max_attempts
+                )
+            except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
+                stats.errors += 1
+                delay = min(cap, initial * 2 ** min(error_log.failures, 30))
+                delay *= random.uniform(0.5, 1.0)
+                error_log.failed(exc, delay)
+                await _wait(stop, delay)
+                continue
+            error_log.succeeded()
+            for run in created:
+                stats.runs += 1
+                stats.events += len(run.event_ids)
+                if on_run is not None:
+                    on_run(run)
+            if on_pass is not None:
+                on_pass(created)
+            if stop.is_set() or (max_passes is not None and stats.passes >= max_passes):
+                continue
+            if created:
+                rounds.reset()
+                await asyncio.sleep(0)  # let the loop's other tasks in between passes
+            elif not await greenlet_spawn(rounds.again):
+                await _wait(stop, poll)
+    finally:
+        log.info(
+            "assetq scheduler (asyncio): stopped after %d passes, %d runs, %d events,"
+            " %d errors in %.0f s",
+            stats.passes,
+            stats.runs,
+            stats.events,
+            stats.errors,
+            time.monotonic() - started,
+        )
+    return stats
+
+
+#: The first idle wait of a worker slot after a claim found nothing, seconds (doubling).
+_IDLE_FIRST = 0.05
+
+
+class _Wakeup:
+    """Idle slots wait here; the listener (PostgreSQL) wakes them all when runs are created."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self.generation = 0
+
+    def wake(self) -> None:
+        self.generation += 1
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait(self, generation: int, timeout: float, stop: asyncio.Event) -> bool:
+        """Wait up to ``timeout`` for a wake-up after ``generation`` (or ``stop``)."""
+        if self.generation != generation:
+            return True
+        woken = asyncio.ensure_future(self._event.wait())
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({woken, stopped}, timeout=timeout, return_when="FIRST_COMPLETED")
+        finally:
+            woken.cancel()
+            stopped.cancel()
+        return self.generation != generation
+
+
+async def _listen(
+    engine: AsyncEngine, namespace: str, wakeup: _Wakeup, quit_: asyncio.Event, retry: float
+) -> None:
+    """LISTEN on the namespace's channel (PostgreSQL, psycopg async) and wake idle slots on
+    each ``runs`` notification. Only on a connection that is its server session (its
+    handshake's process id is the one that answers): through a pooler LISTEN would stay on
+    a server connection other clients get (I11), so the slots poll."""
+    dialect = dialect_of(engine.sync_engine)
+    failed = False
+    while not quit_.is_set():
+        raw: Any = None
+        try:
+            raw = await engine.raw_connection()
+            driver: Any = raw.driver_connection  # a psycopg AsyncConnection
+            raw.detach()
+            await driver.set_autocommit(True)
+            cursor = await driver.execute(dialect.query("backend_pid", namespace))
+            row = await cursor.fetchone()
+            if row is None or row[0] != driver.info.backend_pid:
+                log.warning(
+                    "assetq worker (asyncio): the listening connection is not one server"
+                    " session (a pooler?): not listening, polling every %g s",
+                    retry,
+                )
+                return
+            await driver.execute(dialect.query("listen", namespace))
+            if failed:
+                log.warning("assetq worker (asyncio): listening for new runs again")
+                failed = False
+            while not quit_.is_set():
+                async for note in driver.notifies(timeout=0.25):
+                    if note.payload == "runs":
+                        wakeup.wake()
+        except Exception as exc:  # psycopg's own errors come from here
+            if not failed:
+                log.warning(
+                    "assetq worker (asyncio): no wake-up connection (%s); polling",
+                    str(exc).strip().splitlines()[0] if str(exc).strip() else exc,
+                )
+                failed = True
+            await _wait(quit_, retry)
+        finally:
+            if raw is not None:
+                try:
+                    await greenlet_spawn(raw.close)
+                except Exception:
+                    log.debug("assetq worker (asyncio): closing the listener failed", exc_info=True)
+
+
+async def run_worker(
+    engine: AsyncEngine,
+    handlers: Mapping[str, AsyncHandler],
+    *,
+    worker: str | None = None,
+    concurrency: int = 1,
+    lease: timedelta | float = timedelta(seconds=60),
+    stop: asyncio.Event | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+    poll_interval: float = 1.0,
+    listen: bool = True,
+    heartbeat_interval: float | None = None,
+    max_runs: int | None = None,
+    on_complete: Callable[[Claim, RunInfo | None, str], None] | None = None,
+    backoff_max: float = 30.0,
+) -> WorkerStats:
+    """Async version of :func:`assetq.run_worker`: claim and execute runs of the consumers in
+    ``handlers`` until ``stop`` is set (or ``max_runs`` attempts were completed).
+
+    ``handlers`` maps a dag id to a coroutine function ``handler(claim, conn)`` awaited in the
+    transaction that completes the run (``conn`` is an AsyncConnection): its writes commit
+    with the run's success and the events it returns, or not at all; an exception it raises
+    fails the attempt (rolled back, the error recorded). ``concurrency`` slots (tasks) each
+    hold one run at a time; one heartbeat task renews every held lease every
+    ``heartbeat_interval`` seconds (default: a third of the lease). On PostgreSQL
+    (``listen=True``) idle slots are woken by the notification of the pass that created
+    runs. The same guarantees as the sync worker: every attempt is held by one worker, a
+    stale holder's completion is refused (``on_complete`` gets ``"lost"``).
+    """
+    sync = _engine(engine, "run_worker")
+    table = _handlers(handlers)
+    name = default_worker_name() if worker is None else check_name(worker, "worker", WORKER_MAX)
+    check_int(concurrency, "concurrency", 1, 256)
+    lease_seconds = seconds(lease, "lease")
+    interval = (
+        lease_seconds / 3
+        if heartbeat_interval is None
+        else seconds(heartbeat_interval, "heartbeat_interval")
+    )
+    if interval >= lease_seconds:
+        raise errors.InvalidArgument(
+            f"heartbeat_interval ({interval:g} s) must be shorter than the lease"
+            f" ({lease_seconds:g} s)"
+        )
+    poll = seconds(poll_interval, "poll_interval")
+    backoff_cap = seconds(backoff_max, "backoff_max")
+    if max_runs is not None:
+        check_int(max_runs, "max_runs", 1, 2**62)
+    namespace = check_namespace(namespace)
+    stop_event = stop if stop is not None else asyncio.Event()
+    dialect = dialect_of(sync)
+    dag_ids = sorted(table)
+    stats = WorkerStats()
+    quit_ = asyncio.Event()  # stop or max_runs: no new claims
+    budget = [max_runs]  # attempts left to start (None: no limit)
+    held: dict[int, Claim] = {}
+    wakeup = _Wakeup()
+
+    async def execute(slot_name: str, claim: Claim) -> None:
+        handler: Any = table[claim.dag_id]
+        held[claim.id] = claim
+        outcome, info = "lost", None
+        try:
+            try:
+                async with engine.connect() as conn, conn.begin():
+                    produced = await handler(claim, conn)
+                    info = await complete_run(
+                        conn, claim, "success", events=produced, namespace=namespace
+                    )
+                outcome = "success"
+                stats.add(succeeded=1)
+            except errors.LeaseLost as exc:
+                log.warning(
+                    "assetq worker (asyncio): %s: completion of run %s of %s (attempt %d)"
+                    " refused, its writes rolled back: %s",
+                    slot_name,
+                    claim.run_id,
+                    claim.dag_id,
+                    claim.attempt,
+                    exc,
+                )
+                stats.add(lost=1)
+            except Exception as exc:  # the handler's error, or the completion's
+                log.warning(
+                    "assetq worker (asyncio): %s: run %s of %s (attempt %d) failed: %s: %s",
+                    slot_name,
+                    claim.run_id,
+                    claim.dag_id,
+                    claim.attempt,
+                    type(exc).__name__,
+                    exc,
+                )
+                try:
+                    async with engine.connect() as conn, conn.begin():
+                        info = await complete_run(
+                            conn, claim, "failed", error=_error_text(exc), namespace=namespace
+                        )
+                    outcome = "failed"
+                    stats.add(failed=1)
+                except errors.LeaseLost:
+                    stats.add(lost=1)
+                except (errors.AssetqError, SQLAlchemyError, OSError) as again:
+                    stats.add(errors=1)
+                    log.error(
+                        "assetq worker (asyncio): %s: could not record the failure of run %s"
+                        " of %s: %s; it is claimed again when its lease expires",
+                        slot_name,
+                        claim.run_id,
+                        claim.dag_id,
+                        again,
+                    )
+        finally:
+            held.pop(claim.id, None)
+        if on_complete is not None:
+            on_complete(claim, info, outcome)
+
+    async def slot(number: int) -> None:
+        slot_name = name if concurrency == 1 else f"{name}#{number}"
+        idle = _IDLE_FIRST
+        failing = 0
+        while not (stop_event.is_set() or quit_.is_set()):
+            generation = wakeup.generation
+            if budget[0] is not None:
+                if budget[0] <= 0:
+                    quit_.set()
+                    break
+                budget[0] -= 1
+            try:
+                claims = await claim_runs(
+                    engine, slot_name, lease=lease_seconds, dag_ids=dag_ids, namespace=namespace
+                )
+            except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
+                if budget[0] is not None:
+                    budget[0] += 1
+                stats.add(errors=1)
+                delay = min(backoff_cap, 0.5 * 2 ** min(failing, 30)) * random.uniform(0.5, 1)
+                if not failing:
+                    log.error(
+                        "assetq worker (asyncio): %s: claim failed: %s; retrying with backoff",
+                        slot_name,
+                        exc,
+                    )
+                failing += 1
+                await _wait(stop_event, delay)
+                continue
+            if failing:
+                log.warning("assetq worker (asyncio): %s: claims work again", slot_name)
+                failing = 0
+            if not claims:
+                if budget[0] is not None:
+                    budget[0] += 1
+                if await wakeup.wait(generation, idle, stop_event):
+                    stats.add(wakeups=1)
+                    idle = _IDLE_FIRST
+                else:
+                    idle = min(poll, idle * 2)
+                continue
+            idle = _IDLE_FIRST
+            stats.add(claimed=1)
+            await execute(slot_name, claims[0])
+
+    async def beat() -> None:
+        """Renew the held leases every ``interval``; once stopping, until no run is held."""
+        failing = False
+        while True:
+            if quit_.is_set() and not held:
+                return
+            await _wait(quit_, interval) if not quit_.is_set() else await asyncio.sleep(0.25)
+            for claim in list(held.values()):
+                if quit_.is_set() and claim.lease_until is not None:
+                    left = claim.lease_until.timestamp() - time.time()
+                    if left > claim.lease.total_seconds() * 2 / 3:
+                        continue  # stopping: renew only what is due
+                try:
+                    renewed = await heartbeat(engine, claim, namespace=namespace)
+                except errors.LeaseLost as exc:
+                    log.warning(
+                        "assetq worker (asyncio): lost run %s of %s (attempt %d): %s",
+                        claim.run_id,
+                        claim.dag_id,
+                        claim.attempt,
+                        exc,
+                    )
+                    held.pop(claim.id, None)
+                    continue
+                except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
+                    if not failing:
+                        log.error(
+                            "assetq worker (asyncio): heartbeat of run %s of %s failed: %s;"
+                            " trying again",
+                            claim.run_id,
+                            claim.dag_id,
+                            exc,
+                        )
+                        failing = True
+                    continue
+                failing = False
+                if claim.id in held:
+                    held[claim.id] = renewed
+
+    log.info(
+        "assetq worker (asyncio): %s started on namespace %s (%s, %d slots, lease %g s,"
+        " consumers %s)",
+        name,
+        namespace,
+        dialect.name,
+        concurrency,
+        lease_seconds,
+        ", ".join(dag_ids),
+    )
+    started = time.monotonic()
+    helpers = [asyncio.ensure_future(beat())]
+    if listen and dialect.supports_notify:
+        helpers.append(asyncio.ensure_future(_listen(engine, namespace, wakeup, quit_, poll)))
+    try:
+        await asyncio.gather(*(slot(n) for n in range(1, concurrency + 1)))
+    finally:
+        quit_.set()
+        for task in helpers[1:]:
+            task.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
+        log.info(
+            "assetq worker (asyncio): %s stopped after %d claims: %d succeeded, %d failed,"
+            " %d lost, %d errors in %.0f s",
+            name,
+            stats.claimed,
+            stats.succeeded,
+            stats.failed,
+            stats.lost,
+            stats.errors,
+            time.monotonic() - started,
+        )
+    return stats
