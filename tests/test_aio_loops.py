@@ -1,0 +1,137 @@
+"""The asyncio loops (assetq.aio.run_scheduler, run_worker) share the event loop with the
+application: they never block it, and they leave nothing behind when they stop."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+import assetq
+from assetq import aio
+from dbs import TestDatabase
+
+#: A hang guard only: a loop that blocked the event loop would never let the test go on.
+_GUARD = 120
+
+
+def _engine(db: TestDatabase) -> AsyncEngine:
+    return create_async_engine(aio.async_url(db.url), poolclass=NullPool)
+
+
+def test_scheduler_worker_and_producer_run_as_tasks_of_one_loop(db: TestDatabase) -> None:
+    """The producer is a task of the same loop as both loops: it only gets to register (and
+    the runs only get created and completed) because neither loop holds the event loop
+    while it waits."""
+    consumers = [f"consumer_{n}" for n in range(4)]
+    done: list[str] = []
+
+    async def main() -> tuple[assetq.SchedulerStats, assetq.WorkerStats]:
+        engine = _engine(db)
+        stop = asyncio.Event()
+
+        async def handler(claim: assetq.Claim, conn: AsyncConnection) -> None:
+            await conn.execute(sa.text("SELECT 1"))
+
+        def completed(claim: assetq.Claim, run: Any, outcome: str) -> None:
+            done.append(f"{claim.dag_id}:{outcome}")
+            if len(done) == len(consumers):
+                stop.set()
+
+        async with engine.begin() as conn:
+            for dag_id in consumers:
+                await aio.declare_dag(conn, dag_id, "orders")
+        scheduler = asyncio.ensure_future(
+            aio.run_scheduler(engine, poll_interval=0.05, stop_event=stop)
+        )
+        worker = asyncio.ensure_future(
+            aio.run_worker(
+                engine,
+                dict.fromkeys(consumers, handler),
+                concurrency=2,
+                poll_interval=0.05,
+                stop=stop,
+                on_complete=completed,
+            )
+        )
+        await asyncio.sleep(0)  # both loops started and waiting
+        async with engine.begin() as conn:
+            await aio.register_event(conn, "orders")
+        results = await asyncio.wait_for(asyncio.gather(scheduler, worker), _GUARD)
+        await engine.dispose()
+        return results
+
+    scheduler_stats, worker_stats = asyncio.run(main())
+    assert sorted(done) == [f"{c}:success" for c in consumers]
+    assert scheduler_stats.runs == len(consumers)
+    assert worker_stats.succeeded == len(consumers)
+
+
+def test_a_handler_error_fails_the_attempt_and_the_loop_goes_on(db: TestDatabase) -> None:
+    outcomes: list[str] = []
+
+    async def main() -> assetq.WorkerStats:
+        engine = _engine(db)
+        async with engine.begin() as conn:
+            await aio.declare_dag(conn, "flaky", "orders", max_attempts=2)
+            await aio.register_event(conn, "orders")
+        await aio.schedule(engine)
+
+        async def handler(claim: assetq.Claim, conn: AsyncConnection) -> None:
+            if claim.attempt == 1:
+                raise RuntimeError("first attempt fails")
+
+        stats = await asyncio.wait_for(
+            aio.run_worker(
+                engine,
+                {"flaky": handler},
+                max_runs=2,
+                poll_interval=0.05,
+                on_complete=lambda claim, run, outcome: outcomes.append(outcome),
+            ),
+            _GUARD,
+        )
+        await engine.dispose()
+        return stats
+
+    stats = asyncio.run(main())
+    assert outcomes == ["failed", "success"]
+    assert (stats.failed, stats.succeeded) == (1, 1)
+
+
+@pytest.mark.engines("postgresql")
+def test_the_workers_listening_connection_is_gone_when_it_stops(db: TestDatabase) -> None:
+    """PostgreSQL: the worker LISTENs on a connection of its own while it runs, and closes
+    it when it stops (I11: no LISTEN left on a connection anyone else gets)."""
+    listening = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND query LIKE 'LISTEN%'"
+    )
+
+    async def main() -> int:
+        engine = _engine(db)
+        stop = asyncio.Event()
+
+        async def handler(claim: assetq.Claim, conn: AsyncConnection) -> None:
+            return None
+
+        worker = asyncio.ensure_future(
+            aio.run_worker(engine, {"report": handler}, poll_interval=0.05, stop=stop)
+        )
+        seen = 0
+        for _ in range(_GUARD * 20):  # until the listener has sent its LISTEN
+            seen = int(db.scalar(listening))
+            if seen:
+                break
+            await asyncio.sleep(0.05)
+        stop.set()
+        await asyncio.wait_for(worker, _GUARD)
+        await engine.dispose()
+        return seen
+
+    assert asyncio.run(main()) == 1
+    assert int(db.scalar(listening)) == 0
