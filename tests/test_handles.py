@@ -9,8 +9,10 @@ keyword-only everywhere.
 from __future__ import annotations
 
 import inspect
+import re
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 import assetq
+from assetq import errors
 from dbs import TestDatabase
 
 #: Public functions by the handle they take: "conn" (the caller's transaction) or "engine".
@@ -263,3 +266,27 @@ def test_a_session_shares_its_transaction_with_the_applications_orm_writes(
         session.commit()
     assert int(db.scalar("SELECT count(*) FROM {ns}.app_orders")) == 1
     assert _event_count(db) == 1
+
+
+# -- codes of the Python layer's errors ----------------------------------------------------
+
+_DOCS = Path(__file__).resolve().parents[1] / "docs" / "python.md"
+_CODE_ROW = re.compile(r"^\| (AQ\d{3}) \| `(\w+)` \| (Python|both|database) \|", re.MULTILINE)
+
+
+def test_every_python_side_error_has_the_code_docs_python_md_gives_it() -> None:
+    rows = _CODE_ROW.findall(_DOCS.read_text("utf-8"))
+    python_side = [(code, name) for code, name, where in rows if where != "database"]
+    assert len(python_side) >= 10
+    for code, name in python_side:
+        if code == "AQ101":  # InvalidArgumentType raised for a handle, with its own code
+            continue
+        assert getattr(assetq, name)("a message").code == code, name
+    documented = {code for code, _, _ in rows}
+    assert set(errors._PYTHON_SIDE_CODES.values()) | {"AQ101", "AQ199"} <= documented
+
+
+def test_a_code_given_explicitly_wins_and_database_errors_keep_none_without_one() -> None:
+    assert assetq.InvalidArgument("m", code="22001").code == "22001"
+    assert assetq.DatabaseError("m").code is None
+    assert assetq.TransientError("m").code is None

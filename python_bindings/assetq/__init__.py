@@ -63,6 +63,7 @@ from .errors import (
     UnknownRun,
     UnsupportedServerSetting,
 )
+from .handles import Handle
 from .migrate import DEFAULT_NAMESPACE, current_revision, head_revision, install, uninstall
 from .ops import (
     Check,
@@ -102,6 +103,7 @@ __all__ = [
     "DoctorReport",
     "Event",
     "EventRecord",
+    "Handle",
     "Handler",
     "IdempotencyConflict",
     "InvalidArgument",
