@@ -1037,3 +1037,66 @@ def measure(engine: Engine, st: Settings) -> dict[str, Any]:
     finally:
         s.close()
     return result
+
+
+# -- standalone --------------------------------------------------------------------------------
+
+PARTS = ("producer", "batch", "drain", "profile")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """One or more parts of the figure on PostgreSQL, printed (docs/benchmarks.md is
+    bench.py's): ``python benchmarks/peers.py --parts profile --repetitions 9``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    defaults = Settings()
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated: {PARTS}")
+    parser.add_argument("--seconds", type=float, default=defaults.seconds)
+    parser.add_argument("--repetitions", type=int, default=defaults.repetitions)
+    parser.add_argument("--backlog", type=int, default=defaults.backlog)
+    parser.add_argument(
+        "--install", choices=("install", "if-installed", "off"), default=defaults.install
+    )
+    parser.add_argument(
+        "--postgres", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+    )
+    parser.add_argument("--database", default=f"aqp_peers_{os.getpid()}")
+    args = parser.parse_args(argv)
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if set(parts) - set(PARTS):
+        parser.error(f"unknown parts {sorted(set(parts) - set(PARTS))}")
+    st = Settings(
+        seconds=args.seconds,
+        repetitions=args.repetitions,
+        backlog=args.backlog,
+        install=args.install,
+    )
+    bench = importlib.import_module("bench")
+    report = importlib.import_module("report")
+    server = bench._postgres_server(args.postgres, args.database)
+    engine = server.target.engine
+    try:
+        s = setup(engine, st.install)
+        result: dict[str, Any] = {"settings": {**vars(st), "batch_size": st.batch_size}}
+        try:
+            result["versions"], result["notes"] = s.versions, s.notes
+            measures: dict[str, Callable[[Setup, Settings], Any]] = {
+                "producer": measure_producer,
+                "batch": measure_batch,
+                "drain": measure_drain,
+                "profile": measure_profile,
+            }
+            for part in parts:
+                result[part] = measures[part](s, st)
+        finally:
+            s.close()
+    finally:
+        server.close()
+    lines = report.peers_section({"engines": {"postgresql": {"peers": result}}})
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
