@@ -18,9 +18,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import random
 import re
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from importlib import resources
 from typing import Literal, TextIO
 
@@ -55,6 +58,25 @@ VERSION_TABLE = "assetq_alembic_version"
 #: installs and, when it ends, removes. Our commands run one at a time, and give back the
 #: proxies they found (a host application's own migration is usually running them).
 _ALEMBIC_LOCK = threading.RLock()
+
+#: Seconds a migration statement waits for a lock before it gives up and the step is retried
+#: (PostgreSQL lock_timeout; MySQL lock_wait_timeout and innodb_lock_wait_timeout, which take
+#: whole seconds, so at least 1 there). While a DDL statement waits for its lock, every new
+#: producer statement on that table waits behind it: this bounds how long (docs/operations.md,
+#: "Upgrading").
+DEFAULT_LOCK_TIMEOUT = 1.0
+#: Attempts of one migration step that fails on a lock timeout or a deadlock.
+DEFAULT_MAX_ATTEMPTS = 30
+#: A lock timeout or a deadlock (PostgreSQL, MySQL/MariaDB): the step is retried.
+LOCK_CODES = frozenset({"55P03", "40P01", "1205", "1213"})
+
+#: Revisions an older package does not survive: each removed or changed a routine signature
+#: that packages before it call (0004_semantics: declare_dag, schedule_pass;
+#: 0006_work_queue: declare_dag, set_run_state). Every other revision is additive: it keeps
+#: every routine signature, result column and table column of the one before it
+#: (tests/test_version_skew.py compares the catalogs and runs the previous packages against
+#: head). A new revision that is not additive is added here.
+BREAKING_REVISIONS = frozenset({"0004_semantics", "0006_work_queue"})
 
 Direction = Literal["up", "down"]
 
@@ -112,6 +134,17 @@ def _require_known(revision: str | None, namespace: str) -> None:
             " Run that newer assetq (pip install -U assetq); this package never changes a"
             " newer schema"
         )
+
+
+def oldest_client(revision: str) -> str:
+    """The oldest package (named by its head revision) whose calls work against schema
+    ``revision``: the packages from the last breaking revision up to ``revision`` itself."""
+    known = revisions()
+    oldest = known[0]
+    for rev in known[: known.index(revision) + 1]:
+        if rev in BREAKING_REVISIONS:
+            oldest = rev
+    return oldest
 
 
 def table_names() -> frozenset[str]:
@@ -290,6 +323,40 @@ def _locked(conn: Connection, dialect: Dialect, namespace: str) -> Iterator[None
         _release(conn, dialect, namespace)
 
 
+@contextlib.contextmanager
+def _lock_timeout(
+    conn: Connection, dialect: Dialect, namespace: str, seconds: float | None
+) -> Iterator[None]:
+    """Every statement of the block waits at most ``seconds`` for a lock; the setting the
+    connection had is put back afterwards (a caller's transaction goes on; a MySQL session
+    goes back to a pool). Set after the namespace lock, which may wait longer: it queues
+    installers, not producers."""
+    if seconds is None:
+        yield
+        return
+    read = text(_upgrade_sql(dialect, "read_lock_timeout", namespace))
+    before = conn.execute(read).one()
+    set_timeout = text(_upgrade_sql(dialect, "set_lock_timeout", namespace))
+    if dialect is POSTGRESQL:
+        wanted: dict[str, object] = {"value": f"{max(1, round(seconds * 1000))}ms"}
+        saved: dict[str, object] = {"value": before.lock_timeout}
+    else:
+        whole = max(1, round(seconds))
+        wanted = {"lock_wait_timeout": whole, "innodb_lock_wait_timeout": whole}
+        saved = {
+            "lock_wait_timeout": int(before.lock_wait_timeout),
+            "innodb_lock_wait_timeout": int(before.innodb_lock_wait_timeout),
+        }
+    conn.execute(set_timeout, wanted)
+    try:
+        yield
+    finally:
+        try:
+            conn.execute(set_timeout, saved)
+        except Exception as exc:  # an aborted transaction: its rollback resets it anyway
+            log.debug("assetq: putting the lock timeout back: %s", exc)
+
+
 def current_revision(conn: Connection, namespace: str = DEFAULT_NAMESPACE) -> str | None:
     """The revision installed in ``namespace``, or None when assetq is not installed there."""
     namespace = check_namespace(namespace)
@@ -326,27 +393,100 @@ def install(
     *,
     revision: str = "head",
     replay: bool = False,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> str:
     """Install assetq into ``namespace``, or upgrade it, to ``revision`` (default: this
     package's head). Returns the installed revision.
 
-    ``bind`` is an Engine (its own transaction, committed) or a Connection: inside its
-    transaction when one is open (a host application's alembic revision:
-    :mod:`assetq.alembic`), which the caller commits or rolls back. Idempotent: on an
-    up-to-date namespace it changes nothing. Safe to call from several processes at once (a
-    per-namespace lock serializes them). On PostgreSQL it is one transaction; on MySQL a
-    failed fresh install removes what it created. Never downgrades: a newer schema raises
-    SchemaTooNew. ``replay=True`` builds a fresh namespace by replaying every migration
-    instead of executing the schema snapshot (tests use it to prove the two agree).
-    Failures raise MigrationFailed with the database's code and the revision.
+    ``bind`` is an Engine or a Connection. Given an Engine (or a Connection without a
+    transaction), an upgrade runs one transaction per revision, each statement waiting at
+    most ``lock_timeout`` seconds for a lock; a revision that meets a lock timeout or a
+    deadlock is rolled back and retried (logged, with backoff, up to ``max_attempts``
+    times): producers never wait behind the upgrade longer than the lock timeout
+    (docs/operations.md, "Upgrading"). Inside a Connection's open transaction (a host
+    application's alembic revision: :mod:`assetq.alembic`) everything runs in that
+    transaction, which the caller commits or rolls back, with the same lock timeout and no
+    retry (MigrationFailed.transient says to run it again). Idempotent: on an up-to-date
+    namespace it changes nothing. Safe to call from several processes at once (a
+    per-namespace lock serializes them). On MySQL a failed fresh install removes what it
+    created. Never downgrades: a newer schema raises SchemaTooNew. ``replay=True`` builds a
+    fresh namespace by replaying every migration instead of executing the schema snapshot
+    (tests use it to prove the two agree). Failures raise MigrationFailed with the
+    database's code and the revision.
     """
     namespace = check_namespace(namespace)
     target = resolve_revision(revision)
     if target is None:
         raise UnknownRevision("install to 'base' installs nothing: use uninstall")
-    with _transaction(bind) as conn:
-        installed = migrate_connection(conn, namespace, target, direction="up", replay=replay)
+    if isinstance(bind, Connection) and bind.in_transaction():
+        installed = migrate_connection(
+            bind, namespace, target, direction="up", replay=replay, lock_timeout=lock_timeout
+        )
+    else:
+        installed = _install_stepwise(
+            bind,
+            namespace,
+            target,
+            replay=replay,
+            lock_timeout=lock_timeout,
+            max_attempts=max_attempts,
+        )
     assert installed is not None
+    return installed
+
+
+def _install_stepwise(
+    bind: Engine | Connection,
+    namespace: str,
+    target: str,
+    *,
+    replay: bool,
+    lock_timeout: float,
+    max_attempts: int,
+) -> str | None:
+    """An install or upgrade in transactions of its own: a fresh install is one step, an
+    upgrade one step per revision, each retried on a lock timeout or a deadlock. One
+    transaction per revision keeps each step's locks short: a step holds what it locked only
+    until its own commit, not until the last revision's."""
+    with _transaction(bind) as conn:
+        existed = bool(_scalar(dialect_for(conn), conn, "namespace_exists", namespace))
+        current = current_revision(conn, namespace) if existed else None
+    if current is None or current not in revisions() or _position(current) >= _position(target):
+        steps = [target]  # a fresh install, a no-op, or the refusal migrate_connection gives
+    else:
+        steps = list(revisions()[_position(current) + 1 : _position(target) + 1])
+    installed: str | None = current
+    for step in steps:
+        for attempt in range(1, max_attempts + 1):
+            try:
+                with _transaction(bind) as conn:
+                    installed = migrate_connection(
+                        conn,
+                        namespace,
+                        step,
+                        direction="up",
+                        replay=replay,
+                        lock_timeout=lock_timeout,
+                        past_is_done=len(steps) > 1,
+                    )
+                break
+            except MigrationFailed as exc:
+                if exc.code not in LOCK_CODES or attempt == max_attempts:
+                    raise
+                delay = min(2.0, 0.05 * 2**attempt) * (0.5 + random.random())
+                log.warning(
+                    "assetq: upgrade to %s in namespace %s, attempt %d of %d: %s %s;"
+                    " retrying in %.0f ms",
+                    step,
+                    namespace,
+                    attempt,
+                    max_attempts,
+                    "lock timeout" if exc.code in ("55P03", "1205") else "deadlock",
+                    exc.code,
+                    delay * 1000,
+                )
+                time.sleep(delay)
     return installed
 
 
@@ -378,17 +518,26 @@ def migrate_connection(
     *,
     direction: Direction,
     replay: bool = False,
+    lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
+    past_is_done: bool = False,
 ) -> str | None:
     """Move ``namespace`` to revision ``target`` (None: base, nothing of assetq) on ``conn``,
     in its current transaction. ``direction`` "up" never downgrades and "down" never
-    upgrades (either raises instead). Returns the revision installed at the end."""
+    upgrades (either raises instead; with ``past_is_done`` an upgrade to a revision already
+    passed, by a concurrent installer, does nothing). Every statement waits at most
+    ``lock_timeout`` seconds for a lock (None: the server's setting). Returns the revision
+    installed at the end."""
     dialect = dialect_for(conn)
-    with _reported(conn, dialect, namespace, target, "install of"), _locked(
-        conn, dialect, namespace
+    with (
+        _reported(conn, dialect, namespace, target, "install of"),
+        _locked(conn, dialect, namespace),
+        _lock_timeout(conn, dialect, namespace, lock_timeout),
     ):
         existed = bool(_scalar(dialect, conn, "namespace_exists", namespace))
         current = current_revision(conn, namespace) if existed else None
         _require_known(current, namespace)
+        if past_is_done and direction == "up" and _position(current) >= _position(target):
+            return current
         if _position(current) > _position(target) and direction == "up":
             raise SchemaTooNew(
                 f"namespace {namespace!r} holds assetq schema {current}, newer than"
@@ -412,7 +561,10 @@ def migrate_connection(
                     command.upgrade(cfg, target)
                 else:
                     command.downgrade(cfg, target)
-        return current_revision(conn, namespace)
+        installed = current_revision(conn, namespace)
+        if installed is not None:
+            _write_marker(conn, dialect, namespace, installed)
+        return installed
 
 
 def _fresh_install(
@@ -519,22 +671,130 @@ def _remove(conn: Connection, dialect: Dialect, namespace: str) -> None:
         dialect.execute(conn, "drop_namespace", namespace)
 
 
-def require_installed(conn: Connection, namespace: str) -> None:
-    """Raise NotInstalled unless ``namespace`` holds this package's head revision
-    (SchemaTooOld / SchemaTooNew when it holds another one)."""
-    revision = current_revision(conn, namespace)
-    if revision is None:
-        raise NotInstalled(
-            f"assetq is not installed in namespace {namespace!r}: run assetq.install(engine)"
-            " or `assetq install`"
-        )
-    _require_known(revision, namespace)
+# -- version skew: which package works against which schema --------------------------------
+
+
+_MARKER = re.compile(r"works with packages from schema (\w+)")
+
+
+@functools.cache
+def _upgrade_queries(engine: str) -> dict[str, str]:
+    return sqlfiles.parse_queries(sqlfiles.read(engine, "upgrades.sql"))
+
+
+def _upgrade_sql(dialect: Dialect, name: str, namespace: str, marker: str = "") -> str:
+    sql = sqlfiles.render(_upgrade_queries(dialect.name)[name], dialect.quote_ns(namespace))
+    return sql.replace("{{marker}}", f"'{marker}'")
+
+
+def compat_marker(revision: str) -> str:
+    """The text a schema at ``revision`` carries (a comment on its version table) so that
+    packages too old to know ``revision`` can tell whether they work against it."""
+    return f"assetq schema {revision}; works with packages from schema {oldest_client(revision)}"
+
+
+def _write_marker(conn: Connection, dialect: Dialect, namespace: str, revision: str) -> None:
+    marker = compat_marker(revision)
+    assert re.fullmatch(r"[\w ;]+", marker)  # revision ids only: safe inside the literal
+    conn.execute(text(_upgrade_sql(dialect, "write_compat_marker", namespace, marker)))
+
+
+def read_marker(conn: Connection, namespace: str) -> str | None:
+    """The oldest package revision the schema in ``namespace`` says works against it (None
+    when the schema carries no marker: written before assetq wrote them)."""
+    dialect = dialect_for(conn)
+    row = conn.execute(
+        text(_upgrade_sql(dialect, "read_compat_marker", namespace)), {"namespace": namespace}
+    ).first()
+    found = _MARKER.search(str(row.marker or "")) if row is not None else None
+    return found.group(1) if found else None
+
+
+@dataclass(frozen=True)
+class SchemaAdvice:
+    """Why this package cannot run against a namespace's schema, and what to do."""
+
+    error: type[NotInstalled]
+    problem: str
+    fix: str
+
+    def exception(self) -> NotInstalled:
+        return self.error(f"{self.problem}: {self.fix}")
+
+
+def schema_advice(
+    revision: str | None, clients_from: str | None, namespace: str
+) -> SchemaAdvice | None:
+    """None when this package works against schema ``revision`` (whose marker says it works
+    with packages from ``clients_from``), else what is wrong and the fix.
+
+    The window (docs/operations.md, "Upgrading"): a package works against its own head and
+    against newer schemas whose marker names a revision this package is at or past (every
+    revision since is additive). Against an older schema it never works: the schema goes
+    first in a deploy."""
     head = head_revision()
-    if revision != head:
-        raise SchemaTooOld(
-            f"namespace {namespace!r} holds assetq schema {revision}, this package needs {head}:"
-            f" run `assetq upgrade --namespace {namespace}` (or assetq.install(engine))"
+    if revision is None:
+        return SchemaAdvice(
+            NotInstalled,
+            f"assetq is not installed in namespace {namespace!r}",
+            "run `assetq install` (or assetq.install(engine)) with the owner's account",
         )
+    if revision == head:
+        return None
+    if revision in revisions():
+        return SchemaAdvice(
+            SchemaTooOld,
+            f"namespace {namespace!r} holds assetq schema {revision}, older than this"
+            f" package's {head}",
+            f"upgrade the schema first: `assetq upgrade --namespace {namespace}` (or"
+            " assetq.install(engine)), then restart the processes one by one",
+        )
+    if clients_from is not None and clients_from in revisions():
+        return None  # a newer schema, additive since this package's head
+    since = f" (it works with packages from schema {clients_from})" if clients_from else ""
+    return SchemaAdvice(
+        SchemaTooNew,
+        f"namespace {namespace!r} holds assetq schema {revision}, newer than this package"
+        f" (head {head}) and outside its compatibility window{since}",
+        "run the newer assetq package that installed it (pip install -U assetq); never"
+        " `assetq upgrade` with this one, which does not know that revision",
+    )
+
+
+def require_installed(conn: Connection, namespace: str) -> None:
+    """Raise NotInstalled unless this package works against the schema in ``namespace``
+    (SchemaTooOld / SchemaTooNew, with the fix, when it holds one outside the window)."""
+    revision = current_revision(conn, namespace)
+    marker = read_marker(conn, namespace) if revision is not None else None
+    advice = schema_advice(revision, marker, namespace)
+    if advice is not None:
+        raise advice.exception()
+
+
+#: (engine URL, namespace) pairs whose schema this process found compatible.
+_compatible: set[tuple[str, str]] = set()
+_compatible_lock = threading.Lock()
+
+
+def check_schema(conn: Connection, namespace: str) -> None:
+    """:func:`require_installed`, once per process for each engine and namespace: the first
+    API call against a namespace checks (two small catalog reads), later ones cost a set
+    lookup. A schema found compatible stays so for the process (a rolling deploy upgrades
+    only additively under running processes); one found incompatible is checked again on
+    the next call, so an upgrade that fixes it is seen."""
+    key = (conn.engine.url.render_as_string(hide_password=True), namespace)
+    if key in _compatible:
+        return
+    require_installed(conn, namespace)
+    with _compatible_lock:
+        _compatible.add(key)
+
+
+def forget_checks() -> None:
+    """Forget every namespace :func:`check_schema` found compatible (tests; after a
+    downgrade)."""
+    with _compatible_lock:
+        _compatible.clear()
 
 
 # -- offline: the same steps as SQL text ----------------------------------------------------
@@ -591,5 +851,7 @@ def write_sql(
                 put(f"-- namespace {namespace} is left in place; drop it when it is empty")
         else:
             put("-- nothing to do: start and target are the same revision")
+    if target is not None and target != start:
+        put(_upgrade_sql(dialect, "write_compat_marker", namespace, compat_marker(target)) + ";")
     if postgres_transaction:
         put("COMMIT;")

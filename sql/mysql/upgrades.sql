@@ -1,0 +1,31 @@
+-- Statements assetq.migrate sends around its migrations (online upgrades, version skew).
+-- Each starts with a "-- name --" line and a one-line description, as in queries.sql.
+-- {{ns}} is the quoted namespace; {{marker}} a string literal assetq.migrate builds from
+-- revision ids (letters, digits, underscores) only.
+
+-- read_lock_timeout --
+-- The session's lock timeouts, put back after assetq's steps (the connection goes back to a
+-- pool).
+SELECT @@SESSION.lock_wait_timeout AS lock_wait_timeout,
+       @@SESSION.innodb_lock_wait_timeout AS innodb_lock_wait_timeout
+
+-- set_lock_timeout --
+-- Metadata locks (lock_wait_timeout: an ALTER, CREATE/DROP TRIGGER waiting for a table that
+-- an open transaction uses; default a year) and row locks (innodb_lock_wait_timeout). While a
+-- DDL statement waits for its exclusive metadata lock every new statement on that table
+-- waits behind it: with this timeout it gives up (1205) and is retried instead. Both take
+-- whole seconds.
+SET SESSION lock_wait_timeout = :lock_wait_timeout,
+            innodb_lock_wait_timeout = :innodb_lock_wait_timeout
+
+-- write_compat_marker --
+-- Record in the schema itself which packages work against it: a package older than this
+-- schema cannot know the revision, but reads this (read_compat_marker). A comment change is
+-- metadata only (instant), on a table only migrations use.
+ALTER TABLE {{ns}}.assetq_alembic_version COMMENT = {{marker}}
+
+-- read_compat_marker --
+-- The marker write_compat_marker left (empty before assetq wrote one).
+SELECT table_comment AS marker
+  FROM information_schema.tables
+ WHERE table_schema = :namespace AND table_name = 'assetq_alembic_version'
