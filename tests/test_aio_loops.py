@@ -135,3 +135,44 @@ def test_the_workers_listening_connection_is_gone_when_it_stops(db: TestDatabase
 
     assert asyncio.run(main()) == 1
     assert int(db.scalar(listening)) == 0
+
+
+@pytest.mark.engines("postgresql")
+def test_the_async_scheduler_is_woken_by_a_producers_commit(db: TestDatabase) -> None:
+    """PostgreSQL, forced: the first pass finds nothing and the loop takes the wake-up lock
+    (arms), passes once more and waits; only then does a producer commit. With a poll
+    interval of ten minutes, only the producer's notification can start the next pass."""
+    created: list[assetq.Run] = []
+
+    async def main() -> assetq.SchedulerStats:
+        engine = _engine(db)
+        stop = asyncio.Event()
+        waiting = asyncio.Event()
+        passes = [0]
+
+        def on_pass(runs: list[assetq.Run]) -> None:
+            passes[0] += 1
+            if passes[0] == 2:  # the pass after arming: the loop waits for wake-ups next
+                waiting.set()
+
+        def on_run(run: assetq.Run) -> None:
+            created.append(run)
+            stop.set()
+
+        async with engine.begin() as conn:
+            await aio.declare_dag(conn, "report", "orders")
+        scheduler = asyncio.ensure_future(
+            aio.run_scheduler(
+                engine, poll_interval=600, stop_event=stop, on_pass=on_pass, on_run=on_run
+            )
+        )
+        await asyncio.wait_for(waiting.wait(), _GUARD)
+        async with engine.begin() as conn:
+            await aio.register_event(conn, "orders")
+        stats = await asyncio.wait_for(scheduler, _GUARD)
+        await engine.dispose()
+        return stats
+
+    stats = asyncio.run(main())
+    assert [r.dag_id for r in created] == ["report"]
+    assert (stats.arms, stats.wakeups, stats.passes) == (1, 1, 3)

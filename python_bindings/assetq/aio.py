@@ -19,8 +19,8 @@ heartbeat) would hold the loop: they are rare and short.
 loop: they never block it (waits are ``asyncio`` waits, handlers are coroutines). The
 worker is woken on PostgreSQL by the scheduler pass's notification (LISTEN on a psycopg
 async connection of its own, only when it is directly connected: behind a pooler it polls);
-the async scheduler polls (``poll_interval``): the wake-up protocol of
-:mod:`assetq.scheduler` needs a session lock dance on a sync connection.
+the async scheduler is woken on PostgreSQL by the sync scheduler's own wake-up protocol
+(:mod:`assetq.scheduler`), whose connection waits in a thread.
 
 Drivers: psycopg 3 (``postgresql+psycopg://``, the same URL as the sync engine) and aiomysql
 (``mysql+aiomysql://``); :func:`async_url` turns a sync URL into its async twin. Install
@@ -33,11 +33,13 @@ import asyncio
 import functools
 import logging
 import random
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Concatenate, ParamSpec, TypeAlias, TypeVar
 
+import sqlalchemy as sa
 from sqlalchemy import URL, Connection, Engine, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
@@ -53,7 +55,16 @@ from .api import Claim, NewEvent, RunInfo
 from .dialects import dialect_of
 from .handles import WRONG_HANDLE_CODE
 from .migrate import DEFAULT_NAMESPACE
-from .scheduler import SchedulerStats, _ErrorLog, _Round
+from .scheduler import (
+    ARMED,
+    PASS,
+    WOKEN,
+    SchedulerStats,
+    _ErrorLog,
+    _Listener,
+    _Round,
+    pooled_warning,
+)
 from .validation import WORKER_MAX, check_int, check_name, check_namespace, seconds
 from .worker import WorkerStats, _error_text, _handlers, default_worker_name
 
@@ -326,6 +337,8 @@ async def run_scheduler(
     on_run: Callable[[api.Run], None] | None = None,
     on_pass: Callable[[list[api.Run]], None] | None = None,
     max_passes: int | None = None,
+    listen: bool = True,
+    listen_engine: Engine | None = None,
     backoff_initial: float = 0.5,
     backoff_max: float = 30.0,
     max_attempts: int = 8,
@@ -335,8 +348,12 @@ async def run_scheduler(
 
     After a pass that created runs the next starts at once, and while a ready consumer may
     wait outside the pass's window (the sync loop's rounds); otherwise it waits
-    ``poll_interval`` seconds, or until ``stop_event`` is set. It polls: the sync loop's
-    PostgreSQL wake-up is not available here. Errors are logged once with their code and
+    ``poll_interval`` seconds, or until ``stop_event`` is set, or, on PostgreSQL
+    (``listen=True``), until a producer's notification wakes it: the sync loop's wake-up
+    protocol itself (:mod:`assetq.scheduler`), on a sync psycopg connection of its own from
+    ``listen_engine`` (default: a sync engine on the AsyncEngine's URL, which psycopg serves
+    both ways), whose blocking waits run in a thread (``asyncio.to_thread``), never on the
+    event loop. Errors are logged once with their code and
     retried after a backoff (``backoff_initial`` doubling up to ``backoff_max``); an
     exception ``on_run`` or ``on_pass`` raises ends the loop. A pass in progress always
     finishes. Safe to run with any number of other schedulers, sync or async.
@@ -352,14 +369,48 @@ async def run_scheduler(
     namespace = check_namespace(namespace)
     stop = stop_event if stop_event is not None else asyncio.Event()
     rounds = _Round(sync, dialect_of(sync), namespace)
+    dialect = dialect_of(sync)
+    own_listen_engine: Engine | None = None
+    listener: _Listener | None = None
+    if listen and dialect.supports_notify:
+        if listen_engine is None:
+            # NullPool: the listener detaches its connection from the pool anyway.
+            sync_url = engine.url.set(drivername="postgresql+psycopg")
+            listen_engine = own_listen_engine = sa.create_engine(sync_url, poolclass=sa.NullPool)
+        elif not isinstance(listen_engine, Engine):
+            raise _wrong(
+                "listen_engine must be a sync Engine (the listening connection waits in a"
+                f" thread), got {type(listen_engine).__name__}"
+            )
+        listener = _Listener(listen_engine, dialect, namespace)
+    # The listener's waits look at a threading.Event; set it when stop_event is set.
+    thread_stop = threading.Event()
+
+    async def bridge() -> None:
+        await stop.wait()
+        thread_stop.set()
+
+    bridging = asyncio.ensure_future(bridge())
     stats = SchedulerStats()
     error_log = _ErrorLog()
     started = time.monotonic()
     log.info(
-        "assetq scheduler (asyncio): started on namespace %s, polling every %g s", namespace, poll
+        "assetq scheduler (asyncio): started on namespace %s (%s)",
+        namespace,
+        f"woken by NOTIFY, polling every {poll:g} s"
+        if listener is not None
+        else f"polling every {poll:g} s",
     )
     try:
         while not stop.is_set() and (max_passes is None or stats.passes < max_passes):
+            if listener is not None and not listener.connected:
+                try:
+                    await asyncio.to_thread(listener.connect)  # before the pass, as sync
+                except Exception as exc:
+                    listener.lost(exc)
+                if listener.pooled is not None:
+                    pooled_warning("assetq scheduler (asyncio)", listener.pooled, poll)
+                    listener = None
             stats.passes += 1
             await greenlet_spawn(rounds.start)
             try:
@@ -368,6 +419,11 @@ async def run_scheduler(
                 )
             except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
                 stats.errors += 1
+                if listener is not None and listener.connected:
+                    try:
+                        await asyncio.to_thread(listener.release)  # others take over
+                    except Exception as lost:
+                        listener.lost(lost)
                 delay = min(cap, initial * 2 ** min(error_log.failures, 30))
                 delay *= random.uniform(0.5, 1.0)
                 error_log.failed(exc, delay)
@@ -386,9 +442,31 @@ async def run_scheduler(
             if created:
                 rounds.reset()
                 await asyncio.sleep(0)  # let the loop's other tasks in between passes
-            elif not await greenlet_spawn(rounds.again):
+            elif await greenlet_spawn(rounds.again):
+                continue  # a ready consumer may be waiting outside this pass's window
+            if listener is not None and listener.connected:
+                try:
+                    outcome = await asyncio.to_thread(
+                        listener.settle, bool(created), poll, thread_stop
+                    )
+                except Exception as exc:  # the connection broke, and its locks with it
+                    listener.lost(exc)
+                    outcome = PASS
+                    if not created:
+                        await _wait(stop, poll)
+                if outcome == WOKEN:
+                    stats.wakeups += 1
+                elif outcome == ARMED:
+                    stats.arms += 1
+            elif not created:
                 await _wait(stop, poll)
     finally:
+        bridging.cancel()
+        thread_stop.set()
+        if listener is not None:
+            await asyncio.to_thread(listener.close)
+        if own_listen_engine is not None:
+            own_listen_engine.dispose()
         log.info(
             "assetq scheduler (asyncio): stopped after %d passes, %d runs, %d events,"
             " %d errors in %.0f s",
