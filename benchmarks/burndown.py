@@ -705,7 +705,7 @@ def measure(engine: Engine, settings: Settings) -> dict[str, Any]:
         result["peer_note"] = f"no peer: {PEER_NAME} runs on PostgreSQL only"
 
     sides: list[Side] = []
-    cleanup: list[Callable[[], None]] = []
+    cleanup: list[Callable[[], object]] = []
     try:
         for level in levels:
             namespace = namespace_name(level)
