@@ -56,8 +56,9 @@ def test_every_command_gives_one_answer_for_a_namespace_that_does_not_exist(
     assert code == cli.EXIT_ERROR
     assert out == ""
     assert err == (
-        f"assetq {command.split()[0]}: error: namespace {MISSING!r} does not exist (or holds"
-        f" no assetq schema) on {shown}: run 'assetq install --namespace {MISSING}' first\n"
+        f"assetq {command.split()[0]}: error [AQ104]: namespace {MISSING!r} does not exist"
+        f" (or holds no assetq schema) on {shown}: run 'assetq install --namespace {MISSING}'"
+        " first\n"
     )
 
 
