@@ -1083,6 +1083,7 @@ def claim_runs(
     claimed by exactly one of them (row locks, SKIP LOCKED: claimers never wait for each
     other).
     """
+    engine = engine_of(engine, "claim_runs")
     worker = check_name(worker, "worker", WORKER_MAX)
     check_int(limit, "limit", 1, 1000)
     lease_seconds = seconds(lease, "lease")
@@ -1134,6 +1135,7 @@ def heartbeat(
     finished. A lease that expired while nobody claimed the run is simply renewed. One short
     transaction of its own; a deadlock or lost connection is retried.
     """
+    engine = engine_of(engine, "heartbeat")
     claim = _check_claim(claim)
     lease_seconds = claim.lease.total_seconds() if lease is None else seconds(lease, "lease")
     namespace = check_namespace(namespace)
@@ -1183,7 +1185,7 @@ def _output_events(claim: Claim, events: object) -> str | None:
 
 
 def complete_run(
-    conn: Connection,
+    conn: Handle,
     claim: Claim,
     state: CompletionState,
     *,
@@ -1205,6 +1207,7 @@ def complete_run(
     (nothing written: roll back). A worker whose lease expired may still complete while
     nobody claimed the run again.
     """
+    conn = connection_of(conn, "complete_run")
     claim = _check_claim(claim)
     if state not in ("success", "failed"):
         raise errors.InvalidRunState(
@@ -1242,7 +1245,7 @@ def complete_run(
 
 
 def retry_run(
-    conn: Connection, dag_id: str, run_id: str, *, namespace: str = DEFAULT_NAMESPACE
+    conn: Handle, dag_id: str, run_id: str, *, namespace: str = DEFAULT_NAMESPACE
 ) -> RunInfo:
     """Put failed run ``run_id`` of consumer ``dag_id`` back in the queue, claimable now,
     with the same events and run id, and return it. Its next claim is the next attempt (the
@@ -1250,6 +1253,7 @@ def retry_run(
     consumer's ``max_attempts`` says. InvalidRunState unless the run is failed; UnknownRun.
     May put the consumer one run over ``max_active_runs``. Runs in the caller's transaction.
     """
+    conn = connection_of(conn, "retry_run")
     dag_id, run_id = _run_key(dag_id, run_id)
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)

@@ -40,6 +40,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from . import api, errors
 from .dialects import dialect_of
+from .handles import engine_of
 from .migrate import DEFAULT_NAMESPACE
 from .scheduler import pooled_session, pooled_warning
 from .validation import WORKER_MAX, check_dag_id, check_int, check_name, check_namespace, seconds
@@ -308,6 +309,7 @@ def run_worker(
     connection here. A listening connection that does not hold one server session is
     closed before it LISTENs, and the slots poll, with one warning (docs/deployment.md).
     """
+    engine = engine_of(engine, "run_worker")
     table = _handlers(handlers)
     name = default_worker_name() if worker is None else check_name(worker, "worker", WORKER_MAX)
     check_int(concurrency, "concurrency", 1, 256)
