@@ -357,6 +357,45 @@ def _lock_timeout(
             log.debug("assetq: putting the lock timeout back: %s", exc)
 
 
+#: The order a producer's transaction takes assetq's tables (register_event, then the fan-out
+#: trigger); every other table follows, by name.
+_PRODUCER_ORDER = (
+    "asset",
+    "asset_alias",
+    "asset_event",
+    "asset_event_alias",
+    "asset_alias_asset",
+    "dag_schedule_asset_reference",
+    "dag_condition_alias",
+    "dag",
+    "asset_dag_run_queue",
+)
+
+
+def _lock_step_tables(conn: Connection, dialect: Dialect, namespace: str) -> None:
+    """PostgreSQL: take every table of the namespace before an upgrade step's first DDL
+    statement (see lock_step_tables in sql/postgresql/upgrades.sql). MySQL needs none: each
+    DDL statement commits on its own and holds its metadata lock only while it runs."""
+    if dialect is not POSTGRESQL:
+        return
+    rows = conn.execute(
+        text(_upgrade_sql(dialect, "step_tables", namespace)), {"namespace": namespace}
+    ).all()
+    names = sorted(
+        (str(r.name) for r in rows if re.fullmatch(r"\w+", str(r.name))),
+        key=lambda n: (
+            _PRODUCER_ORDER.index(n) if n in _PRODUCER_ORDER else len(_PRODUCER_ORDER),
+            n,
+        ),
+    )
+    if not names:
+        return
+    quoted = dialect.quote_ns(namespace)
+    tables = ", ".join(f"{quoted}.{dialect.quote}{n}{dialect.quote}" for n in names)
+    sql = _upgrade_sql(dialect, "lock_step_tables", namespace).replace("{{tables}}", tables)
+    conn.execute(text(sql))
+
+
 def current_revision(conn: Connection, namespace: str = DEFAULT_NAMESPACE) -> str | None:
     """The revision installed in ``namespace``, or None when assetq is not installed there."""
     namespace = check_namespace(namespace)
@@ -558,6 +597,7 @@ def migrate_connection(
             with _alembic_command():
                 cfg = _config(conn, namespace)
                 if _position(current) < _position(target):
+                    _lock_step_tables(conn, dialect, namespace)
                     command.upgrade(cfg, target)
                 else:
                     command.downgrade(cfg, target)
@@ -855,3 +895,118 @@ def write_sql(
         put(_upgrade_sql(dialect, "write_compat_marker", namespace, compat_marker(target)) + ";")
     if postgres_transaction:
         put("COMMIT;")
+
+
+# -- definitions: doctor's comparison and repair (PostgreSQL) -------------------------------
+
+
+@dataclass(frozen=True)
+class Definition:
+    """One routine, trigger or view as the server prints it."""
+
+    kind: str
+    name: str
+    definition: str
+    table: str | None
+
+
+def definitions(conn: Connection, namespace: str) -> dict[tuple[str, str], Definition]:
+    """Every routine, trigger and view of ``namespace`` with its definition (PostgreSQL)."""
+    dialect = dialect_for(conn)
+    rows = conn.execute(
+        text(_upgrade_sql(dialect, "definitions", namespace)), {"namespace": namespace}
+    ).all()
+    return {
+        (str(r.kind), str(r.name)): Definition(
+            str(r.kind), str(r.name), str(r.definition), r.owner_table
+        )
+        for r in rows
+    }
+
+
+def _printed(namespace: str) -> str:
+    """``namespace`` as PostgreSQL prints an identifier (quote_ident)."""
+    return namespace if re.fullmatch(r"[a-z_][a-z0-9_$]*", namespace) else f'"{namespace}"'
+
+
+def reference_definitions(
+    conn: Connection, namespace: str, revision: str
+) -> dict[tuple[str, str], Definition]:
+    """The definitions a fresh install of ``revision`` has, as if installed in ``namespace``:
+    installed into a scratch namespace under a savepoint of ``conn``'s transaction, read,
+    and rolled back (nothing stays). PostgreSQL only: MySQL's DDL commits."""
+    dialect = dialect_for(conn)
+    if dialect is not POSTGRESQL:
+        raise AssetqError("comparing definitions needs PostgreSQL (MySQL's DDL commits)")
+    scratch = f"assetq_reference_{threading.get_ident() % 10**9:09d}"
+    conn.execute(text(_upgrade_sql(dialect, "reference_savepoint", namespace)))
+    try:
+        migrate_connection(conn, scratch, revision, direction="up", lock_timeout=None)
+        found = definitions(conn, scratch)
+    finally:
+        conn.execute(text(_upgrade_sql(dialect, "reference_rollback", namespace)))
+
+    def moved(value: str) -> str:
+        value = value.replace(f'"{scratch}"', dialect.quote_ns(namespace))
+        return value.replace(scratch, _printed(namespace))
+
+    return {
+        key: Definition(d.kind, d.name, moved(d.definition), d.table) for key, d in found.items()
+    }
+
+
+def definition_differences(
+    conn: Connection, namespace: str, revision: str
+) -> tuple[list[Definition], list[Definition]]:
+    """(changed, missing): the routines, triggers and views of ``namespace`` whose definition
+    differs from a fresh install of ``revision``, and those it lacks. In ``conn``'s
+    transaction, which must be open; changes nothing."""
+    reference = reference_definitions(conn, namespace, revision)
+    present = definitions(conn, namespace)
+    changed = [d for k, d in reference.items() if k in present and present[k] != d]
+    missing = [d for k, d in reference.items() if k not in present]
+    return changed, missing
+
+
+def repair(bind: Engine | Connection, namespace: str = DEFAULT_NAMESPACE) -> list[str]:
+    """Re-create, in place, every routine, trigger and view of ``namespace`` that differs from
+    (or is missing in) a fresh install of its installed revision. Tables and their rows are
+    untouched; re-created routines keep their grants (CREATE OR REPLACE), a missing one is
+    created without any. One transaction, under the namespace lock and the lock timeout.
+    Returns what was re-created ("routine name(args)", ...). PostgreSQL only."""
+    namespace = check_namespace(namespace)
+    with _transaction(bind) as conn:
+        dialect = dialect_for(conn)
+        revision = current_revision(conn, namespace)
+        advice = schema_advice(
+            revision, read_marker(conn, namespace) if revision else None, namespace
+        )
+        if revision is None or (advice is not None and advice.error is not SchemaTooOld):
+            raise (advice.exception() if advice else NotInstalled(namespace))
+        _require_known(revision, namespace)
+        with (
+            _reported(conn, dialect, namespace, revision, "repair of"),
+            _locked(conn, dialect, namespace),
+            _lock_timeout(conn, dialect, namespace, DEFAULT_LOCK_TIMEOUT),
+        ):
+            changed, missing = definition_differences(conn, namespace, revision)
+            done: list[str] = []
+
+            def named(query: str, **parts: str) -> None:
+                sql = _upgrade_sql(dialect, query, namespace)
+                for key, value in parts.items():
+                    sql = sql.replace("{{" + key + "}}", value)
+                conn.exec_driver_sql(sql.replace("%", "%%"))
+
+            for d in changed + missing:
+                if d.kind == "routine":  # pg_get_functiondef: CREATE OR REPLACE FUNCTION
+                    conn.exec_driver_sql(d.definition.replace("%", "%%"))
+                elif d.kind == "trigger":  # the reference's triggers are all enabled
+                    assert d.table is not None
+                    named("repair_drop_trigger", name=f'"{d.name}"', table=f'"{d.table}"')
+                    conn.exec_driver_sql(d.definition.rsplit(" ", 1)[0].replace("%", "%%"))
+                else:
+                    named("repair_view", name=f'"{d.name}"', body=d.definition)
+                done.append(f"{d.kind} {d.name}")
+                log.info("assetq: repaired %s %s in namespace %s", d.kind, d.name, namespace)
+    return done

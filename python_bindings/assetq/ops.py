@@ -18,7 +18,6 @@ from importlib import resources
 from typing import Any, Literal
 
 import sqlalchemy as sa
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -556,31 +555,59 @@ def _settings(dialect: Dialect, conn: Connection, namespace: str) -> dict[str, s
     return {str(pair[0]): str(pair[1]) for pair in pairs}
 
 
-def _revision_check(revision: str | None, head: str, namespace: str) -> Check:
-    if revision is None:
-        return Check(
-            "revision",
-            "problem",
-            f"assetq is not installed in namespace {namespace!r}",
-            "run `assetq install` (or assetq.install(engine)) with the owner's account",
-        )
+def _revision_check(
+    revision: str | None, head: str, namespace: str, clients_from: str | None = None
+) -> Check:
+    """The schema against this package: the same advice as the first API call's
+    (migrate.schema_advice), with the compatibility window."""
+    advice = migrate.schema_advice(revision, clients_from, namespace)
+    if advice is not None:
+        return Check("revision", "problem", advice.problem, advice.fix)
     if revision == head:
         return Check("revision", "ok", f"schema {revision}, this package's head")
-    script = ScriptDirectory(str(resources.files("assetq.migrations")))
-    known = {rev.revision for rev in script.walk_revisions()}
-    if revision in known:
-        return Check(
-            "revision",
-            "problem",
-            f"schema {revision} is older than this package's {head}",
-            "run `assetq upgrade` (or assetq.install(engine)) to upgrade it",
-        )
     return Check(
         "revision",
-        "problem",
-        f"schema {revision} is newer than this package knows (head {head})",
-        "upgrade the assetq package to the version that installed it",
+        "ok",
+        f"schema {revision} is newer than this package (head {head}) and works with packages"
+        f" from schema {clients_from}: within the compatibility window",
+        "restart this process with the newer package when convenient (rolling deploy)",
     )
+
+
+def _definition_checks(
+    dialect: Dialect, conn: Connection, namespace: str, revision: str
+) -> list[Check]:
+    """Routine bodies, trigger timing and level, view text: compared with a fresh install of
+    the installed revision, made under a savepoint and rolled back (PostgreSQL; MySQL's
+    DDL would commit: only names are checked there)."""
+    if dialect.name != "postgresql" or revision not in migrate.revisions():
+        return []
+    try:
+        changed, missing = migrate.definition_differences(conn, namespace, revision)
+    except (DBAPIError, errors.AssetqError) as exc:
+        conn.rollback()
+        return [
+            Check(
+                "definitions",
+                "note",
+                f"not compared: a reference install of {revision} failed"
+                f" ({' '.join(str(exc).split())[:200]})",
+                "run doctor with an account that may create a schema in the database",
+            )
+        ]
+    if not changed and not missing:
+        return [Check("definitions", "ok", f"routines, triggers and views are {revision}'s")]
+    found = [f"{d.kind} {d.name} differs" for d in changed]
+    found += [f"{d.kind} {d.name} is missing" for d in missing]
+    return [
+        Check(
+            "definitions",
+            "problem",
+            f"not as schema {revision} defines them: " + "; ".join(found),
+            f"run `assetq repair --namespace {namespace}` (re-creates them in place; data"
+            " untouched)",
+        )
+    ]
 
 
 def _object_checks(
@@ -904,9 +931,11 @@ def doctor(engine: Engine, *, namespace: str = DEFAULT_NAMESPACE) -> DoctorRepor
         settings = _settings(dialect, conn, namespace)
         server = settings.get("version") or f"PostgreSQL {settings.get('server_version')}"
         revision = migrate.current_revision(conn, namespace)
-        checks = [_revision_check(revision, head, namespace)]
+        clients_from = migrate.read_marker(conn, namespace) if revision is not None else None
+        checks = [_revision_check(revision, head, namespace, clients_from)]
         if revision is not None:
             checks += _object_checks(dialect, conn, namespace, revision)
+            checks += _definition_checks(dialect, conn, namespace, revision)
             checks += _security_checks(dialect, conn, namespace)
             if not any(c.severity == "problem" for c in checks):
                 checks.append(_privilege_check(dialect, conn, namespace))

@@ -24,3 +24,52 @@ COMMENT ON TABLE {{ns}}.assetq_alembic_version IS {{marker}}
 SELECT obj_description(c.oid, 'pg_class') AS marker
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :namespace AND c.relname = 'assetq_alembic_version'
+
+-- step_tables --
+-- The namespace's tables, to lock before one upgrade step (lock_step_tables).
+SELECT c.relname AS name
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = :namespace AND c.relkind IN ('r', 'p')
+
+-- lock_step_tables --
+-- First statement of an upgrade step: every table at once, in the order a producer takes
+-- them ({{tables}}, built by assetq.migrate from step_tables). A step that locked its tables
+-- one statement at a time held the first (an index on the queue) while waiting for the next
+-- (asset_event), which a producer held while waiting for the first: under steady traffic the
+-- step met its lock timeout again and again (0002 -> 0003: 40 attempts and counting). Locking
+-- up front, in the producers' order, waits at most the lock timeout and then never again.
+LOCK TABLE {{tables}} IN ACCESS EXCLUSIVE MODE
+
+-- definitions --
+-- Every routine, trigger and view of the namespace with its full definition as the server
+-- prints it (doctor compares them with a reference install of the same revision; repair
+-- re-creates from the reference). Routines by name and argument types (overloads differ).
+SELECT 'routine' AS kind, p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')' AS name,
+       pg_get_functiondef(p.oid) AS definition, CAST(NULL AS text) AS owner_table
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = :namespace AND p.prokind = 'f'
+UNION ALL
+SELECT 'trigger', CAST(t.tgname AS text), pg_get_triggerdef(t.oid) || ' ' || CAST(t.tgenabled AS text), CAST(c.relname AS text)
+  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = :namespace AND NOT t.tgisinternal
+UNION ALL
+SELECT 'view', CAST(c.relname AS text), pg_get_viewdef(c.oid), NULL
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = :namespace AND c.relkind = 'v'
+
+-- reference_savepoint --
+-- A reference install lives under this savepoint and is rolled back: nothing stays.
+SAVEPOINT assetq_reference
+
+-- reference_rollback --
+-- Undo the reference install (and only it).
+ROLLBACK TO SAVEPOINT assetq_reference
+
+-- repair_drop_trigger --
+-- repair: the trigger {{name}} on {{table}} goes, to be created again from the reference.
+DROP TRIGGER IF EXISTS {{name}} ON {{ns}}.{{table}}
+
+-- repair_view --
+-- repair: the view {{name}} as the reference has it ({{body}}: its pg_get_viewdef).
+CREATE OR REPLACE VIEW {{ns}}.{{name}} AS {{body}}
