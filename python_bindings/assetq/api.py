@@ -624,6 +624,10 @@ def _ids_in_order(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in value or ())
 
 
+#: At most this many attempts of one call end with a lost connection (read_committed_transaction).
+CONNECTION_ATTEMPTS = 8
+
+
 def read_committed_transaction(
     engine: Engine,
     query: str,
@@ -646,6 +650,7 @@ def read_committed_transaction(
     failure, retried like any other."""
     dialect = dialect_of(engine)
     alone = one_statement and dialect.atomic_routines
+    lost = 0
     for attempt in range(1, max_attempts + 1):
         try:
             # Connecting is inside _translated too: a server that is down, restarting or
@@ -668,6 +673,13 @@ def read_committed_transaction(
             # A read-only server stays read-only for longer than this backoff: the caller's
             # loop backs off from it (and the error says where to point the URL).
             retry = retry and not isinstance(exc, errors.ReadOnlyServer)
+            # A server that is gone stays gone for longer than a large conflict budget
+            # (max_attempts=50 on Galera, for certification conflicts) would keep the caller
+            # inside one call: lost connections get at most CONNECTION_ATTEMPTS of them, and
+            # the caller's loop (which can stop) backs off from the rest.
+            if isinstance(exc, errors.ConnectionLost):
+                lost += 1
+                retry = retry and lost < CONNECTION_ATTEMPTS
             if not retry or attempt == max_attempts:
                 raise
             delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
