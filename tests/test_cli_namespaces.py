@@ -19,6 +19,7 @@ MISSING = "aq_nowhere"
 #: Every command that works on an installed namespace, with the options it needs.
 COMMAND_LINES = {
     "upgrade": ["upgrade"],
+    "repair": ["repair"],
     "scheduler": ["scheduler", "--max-passes", "1"],
     "worker": ["worker", "--handlers", "os:environ"],
     "status": ["status"],

@@ -19,6 +19,7 @@ COMMAND_LINES = {
     "demo": ["demo"],
     "install": ["install"],
     "upgrade": ["upgrade"],
+    "repair": ["repair"],
     "uninstall": ["uninstall", "--yes"],
     "scheduler": ["scheduler"],
     "worker": ["worker", "--handlers", "os:environ"],

@@ -54,7 +54,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
-from . import __version__, migrate, ops
+from . import __version__, logs, migrate, ops
 from .dialects import dialect_of, engine_arguments
 from .errors import AssetqError, InvalidArgument, NotInstalled, TransientError
 from .validation import check_namespace
@@ -190,7 +190,7 @@ def _wait_for_schema(
     None when ``stop`` was set meanwhile. NotInstalled and other errors raise."""
     delay = 0.5
     waited = False
-    log = logging.getLogger("assetq")
+    log = logging.getLogger("assetq.cli")
     while not stop.is_set():
         try:
             try:
@@ -386,6 +386,23 @@ _UNINSTALL_ROWS = (
 )
 
 
+def cmd_repair(args: argparse.Namespace) -> int:
+    """Re-create, in place, the routines, triggers and views of the installed revision that
+    differ from its definitions (``doctor`` names them); tables and rows untouched.
+    PostgreSQL."""
+    url = _require_url(args)
+    namespace = args.resolved_namespace
+    engine = _engine(url)
+    try:
+        revision = _installed_revision(engine, url, namespace)
+        repaired = migrate.repair(engine, namespace)
+    finally:
+        engine.dispose()
+    what = ", ".join(repaired) if repaired else "nothing to repair"
+    print(f"assetq: repaired namespace {namespace!r} of {_shown(url)} at schema {revision}: {what}")
+    return EXIT_OK
+
+
 def cmd_upgrade(args: argparse.Namespace) -> int:
     """Upgrade assetq in the namespace to this package's schema revision (alembic upgrade,
     revision by revision, data kept). Unlike install it refuses a namespace where assetq is
@@ -529,7 +546,7 @@ def _graceful_stop(
     def handler(signum: int, frame: FrameType | None) -> None:
         if stop.is_set():
             raise KeyboardInterrupt
-        logging.getLogger("assetq").warning(
+        logging.getLogger("assetq.cli").warning(
             what + " (send it again to stop at once)",
             signal.Signals(signum).name,
         )
@@ -593,7 +610,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             if revision is None:
                 return EXIT_OK  # stopped while waiting for the database
             if revision != migrate.head_revision():
-                logging.getLogger("assetq").warning(
+                logging.getLogger("assetq.cli").warning(
                     "assetq scheduler: namespace %s holds schema %s, this package expects %s;"
                     " run `assetq upgrade`",
                     namespace,
@@ -1107,6 +1124,11 @@ COMMANDS: tuple[Command, ...] = (
     Command("install", "install or upgrade assetq in a database", cmd_install),
     Command("upgrade", "upgrade an installed assetq to this package's schema", cmd_upgrade),
     Command(
+        "repair",
+        "re-create routines, triggers and views of the installed revision in place (PostgreSQL)",
+        cmd_repair,
+    ),
+    Command(
         "uninstall",
         "remove assetq and all its data from a database",
         cmd_uninstall,
@@ -1172,6 +1194,13 @@ def _common_options() -> argparse.ArgumentParser:
     parent.add_argument(
         "-v", "--verbose", action="store_true", default=default, help="log what assetq does"
     )
+    parent.add_argument(
+        "--log-format",
+        choices=logs.LOG_FORMATS,
+        default=default,
+        help="how log lines on stderr look: text (time, level, logger, message; the default)"
+        " or json (one object per line: time, level, logger, message and extra fields)",
+    )
     return parent
 
 
@@ -1225,10 +1254,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         print("assetq: error: choose a command (assetq --help lists them)", file=sys.stderr)
         return EXIT_USAGE
-    logging.basicConfig(
-        level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(message)s",
-    )
+    root = logging.getLogger()
+    handler, level = None, root.level
+    log_format = getattr(args, "log_format", None)
+    # Like logging.basicConfig: a process whose logging is configured already keeps it,
+    # unless --log-format asks for this format explicitly.
+    if log_format is not None or not root.handlers:
+        handler = logs.cli_handler(log_format or "text")
+        root.addHandler(handler)
+        root.setLevel(logging.INFO if getattr(args, "verbose", False) else logging.WARNING)
     try:
         args.resolved_namespace = _namespace(args, command)
         return command.run(args)
@@ -1248,3 +1282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"assetq {command.name}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        if handler is not None:
+            root.removeHandler(handler)
+            root.setLevel(level)

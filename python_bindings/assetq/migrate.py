@@ -47,7 +47,7 @@ from .errors import (
 )
 from .validation import check_namespace
 
-log = logging.getLogger("assetq")
+log = logging.getLogger("assetq.migrate")
 
 DEFAULT_NAMESPACE = "assetq"
 #: alembic's version table, inside the namespace. Not "alembic_version": a MySQL user with a
@@ -1001,10 +1001,10 @@ def repair(bind: Engine | Connection, namespace: str = DEFAULT_NAMESPACE) -> lis
             for d in changed + missing:
                 if d.kind == "routine":  # pg_get_functiondef: CREATE OR REPLACE FUNCTION
                     conn.exec_driver_sql(d.definition.replace("%", "%%"))
-                elif d.kind == "trigger":  # the reference's triggers are all enabled
+                elif d.kind == "trigger":  # re-created enabled, as a fresh install has it
                     assert d.table is not None
                     named("repair_drop_trigger", name=f'"{d.name}"', table=f'"{d.table}"')
-                    conn.exec_driver_sql(d.definition.rsplit(" ", 1)[0].replace("%", "%%"))
+                    conn.exec_driver_sql(d.definition.replace("%", "%%"))
                 else:
                     named("repair_view", name=f'"{d.name}"', body=d.definition)
                 done.append(f"{d.kind} {d.name}")

@@ -28,7 +28,7 @@ from .handles import Handle, connection_of, engine_of, keyword_namespace
 from .migrate import DEFAULT_NAMESPACE
 from .validation import check_int, check_namespace
 
-log = logging.getLogger("assetq")
+log = logging.getLogger("assetq.ops")
 
 
 # -- status ---------------------------------------------------------------------------------
@@ -595,10 +595,12 @@ def _definition_checks(
                 "run doctor with an account that may create a schema in the database",
             )
         ]
-    if not changed and not missing:
+    # Missing objects are the objects check's finding, and whether a trigger is enabled too
+    # (a disabled wake-up trigger is a choice): this one compares what is there.
+    del missing
+    if not changed:
         return [Check("definitions", "ok", f"routines, triggers and views are {revision}'s")]
     found = [f"{d.kind} {d.name} differs" for d in changed]
-    found += [f"{d.kind} {d.name} is missing" for d in missing]
     return [
         Check(
             "definitions",
@@ -632,7 +634,10 @@ def _object_checks(
                 "problem",
                 f"{kind} {name} is missing from namespace {namespace!r}"
                 f" (expected at revision {revision}){why}",
-                f"recreate it with its CREATE statement from {where}, as the owner; or"
+                f"run `assetq repair --namespace {namespace}` as the owner: it re-creates it as"
+                f" revision {revision} defines it ({where} has the head's), data untouched"
+                if dialect.name == "postgresql" and kind != "table"
+                else f"recreate it with its CREATE statement from {where}, as the owner; or"
                 " reinstall into a new namespace",
             )
         )

@@ -49,7 +49,7 @@ SELECT 'routine' AS kind, p.proname || '(' || pg_get_function_identity_arguments
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = :namespace AND p.prokind = 'f'
 UNION ALL
-SELECT 'trigger', CAST(t.tgname AS text), pg_get_triggerdef(t.oid) || ' ' || CAST(t.tgenabled AS text), CAST(c.relname AS text)
+SELECT 'trigger', CAST(t.tgname AS text), pg_get_triggerdef(t.oid), CAST(c.relname AS text)
   FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
   JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :namespace AND NOT t.tgisinternal
