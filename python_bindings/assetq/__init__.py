@@ -64,6 +64,7 @@ from .errors import (
     UnsupportedServerSetting,
 )
 from .handles import Handle
+from .metrics import Metrics
 from .migrate import DEFAULT_NAMESPACE, current_revision, head_revision, install, uninstall
 from .ops import (
     Check,
@@ -112,6 +113,7 @@ __all__ = [
     "InvalidExtra",
     "InvalidRunState",
     "LeaseLost",
+    "Metrics",
     "MigrationFailed",
     "NameTooLong",
     "NewEvent",

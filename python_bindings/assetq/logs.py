@@ -12,7 +12,7 @@ import json
 import logging
 import sys
 from datetime import datetime, timezone
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
@@ -51,7 +51,13 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-class _StderrHandler(logging.StreamHandler[TextIO]):
+if TYPE_CHECKING:
+    _StreamHandler = logging.StreamHandler[TextIO]
+else:  # not subscriptable at run time before Python 3.11
+    _StreamHandler = logging.StreamHandler
+
+
+class _StderrHandler(_StreamHandler):
     """Writes to whatever ``sys.stderr`` is when a record is emitted, not when the handler
     was made: tests that capture stderr, then put it back, leave no dangling stream."""
 

@@ -48,6 +48,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from . import api, errors
 from .dialects import Dialect, dialect_of
 from .handles import engine_of
+from .metrics import Metrics
 from .migrate import DEFAULT_NAMESPACE
 from .validation import check_int, check_namespace
 
@@ -462,6 +463,39 @@ class _ErrorLog:
         self._last = None
 
 
+def _latencies(engine: Engine, namespace: str, runs: list[api.Run]) -> list[float | None]:
+    """Per run, its created_at minus the timestamp of the oldest event it consumed, in
+    seconds; None when that cannot be read (events purged meanwhile, a lost connection:
+    metrics never fail a pass that committed)."""
+    found: list[float | None] = []
+    if not runs:
+        return found
+    try:
+        with engine.connect() as conn:
+            for run in runs:
+                oldest = None
+                after = None
+                while True:  # by event id: the oldest timestamp may be on any page
+                    page = api.consumed_events(
+                        conn,
+                        run.dag_id,
+                        run.run_id,
+                        limit=api.PAGE_MAX,
+                        after=after,
+                        namespace=namespace,
+                    )
+                    if page:
+                        first = min(event.timestamp for event in page)
+                        oldest = first if oldest is None else min(oldest, first)
+                    if len(page) < api.PAGE_MAX:
+                        break
+                    after = page[-1]
+                found.append(None if oldest is None else (run.created_at - oldest).total_seconds())
+    except (errors.AssetqError, SQLAlchemyError, OSError):
+        log.debug("assetq scheduler: could not read the runs' event timestamps", exc_info=True)
+    return found + [None] * (len(runs) - len(found))
+
+
 def run_scheduler(
     engine: Engine,
     *,
@@ -478,6 +512,7 @@ def run_scheduler(
     backoff_initial: float = 0.5,
     backoff_max: float = 30.0,
     max_attempts: int = 8,
+    metrics: Metrics | None = None,
 ) -> SchedulerStats:
     """Run scheduler passes until ``stop_event`` is set (or ``max_passes`` passes were made)
     and return what was done.
@@ -506,6 +541,10 @@ def run_scheduler(
     ``backoff_max`` seconds. The stop event is looked at between passes: a pass in progress
     always finishes. A summary (passes, runs, events, errors) is logged every
     ``summary_interval`` seconds at INFO level, each run created at INFO level too.
+
+    ``metrics``: an :class:`assetq.Metrics` told of each pass (its duration, runs, events),
+    each failed pass, each run created with its event->run latency, and how each idle wait
+    ended (woken or polled); see docs/python.md.
     """
     engine = engine_of(engine, "run_scheduler")
     if listen_engine is not None:
@@ -564,6 +603,7 @@ def run_scheduler(
             stats.passes += 1
             window.passes += 1
             rounds.start()
+            pass_started = time.monotonic()
             try:
                 runs = api.schedule(
                     engine, limit=limit, namespace=namespace, max_attempts=max_attempts
@@ -571,6 +611,8 @@ def run_scheduler(
             except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
                 stats.errors += 1
                 window.errors += 1
+                if metrics is not None:
+                    metrics.scheduler_pass_failed(time.monotonic() - pass_started, _error_code(exc))
                 if listener is not None and listener.connected:
                     try:
                         listener.release()  # others take over during the backoff
@@ -582,6 +624,14 @@ def run_scheduler(
                 stop.wait(delay)
                 continue
             error_log.succeeded()
+            if metrics is not None:
+                metrics.scheduler_pass(
+                    time.monotonic() - pass_started,
+                    len(runs),
+                    sum(len(run.event_ids) for run in runs),
+                )
+                for run, latency in zip(runs, _latencies(engine, namespace, runs), strict=True):
+                    metrics.run_created(run, latency)
             for run in runs:
                 stats.runs += 1
                 window.runs += 1
@@ -619,16 +669,18 @@ def run_scheduler(
                 except Exception as exc:  # the connection broke, and its locks with it
                     listener.lost(exc)
                     outcome = PASS
-                    if not runs:  # poll; reconnect after that
-                        stop.wait(poll_interval)
+                    if not runs and not stop.wait(poll_interval):  # poll; reconnect after that
+                        outcome = POLL
                 if outcome == WOKEN:
                     stats.wakeups += 1
                     window.wakeups += 1
                 elif outcome == ARMED:  # one more pass, now that producers notify
                     stats.arms += 1
                     window.arms += 1
-            elif not runs:
-                stop.wait(poll_interval)
+                if metrics is not None and not stop.is_set() and outcome in (WOKEN, POLL):
+                    metrics.scheduler_wait("woken" if outcome == WOKEN else "polled")
+            elif not runs and not stop.wait(poll_interval) and metrics is not None:
+                metrics.scheduler_wait("polled")
     finally:
         if listener is not None:
             listener.close()

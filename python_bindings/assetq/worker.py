@@ -41,8 +41,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from . import api, errors
 from .dialects import dialect_of
 from .handles import engine_of
+from .metrics import AttemptOutcome, Metrics
 from .migrate import DEFAULT_NAMESPACE
-from .scheduler import pooled_session, pooled_warning
+from .scheduler import _error_code, pooled_session, pooled_warning
 from .validation import WORKER_MAX, check_dag_id, check_int, check_name, check_namespace, seconds
 
 log = logging.getLogger("assetq.worker")
@@ -288,6 +289,7 @@ def run_worker(
     max_runs: int | None = None,
     on_complete: Callable[[api.Claim, api.RunInfo | None, str], None] | None = None,
     backoff_max: float = 30.0,
+    metrics: Metrics | None = None,
 ) -> WorkerStats:
     """Claim and execute runs of the consumers in ``handlers`` until ``stop`` is set (or
     ``max_runs`` attempts were completed), and return what was done.
@@ -308,6 +310,10 @@ def run_worker(
     ``engine``); when ``engine`` goes through a pooler in transaction mode, give a direct
     connection here. A listening connection that does not hold one server session is
     closed before it LISTENs, and the slots poll, with one warning (docs/deployment.md).
+
+    ``metrics``: an :class:`assetq.Metrics` told of each claim (its duration, 0 or 1 run),
+    each failed claim, each attempt's end (outcome, run, duration) and retry, and how each
+    idle wait ended (woken or polled), from every slot's thread; see docs/python.md.
     """
     engine = engine_of(engine, "run_worker")
     table = _handlers(handlers)
@@ -353,7 +359,9 @@ def run_worker(
     def execute(slot_name: str, claim: api.Claim) -> None:
         handler = table[claim.dag_id]
         heart.hold(claim)
-        outcome, info = "lost", None
+        attempt_started = time.monotonic()
+        outcome: AttemptOutcome = "lost"
+        info: api.RunInfo | None = None
         try:
             try:
                 with engine.connect() as conn, conn.begin():
@@ -405,6 +413,10 @@ def run_worker(
                     )
         finally:
             heart.drop(claim)
+        if metrics is not None:
+            metrics.worker_completed(claim, outcome, info, time.monotonic() - attempt_started)
+            if outcome == "failed" and info is not None and info.state == "queued":
+                metrics.worker_retry(claim, info)
         if on_complete is not None:
             on_complete(claim, info, outcome)
 
@@ -420,6 +432,7 @@ def run_worker(
                 if budget is not None and not budget.acquire(blocking=False):
                     finished.set()
                     break
+                claim_started = time.monotonic()
                 try:
                     claims = api.claim_runs(
                         engine, slot_name, lease=lease_seconds, dag_ids=dag_ids, namespace=namespace
@@ -428,6 +441,10 @@ def run_worker(
                     if budget is not None:
                         budget.release()
                     stats.add(errors=1)
+                    if metrics is not None:
+                        metrics.worker_claim_failed(
+                            time.monotonic() - claim_started, _error_code(exc)
+                        )
                     delay = min(backoff_cap, 0.5 * 2 ** min(failing, 30)) * random.uniform(0.5, 1)
                     if not failing:
                         log.error(
@@ -441,14 +458,20 @@ def run_worker(
                 if failing:
                     log.warning("assetq worker: %s: claims work again", slot_name)
                     failing = 0
+                if metrics is not None:
+                    metrics.worker_claim(time.monotonic() - claim_started, len(claims))
                 if not claims:
                     if budget is not None:
                         budget.release()
                     if wakeup.wait(generation, idle, stop_event):
                         stats.add(wakeups=1)
                         idle = _IDLE_FIRST
+                        if metrics is not None:
+                            metrics.worker_wait("woken")
                     else:
                         idle = min(poll, idle * 2)
+                        if metrics is not None and not stopping():
+                            metrics.worker_wait("polled")
                     continue
                 idle = _IDLE_FIRST
                 stats.add(claimed=1)
