@@ -12,6 +12,7 @@ SchemaTooNew with the fix outside the window.
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import tarfile
@@ -122,7 +123,7 @@ def _run_old_client(db: TestDatabase, package: Path) -> subprocess.CompletedProc
         text=True,
         timeout=120,
         check=False,
-        env={"PYTHONPATH": str(package), "PATH": "/usr/bin:/bin"},
+        env={**os.environ, "PYTHONPATH": str(package)},
     )
 
 
