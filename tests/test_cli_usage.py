@@ -20,6 +20,7 @@ COMMAND_LINES = {
     "install": ["install"],
     "upgrade": ["upgrade"],
     "repair": ["repair"],
+    "sql": ["sql"],
     "uninstall": ["uninstall", "--yes"],
     "scheduler": ["scheduler"],
     "worker": ["worker", "--handlers", "os:environ"],
