@@ -11,6 +11,7 @@ SchemaTooNew with the fix outside the window.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import subprocess
@@ -170,6 +171,17 @@ def _check(db: TestDatabase) -> None:
         migrate.check_schema(conn, db.namespace)
 
 
+def _status_line(db: TestDatabase) -> str:
+    """The first line `assetq status` prints for the test's namespace."""
+    from assetq import cli
+
+    url = db.url.render_as_string(hide_password=False)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        cli.main(["--url", url, "--namespace", db.namespace, "status"])
+    return out.getvalue().splitlines()[0]
+
+
 def test_an_older_schema_says_upgrade_it_first(empty_db: TestDatabase) -> None:
     assetq.install(empty_db.engine, revision="0007_capped_claim")
     migrate.forget_checks()
@@ -177,6 +189,7 @@ def test_an_older_schema_says_upgrade_it_first(empty_db: TestDatabase) -> None:
         _check(empty_db)
     problem = ops.doctor(empty_db.engine, namespace=empty_db.namespace).checks[0]
     assert problem.severity == "problem" and "assetq upgrade" in str(problem.fix)
+    assert "upgrade the schema first: `assetq upgrade" in _status_line(empty_db)
 
 
 def test_a_newer_schema_in_the_window_works_and_outside_it_says_which_package(
@@ -194,6 +207,8 @@ def test_a_newer_schema_in_the_window_works_and_outside_it_says_which_package(
     assert "never `assetq upgrade`" in str(too_new.value)
     problem = ops.doctor(db.engine, namespace=db.namespace).checks[0]
     assert problem.severity == "problem" and "pip install -U assetq" in str(problem.fix)
+    shown = _status_line(db)  # the command line gives the same advice, never `assetq upgrade`
+    assert "pip install -U assetq" in shown and "never `assetq upgrade`" in shown
 
     _stamp(db, "9999_future", None)  # a schema without a marker: cannot be known to fit
     with pytest.raises(assetq.SchemaTooNew):

@@ -806,9 +806,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         revision = _installed_revision(engine, url, namespace)
         with engine.connect() as conn:
             consumers = ops.status(conn, namespace=namespace)
+            marker = migrate.read_marker(conn, namespace)
     finally:
         engine.dispose()
     head = migrate.head_revision()
+    # The same advice as doctor and the API's SchemaTooOld/SchemaTooNew: an older package
+    # against a newer schema must never be told to run `assetq upgrade`.
+    advice = migrate.schema_advice(revision, marker, namespace)
     if args.json:
         print(
             json.dumps(
@@ -845,7 +849,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
         )
         return EXIT_OK
-    behind = "" if revision == head else f" (this package expects {head}: assetq upgrade)"
+    behind = "" if advice is None else f" ({advice.problem}: {advice.fix})"
     print(f"assetq namespace {namespace!r} of {_shown(url)}: schema {revision}{behind}")
     queued = sum(c.queued_events for c in consumers)
     print(f"{len(consumers)} consumers; {queued} queued (events waiting, counted per consumer)")
