@@ -68,9 +68,13 @@ def run_with_client(db: TestDatabase, sql: str) -> None:
     url = db.url
     if db.engine_name == "postgresql":
         tool = shutil.which("psql")
+        # A unix-socket URL (the embedded PostgreSQL of .ci/run) has its directory (and
+        # port) in the query: postgresql+psycopg://user@/db?host=/tmp/...
+        host = url.host or url.query.get("host")
+        port = url.port or url.query.get("port") or 5432
         command = [
             "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1",
-            "-h", str(url.host), "-p", str(url.port or 5432),
+            "-h", str(host), "-p", str(port),
             "-U", str(url.username), "-d", str(url.database),
         ]  # fmt: skip
         env = {**os.environ, "PGPASSWORD": url.password or ""}
