@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import URL, Connection, Engine, TextClause, text
 from sqlalchemy.engine import Row
 from sqlalchemy.engine.result import result_tuple
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError, StatementError
 
 from . import errors, sqlfiles
 
@@ -214,9 +214,39 @@ def _message(exc: DBAPIError) -> str:
 #: nothing listens to the connection's statements (see _PostgreSQL.execute).
 _DRIVER_QUERIES = frozenset({"claim_runs", "heartbeat_run", "complete_run"})
 #: Named queries as the driver takes them (SQLAlchemy's compilation of the same text), and
-#: their result columns once seen, by (query, quoted namespace).
-_driver_sql_cache: dict[tuple[str, str], str] = {}
+#: their result columns once seen, by (query, quoted namespace[, SQLAlchemy paramstyle]).
+_driver_sql_cache: dict[tuple[str, str, str], str] = {}
 _driver_keys_cache: dict[tuple[str, str], tuple[str, ...]] = {}
+
+
+def _driver_failure(
+    conn: Connection, exc: Exception, statement: str, bound: Mapping[str, Any], cursor: Any
+) -> tuple[StatementError, bool]:
+    """A DB-API error raised where assetq reads the driver's cursor itself, as the
+    DBAPIError SQLAlchemy would have raised, and whether it means the connection is lost."""
+    dbapi_connection = conn.connection.dbapi_connection
+    lost = conn.dialect.is_disconnect(
+        exc,  # type: ignore[arg-type]  # a DB-API Error, typed loosely by the callers
+        dbapi_connection,
+        cursor,
+    )
+    dbapi_error: type[Exception] = conn.dialect.loaded_dbapi.Error
+    wrapped = DBAPIError.instance(
+        statement, bound, exc, dbapi_error, connection_invalidated=lost, dialect=conn.dialect
+    )
+    return wrapped, lost
+
+
+#: Row constructors by result columns, for rows read straight from the DB-API cursor.
+_row_makers: dict[tuple[str, ...], Callable[[Sequence[Any]], Row[Any]]] = {}
+
+
+def _rows(keys: tuple[str, ...], raw: Sequence[Sequence[Any]]) -> list[Row[Any]]:
+    """Rows read straight from a DB-API cursor, as the Row objects SQLAlchemy returns."""
+    make_row = _row_makers.get(keys)
+    if make_row is None:
+        make_row = _row_makers[keys] = result_tuple(keys)
+    return [make_row(values) for values in raw]
 
 
 def _listened(conn: Connection) -> bool:
@@ -241,12 +271,13 @@ class _PostgreSQL(Dialect):
         call goes through SQLAlchemy as every other one does, so listeners see it."""
         if name not in _DRIVER_QUERIES or _listened(conn):
             return super().execute(conn, name, namespace, params)
-        quoted = self.quote_ns(namespace)
-        key = (name, quoted)
-        sql = _driver_sql_cache.get(key)
+        key = (name, self.quote_ns(namespace))
+        # Compiled for this connection's SQLAlchemy dialect: its paramstyle is in the SQL.
+        compiled_key = (*key, str(conn.dialect.paramstyle))
+        sql = _driver_sql_cache.get(compiled_key)
         if sql is None:
             compiled = self.statement(name, namespace).compile(dialect=conn.dialect)
-            sql = _driver_sql_cache[key] = compiled.string
+            sql = _driver_sql_cache[compiled_key] = compiled.string
         bound = dict(params or {})
         dbapi_connection = conn.connection.dbapi_connection
         assert dbapi_connection is not None  # a Connection in use always has one
@@ -259,24 +290,15 @@ class _PostgreSQL(Dialect):
             if keys is None:
                 keys = _driver_keys_cache[key] = tuple(str(c[0]) for c in cursor.description)
         except dbapi_error as exc:
-            lost = conn.dialect.is_disconnect(
-                exc,  # type: ignore[arg-type]  # a DB-API Error, typed loosely above
-                dbapi_connection,
-                cursor,
-            )
+            wrapped, lost = _driver_failure(conn, exc, sql, bound, cursor)
             if lost:
                 # As SQLAlchemy does for its own statements: the pool must not hand this
                 # connection out again.
                 conn.invalidate(exc)
-            raise DBAPIError.instance(
-                sql, bound, exc, dbapi_error, connection_invalidated=lost, dialect=conn.dialect
-            ) from exc
+            raise wrapped from exc
         finally:
             cursor.close()
-        make_row = _row_makers.get(keys)
-        if make_row is None:
-            make_row = _row_makers[keys] = result_tuple(keys)
-        return [make_row(values) for values in raw]
+        return _rows(keys, raw)
 
     def run_script(self, conn: Connection, script: str, namespace: str) -> None:
         sql = sqlfiles.render(script, self.quote_ns(namespace))
@@ -292,10 +314,6 @@ class _PostgreSQL(Dialect):
     def error_code(self, exc: DBAPIError) -> str | None:
         code = getattr(exc.orig, "sqlstate", None)
         return code if isinstance(code, str) else None
-
-
-#: Row constructors by result columns, for rows read straight from the DB-API cursor.
-_row_makers: dict[tuple[str, ...], Callable[[Sequence[Any]], Row[Any]]] = {}
 
 
 class _MySQL(Dialect):
@@ -340,25 +358,10 @@ class _MySQL(Dialect):
                         f"{name} returned more than one result set; assetq's routines return one"
                     )
         except dbapi_error as exc:
-            lost = conn.dialect.is_disconnect(
-                exc,  # type: ignore[arg-type]  # a DB-API Error, typed loosely above
-                conn.connection.dbapi_connection,
-                cursor,
-            )
-            raise DBAPIError.instance(
-                statement,
-                bound,
-                exc,
-                dbapi_error,
-                connection_invalidated=lost,
-                dialect=conn.dialect,
-            ) from exc
+            raise _driver_failure(conn, exc, statement, bound, cursor)[0] from exc
         finally:
             result.close()
-        make_row = _row_makers.get(keys)
-        if make_row is None:
-            make_row = _row_makers[keys] = result_tuple(keys)
-        return [make_row(values) for values in raw]
+        return _rows(keys, raw)
 
     @contextmanager
     def atomic(self, conn: Connection) -> Iterator[None]:
