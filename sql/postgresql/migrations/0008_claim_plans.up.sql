@@ -14,8 +14,8 @@
 -- for a LIMIT given by a variable (the planner assumes a tenth of the rows): every claim was
 -- planned again, on a table with ten indexes. The generic plans read what the custom ones do
 -- (the claim index in order, runs by id; checked with 100,000 queued and 100,000 finished
--- runs), so the function now always uses them: a claim's server time measured 0.71x
--- (docs/benchmarks.md, "Worker burn-down").
+-- runs), so the function now always uses them (docs/benchmarks.md, "Worker burn-down",
+-- has the burn-down measured at this revision).
 --
 -- schedule_pass: the statements that fail runs whose last attempt's lease expired matched
 -- them with IN (subquery), a join whose planning probed the ends of dag_run's id index; the
