@@ -4,12 +4,13 @@ In-process (``cli.main``), so each test costs no interpreter start."""
 
 from __future__ import annotations
 
+import sys
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from assetq import cli
+from assetq import cli, ops
 
 #: Nothing answers here; every test below is refused before connecting.
 NOWHERE = "postgresql://nobody@127.0.0.1:1/nothing"
@@ -158,3 +159,51 @@ def test_purge_and_uninstall_offer_a_dry_run(
     capsys: pytest.CaptureFixture[str], command: str
 ) -> None:
     assert "--dry-run" in _help(capsys, command)
+
+
+@pytest.fixture
+def no_asyncpg(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A URL of a supported engine whose driver is not installed (``import asyncpg`` fails
+    whether or not the machine has it)."""
+    monkeypatch.setitem(sys.modules, "asyncpg", None)
+    return "postgresql+asyncpg://nobody@127.0.0.1:1/nothing"
+
+
+@pytest.mark.parametrize("command", sorted(set(COMMAND_LINES) - {"sql"}))  # sql connects to none
+def test_a_url_whose_driver_is_not_installed_is_a_usage_error(
+    command: str, no_asyncpg: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["--url", no_asyncpg, *COMMAND_LINES[command]]) == cli.EXIT_USAGE
+    assert "no driver for 'postgresql+asyncpg'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["scheduler", "worker"])
+def test_a_listen_url_is_checked_like_the_url(
+    command: str, no_asyncpg: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = ["--url", NOWHERE, *COMMAND_LINES[command], "--listen-url"]
+    assert cli.main([*line, no_asyncpg]) == cli.EXIT_USAGE
+    assert "no driver for 'postgresql+asyncpg'" in capsys.readouterr().err
+    assert cli.main([*line, NOWHERE + "?prepare_threshold=abc"]) == cli.EXIT_USAGE
+    assert "prepare_threshold='abc'" in capsys.readouterr().err
+
+
+def test_repair_on_mysql_is_refused_before_connecting(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--url", "mysql://nobody@127.0.0.1:1/nothing", "repair"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "repair runs on PostgreSQL only" in err and "assetq doctor" in err
+
+
+def test_the_grant_summary_names_every_kind_of_access(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    listing = " ".join(capsys.readouterr().out.split())
+    summary = listing.split(" grant ", 1)[1]
+    for access in ops.ACCESS_KINDS:
+        assert access in summary.split(" options:")[0], access
+
+
+def test_help_texts_carry_no_markup(capsys: pytest.CaptureFixture[str]) -> None:
+    """Docstrings become help texts: reStructuredText's double backquotes would show."""
+    for command in cli.COMMANDS:
+        assert "``" not in _help(capsys, command.name), command.name

@@ -155,15 +155,17 @@ def _installed_revision(engine: sa.Engine, url: URL, namespace: str) -> str:
     return revision
 
 
-def _engine(url: URL) -> sa.Engine:
+def _engine(url: URL, **kwargs: Any) -> sa.Engine:
     """An engine for ``url``; psycopg's server-side prepares off unless the URL's
-    ``prepare_threshold`` says otherwise (they break behind a transaction pooler)."""
+    ``prepare_threshold`` says otherwise (they break behind a transaction pooler). A URL
+    whose driver is not installed or whose options are wrong is a usage error. Connects to
+    nothing."""
     try:
         url, connect_args = engine_arguments(url)
     except InvalidArgument as exc:
         raise UsageError(str(exc)) from None
     try:
-        return sa.create_engine(url, connect_args=connect_args)
+        return sa.create_engine(url, connect_args=connect_args, **kwargs)
     except (NoSuchModuleError, ModuleNotFoundError) as exc:
         raise UsageError(
             f"no driver for {url.drivername!r} ({exc}); use postgresql+psycopg:// or"
@@ -177,9 +179,9 @@ def _listen_engine(args: argparse.Namespace) -> sa.Engine | None:
     text = getattr(args, "listen_url", None) or os.environ.get(LISTEN_URL_ENV)
     if not text:
         return None
-    # One connection, kept: a pool of one, never overflowing.
-    url, connect_args = engine_arguments(database_url(text))
-    return sa.create_engine(url, connect_args=connect_args, pool_size=1, max_overflow=2)
+    # One connection, kept: a pool of one, never overflowing. Checked like --url: a driver
+    # that is not installed or a wrong option is a usage error, not a traceback.
+    return _engine(database_url(text), pool_size=1, max_overflow=2)
 
 
 def _wait_for_schema(
@@ -265,6 +267,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     namespace = args.resolved_namespace
     url = _url_arg(args)
+    if url is not None:
+        _engine(url).dispose()  # a driver that is not installed: a usage error, not a traceback
     if url is None:
         from .embedded import embedded_postgres, ensure_available
 
@@ -388,10 +392,17 @@ _UNINSTALL_ROWS = (
 
 def cmd_repair(args: argparse.Namespace) -> int:
     """Re-create, in place, the routines, triggers and views of the installed revision that
-    differ from its definitions (``doctor`` names them); tables and rows untouched.
-    PostgreSQL."""
+    differ from its definitions or are missing (doctor names them), in one transaction;
+    tables and rows untouched. PostgreSQL only: on MySQL/MariaDB DDL commits, so a repair
+    could not be one transaction (doctor says how to re-create a missing object there)."""
     url = _require_url(args)
     namespace = args.resolved_namespace
+    if url.get_backend_name() != "postgresql":
+        raise UsageError(
+            "repair runs on PostgreSQL only: on MySQL/MariaDB DDL commits, so it could not be"
+            " one transaction; `assetq doctor` names what is missing there and how to"
+            " re-create it"
+        )
     engine = _engine(url)
     try:
         revision = _installed_revision(engine, url, namespace)
@@ -1034,10 +1045,10 @@ def cmd_purge(args: argparse.Namespace) -> int:
         print(json.dumps(data))
     else:
         print(
-            f"assetq: purged {result.runs_deleted} runs and {result.events_deleted} events"
-            f" from before {result.cutoff.isoformat()}; {result.events_examined} old events"
-            f" examined, those kept are still queued or linked to a kept run;"
-            f" {result.batches} batches"
+            f"assetq: purged {_n(result.runs_deleted, 'run')} and"
+            f" {_n(result.events_deleted, 'event')} from before {result.cutoff.isoformat()};"
+            f" {_n(result.events_examined, 'old event')} examined, those kept are still queued"
+            f" or linked to a kept run; {_n(result.batches, 'batch', 'batches')}"
         )
     return EXIT_OK
 
@@ -1170,7 +1181,10 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("purge", "delete consumed history older than a cutoff", cmd_purge, _purge_arguments),
     Command(
-        "grant", "give roles producer, scheduler or reader access", cmd_grant, _grant_arguments
+        "grant",
+        "give roles producer, scheduler, worker or reader access",
+        cmd_grant,
+        _grant_arguments,
     ),
 )
 
