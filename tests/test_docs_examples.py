@@ -110,9 +110,10 @@ def test_the_example_runs(
 
 
 def test_the_docs_have_runnable_examples() -> None:
-    """A marker spelled wrong, or a file moved, would silently leave every example out."""
+    """A marker spelled wrong, or a file moved, would silently leave every example out; the
+    README's example is the first a new user runs."""
     documents = {example.path.name for example in EXAMPLES}
-    assert {"semantics.md", "operations.md"} <= documents
+    assert {"README.md", "semantics.md", "operations.md", "workers.md"} <= documents
     assert len(EXAMPLES) >= 9
 
 

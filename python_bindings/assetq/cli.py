@@ -1,10 +1,10 @@
 """The ``assetq`` command line.
 
-    assetq [--url URL] [--namespace NS] [-v] COMMAND [options]
+    assetq [--url URL] [--namespace NS] [-v] [--log-format text|json] COMMAND [options]
 
-Commands: ``install``, ``upgrade``, ``uninstall``, ``sql``, ``scheduler``, ``worker``, ``status``,
-``doctor``, ``purge``, ``grant``, ``demo``; ``assetq COMMAND --help`` tells more. The database
-URL comes from ``--url`` or the environment variable ``ASSETQ_DATABASE_URL``
+Commands: ``install``, ``upgrade``, ``repair``, ``uninstall``, ``sql``, ``scheduler``, ``worker``,
+``status``, ``doctor``, ``purge``, ``grant``, ``demo``; ``assetq COMMAND --help`` tells more.
+The database URL comes from ``--url`` or the environment variable ``ASSETQ_DATABASE_URL``
 (``postgresql://...`` and ``mysql://...`` get the drivers assetq ships with: psycopg 3 and
 PyMySQL). The namespace comes from ``--namespace`` or ``ASSETQ_NAMESPACE``. Both options are
 accepted before or after the command. ``status``, ``doctor``, ``purge``, ``scheduler`` and
@@ -19,8 +19,8 @@ Exit codes:
   with its fix), a namespace where assetq is not installed (every command but ``install``,
   ``demo`` and ``uninstall``, which says there is nothing to remove and exits 0), or a demo
   whose verification failed;
-- 2: a usage error (bad option or duration, missing or unsupported URL, refused
-  confirmation);
+- 2: a usage error (bad option or duration, missing or unsupported URL, a driver that is
+  not installed, ``repair`` on MySQL/MariaDB, refused confirmation);
 - 130: interrupted (a second SIGINT/SIGTERM stops ``scheduler`` in the middle of a pass,
   which then rolls back, or ``worker`` in the middle of its runs, which are claimed again
   when their leases expire).
