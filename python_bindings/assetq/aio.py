@@ -54,6 +54,7 @@ from . import api, errors, ops
 from .api import Claim, NewEvent, RunInfo
 from .dialects import dialect_of
 from .handles import WRONG_HANDLE_CODE
+from .logs import close_detached, connection_lost, log_retried, retry_level
 from .migrate import DEFAULT_NAMESPACE
 from .scheduler import (
     ARMED,
@@ -245,9 +246,12 @@ def _retryable(exc: errors.AssetqError) -> bool:
     return isinstance(exc, errors.TransientError) and not isinstance(exc, errors.ReadOnlyServer)
 
 
-async def _retrying(what: str, max_attempts: int, attempt_once: Callable[[], _T]) -> _T:
+async def _retrying(
+    what: str, max_attempts: int, attempt_once: Callable[[], _T], engine: Engine
+) -> _T:
     """Run ``attempt_once`` (a sync call made with max_attempts=1) in the greenlet bridge up
-    to ``max_attempts`` times, with the sync API's jittered exponential backoff, awaited."""
+    to ``max_attempts`` times, with the sync API's jittered exponential backoff, awaited.
+    ``engine``: the sync engine it runs on (a lost connection is a WARNING once per outage)."""
     check_int(max_attempts, "max_attempts", 1, 100)
     for attempt in range(1, max_attempts + 1):
         try:
@@ -256,11 +260,12 @@ async def _retrying(what: str, max_attempts: int, attempt_once: Callable[[], _T]
             if not _retryable(exc) or attempt == max_attempts:
                 raise
             delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
-            log.warning(
-                "assetq: %s attempt %d failed (%s %s); retrying in %.0f ms",
+            log.log(
+                retry_level(engine, exc),  # DEBUG while the connection stays lost
+                "assetq: %s attempt %d failed ([%s] %s); retrying in %.0f ms",
                 what,
                 attempt,
-                exc.code,
+                exc.code or "no code",
                 exc,
                 delay * 1000,
             )
@@ -283,6 +288,7 @@ async def schedule(
         "scheduler pass",
         max_attempts,
         lambda: api.schedule(sync, limit=limit, namespace=namespace, max_attempts=1),
+        sync,
     )
 
 
@@ -312,6 +318,7 @@ async def claim_runs(
             namespace=namespace,
             max_attempts=1,
         ),
+        sync,
     )
 
 
@@ -536,7 +543,7 @@ async def _listen(
                 return
             await driver.execute(dialect.query("listen", namespace))
             if failed:
-                log.warning("assetq worker (asyncio): listening for new runs again")
+                log.info("assetq worker (asyncio): listening for new runs again")
                 failed = False
             while not quit_.is_set():
                 async for note in driver.notifies(timeout=0.25):
@@ -544,18 +551,24 @@ async def _listen(
                         wakeup.wake()
         except Exception as exc:  # psycopg's own errors come from here
             if not failed:
-                log.warning(
-                    "assetq worker (asyncio): no wake-up connection (%s); polling",
+                log_retried(
+                    log,
+                    exc,
+                    "assetq worker (asyncio): %s the wake-up connection (%s); slots poll"
+                    " meanwhile, reconnecting every %g s",
+                    "lost" if connection_lost(exc) else "error on",
                     str(exc).strip().splitlines()[0] if str(exc).strip() else exc,
+                    retry,
                 )
                 failed = True
+            else:
+                log.debug(
+                    "assetq worker (asyncio): the wake-up connection failed again", exc_info=exc
+                )
             await _wait(quit_, retry)
         finally:
             if raw is not None:
-                try:
-                    await greenlet_spawn(raw.close)
-                except Exception:
-                    log.debug("assetq worker (asyncio): closing the listener failed", exc_info=True)
+                await greenlet_spawn(close_detached, raw)
 
 
 async def run_worker(
@@ -661,7 +674,9 @@ async def run_worker(
                     stats.add(lost=1)
                 except (errors.AssetqError, SQLAlchemyError, OSError) as again:
                     stats.add(errors=1)
-                    log.error(
+                    log_retried(
+                        log,
+                        again,
                         "assetq worker (asyncio): %s: could not record the failure of run %s"
                         " of %s: %s; it is claimed again when its lease expires",
                         slot_name,
@@ -695,16 +710,25 @@ async def run_worker(
                 stats.add(errors=1)
                 delay = min(backoff_cap, 0.5 * 2 ** min(failing, 30)) * random.uniform(0.5, 1)
                 if not failing:
-                    log.error(
-                        "assetq worker (asyncio): %s: claim failed: %s; retrying with backoff",
-                        slot_name,
+                    log_retried(
+                        log,
                         exc,
+                        "assetq worker (asyncio): %s: claim failed: %s%s; retrying with backoff"
+                        " (first in %.2f s); not logged again until a claim succeeds",
+                        slot_name,
+                        "lost the connection to the database: " if connection_lost(exc) else "",
+                        exc,
+                        delay,
+                    )
+                else:
+                    log.debug(
+                        "assetq worker (asyncio): %s: claim failed again", slot_name, exc_info=exc
                     )
                 failing += 1
                 await _wait(stop_event, delay)
                 continue
             if failing:
-                log.warning("assetq worker (asyncio): %s: claims work again", slot_name)
+                log.info("assetq worker (asyncio): %s: claims work again", slot_name)
                 failing = 0
             if not claims:
                 if budget[0] is not None:
@@ -745,12 +769,15 @@ async def run_worker(
                     continue
                 except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
                     if not failing:
-                        log.error(
+                        log_retried(
+                            log,
+                            exc,
                             "assetq worker (asyncio): heartbeat of run %s of %s failed: %s;"
-                            " trying again",
+                            " trying again in %g s",
                             claim.run_id,
                             claim.dag_id,
                             exc,
+                            interval,
                         )
                         failing = True
                     continue

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from . import conditions, errors
+from . import conditions, errors, logs
 from .dialects import Dialect, dialect_for, dialect_of
 from .handles import Handle, connection_of, engine_of
 from .migrate import DEFAULT_NAMESPACE
@@ -660,14 +660,18 @@ def read_committed_transaction(
                     # psycopg's autocommit is a client-side switch: no round trip, here or
                     # when the pool resets the connection.
                     auto = conn.execution_options(isolation_level="AUTOCOMMIT")
-                    return dialect.execute(auto, query, namespace, params)
-                with conn.begin():
-                    # READ COMMITTED for this transaction only, as its first statement. Not
-                    # execution_options(isolation_level=...): that sets the session level and
-                    # resets it when the connection goes back to the pool, an extra round
-                    # trip that, on a connection the server cut, raised a raw driver error.
-                    dialect.execute(conn, "scheduler_transaction", namespace)
-                    return dialect.execute(conn, query, namespace, params)
+                    rows = dialect.execute(auto, query, namespace, params)
+                else:
+                    with conn.begin():
+                        # READ COMMITTED for this transaction only, as its first statement.
+                        # Not execution_options(isolation_level=...): that sets the session
+                        # level and resets it when the connection goes back to the pool, an
+                        # extra round trip that, on a connection the server cut, raised a raw
+                        # driver error.
+                        dialect.execute(conn, "scheduler_transaction", namespace)
+                        rows = dialect.execute(conn, query, namespace, params)
+            logs.connection_back(engine)
+            return rows
         except errors.AssetqError as exc:
             retry = isinstance(exc, errors.TransientError) or exc.code in retry_codes
             # A read-only server stays read-only for longer than this backoff: the caller's
@@ -683,11 +687,12 @@ def read_committed_transaction(
             if not retry or attempt == max_attempts:
                 raise
             delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
-            log.warning(
-                "assetq: %s attempt %d failed (%s %s); retrying in %.0f ms",
+            log.log(
+                logs.retry_level(engine, exc),  # DEBUG while the connection stays lost
+                "assetq: %s attempt %d failed ([%s] %s); retrying in %.0f ms",
                 what,
                 attempt,
-                exc.code,
+                exc.code or "no code",
                 exc,
                 delay * 1000,
             )

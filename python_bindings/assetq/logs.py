@@ -1,4 +1,5 @@
-"""Log formats of the command line: ``--log-format text`` (the default) and ``json``.
+"""Log formats of the command line (``--log-format text``, the default, and ``json``), and
+how the long-running loops log the errors they retry (a lost connection is a WARNING line).
 
 assetq logs through child loggers of ``assetq`` (``assetq.scheduler``, ``assetq.worker``,
 ``assetq.migrate``, ``assetq.api``, ...): an application configures them as one, through
@@ -11,8 +12,15 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal, TextIO
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import PoolProxiedConnection
+
+from . import errors
 
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
@@ -82,3 +90,84 @@ def cli_handler(log_format: LogFormat) -> logging.Handler:
         JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
     )
     return handler
+
+
+# -- what the loops log when they retry -----------------------------------------------------
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """True when ``exc`` says the connection to the database broke or could not be made (a
+    restart, a failover, a killed session, a network cut): what a long-running loop expects
+    now and then and rides out by retrying. assetq's own ConnectionLost, SQLAlchemy's
+    disconnect errors, and the drivers' OperationalError as the listening connections get
+    them straight from psycopg (the server closed the connection, terminated it, refused
+    it)."""
+    if isinstance(exc, errors.ConnectionLost):
+        return True
+    if isinstance(exc, DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        exc = exc.orig if exc.orig is not None else exc
+    # DB-API 2 names the class of "the connection broke / could not be made" OperationalError
+    # (psycopg's AdminShutdown, 57P01, is one; so is PyMySQL's 2013).
+    return isinstance(exc, OSError) or any(
+        cls.__name__ == "OperationalError" for cls in type(exc).__mro__
+    )
+
+
+def log_retried(
+    logger: logging.Logger, exc: BaseException, message: str, *args: object
+) -> None:
+    """Log ``message`` once for an error a loop retries after a backoff.
+
+    A lost connection is expected: one WARNING line, its traceback at DEBUG only (an operator
+    restarting the database gets no pages of tracebacks). An assetq or database error with
+    its code is an ERROR line: its message says what to do. Anything else is unexpected (a
+    bug): an ERROR with its traceback."""
+    if connection_lost(exc):
+        logger.warning(message, *args, stacklevel=2)
+        logger.debug("the lost connection's traceback:", exc_info=exc, stacklevel=2)
+    elif isinstance(exc, errors.AssetqError):
+        logger.error(message, *args, stacklevel=2)
+    else:
+        logger.error(message, *args, exc_info=exc, stacklevel=2)
+
+
+def close_detached(raw: PoolProxiedConnection) -> None:
+    """Close ``raw``, a connection detached from its pool (the loops' listening ones), without
+    SQLAlchemy's reset on close: the reset's rollback, on a connection the server cut, is
+    logged by sqlalchemy.pool as "Exception during reset or similar", at ERROR with a
+    traceback, for what is an expected loss. A detached connection in autocommit has nothing
+    to roll back; its session state (LISTEN, session locks) ends with the session."""
+    dbapi_connection = raw.dbapi_connection
+    if dbapi_connection is not None:
+        try:
+            dbapi_connection.close()
+        except Exception:  # a dead connection may fail to close; it is gone anyway
+            logging.getLogger("assetq").debug("closing a connection failed", exc_info=True)
+        raw.invalidate()  # detached: marks it closed, no reset, no I/O
+
+
+#: Engines (by URL, password hidden) whose connection is lost: a call's retry of a lost
+#: connection is a WARNING the first time, DEBUG while it stays lost, so that an outage
+#: under a loop is not one WARNING per attempt of every pass.
+_lost: set[str] = set()
+_lost_lock = threading.Lock()
+
+
+def retry_level(engine: Engine, exc: BaseException) -> int:
+    """The level of a call's "attempt failed, retrying" line for ``exc`` on ``engine``."""
+    if not connection_lost(exc):
+        return logging.WARNING
+    with _lost_lock:
+        if str(engine.url) in _lost:
+            return logging.DEBUG
+        _lost.add(str(engine.url))
+    return logging.WARNING
+
+
+def connection_back(engine: Engine) -> None:
+    """A call on ``engine`` succeeded: its next lost connection is a WARNING again."""
+    if _lost:  # read without the lock: the common case costs nothing
+        with _lost_lock:
+            _lost.discard(str(engine.url))

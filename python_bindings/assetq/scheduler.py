@@ -48,6 +48,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from . import api, errors
 from .dialects import Dialect, dialect_of
 from .handles import engine_of
+from .logs import close_detached, connection_lost, log_retried
 from .metrics import Metrics
 from .migrate import DEFAULT_NAMESPACE
 from .validation import check_int, check_namespace
@@ -141,11 +142,15 @@ def pooled_session(engine: Engine, dialect: Dialect, namespace: str, driver: Any
             cursor.execute(dialect.query("backend_pid", namespace))
             row = cursor.fetchone()
             cursor.close()
-        finally:
-            try:
-                probe.close()  # rolled back and returned to the engine's pool
-            except Exception:
-                log.debug("assetq: closing a session probe failed", exc_info=True)
+        except BaseException as exc:
+            # Not returned to the pool: its reset would fail on a connection the server cut
+            # (an ERROR traceback from sqlalchemy.pool), and nobody should get it again.
+            probe.invalidate(exc)
+            raise
+        try:
+            probe.close()  # rolled back and returned to the engine's pool
+        except Exception:
+            log.debug("assetq: closing a session probe failed", exc_info=True)
         if row is not None and row[0] == pid:
             return (
                 f"another client's transaction ran on this session's server process ({pid})"
@@ -222,25 +227,31 @@ class _Listener:
                 driver.execute(self._dialect.query("listen", self._namespace))
                 driver.execute(self._dialect.query("listener_settings", self._namespace))
         except BaseException:
-            raw.close()
+            close_detached(raw)
             raise
         if self.pooled is not None:
-            raw.close()
+            close_detached(raw)
             return
         self._raw, self._driver = raw, driver
         if self._failed_once:
-            log.warning("assetq scheduler: listening for wake-ups again")
+            log.info("assetq scheduler: listening for wake-ups again")
             self._failed_once = False
         else:
             log.debug("assetq scheduler: listening on channel %s", self._namespace)
 
     def lost(self, exc: BaseException) -> None:
         if not self._failed_once:
-            log.warning(
-                "assetq scheduler: no wake-up connection (%s); polling until it is back",
+            log_retried(
+                log,
+                exc,
+                "assetq scheduler: %s the wake-up connection (%s); polling meanwhile, it"
+                " reconnects before the next pass",
+                "lost" if connection_lost(exc) else "error on",
                 _first_line(exc),
             )
             self._failed_once = True
+        else:
+            log.debug("assetq scheduler: the wake-up connection failed again", exc_info=exc)
         self.close()
 
     def _ask(self, name: str) -> bool:
@@ -371,16 +382,12 @@ class _Listener:
         return False
 
     def close(self) -> None:
-        raw, driver = self._raw, self._driver
+        raw = self._raw
         self._raw = self._driver = None
         self.armed = self.busy = False  # session locks: they go with the connection
         self._long_timeout = None
         if raw is not None:
-            try:
-                raw.close()  # detached: closes the DB-API connection
-                driver.close()  # psycopg: a no-op when closed already
-            except Exception:  # a dead connection may fail to close; it is gone anyway
-                log.debug("assetq scheduler: closing the wake-up connection failed", exc_info=True)
+            close_detached(raw)
 
 
 class _Round:
@@ -445,20 +452,28 @@ class _ErrorLog:
         key = (type(exc).__name__, code, _first_line(exc))
         if key != self._last:
             self._last = key
-            log.error(
-                "assetq scheduler: pass failed: %s [%s] %s; retrying with backoff (first in"
-                " %.1f s); the same error is not logged again until a pass succeeds",
+            log_retried(
+                log,
+                exc,
+                "assetq scheduler: pass failed: %s%s [%s] %s; retrying with backoff (first in"
+                " %.2f s); the same error is not logged again until a pass succeeds",
+                "lost the connection to the database: " if connection_lost(exc) else "",
                 key[0],
                 code or "no code",
                 key[2],
                 delay,
             )
         else:
-            log.debug("assetq scheduler: pass failed again (%d in a row)", self.failures)
+            log.debug(
+                "assetq scheduler: pass failed again (%d in a row), next in %.1f s",
+                self.failures,
+                delay,
+                exc_info=exc,
+            )
 
     def succeeded(self) -> None:
         if self.failures:
-            log.warning("assetq scheduler: recovered after %d failed passes", self.failures)
+            log.info("assetq scheduler: recovered after %d failed passes", self.failures)
         self.failures = 0
         self._last = None
 

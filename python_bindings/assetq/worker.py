@@ -41,6 +41,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from . import api, errors
 from .dialects import dialect_of
 from .handles import engine_of
+from .logs import close_detached, connection_lost, log_retried
 from .metrics import AttemptOutcome, Metrics
 from .migrate import DEFAULT_NAMESPACE
 from .scheduler import _error_code, pooled_session, pooled_warning
@@ -156,7 +157,7 @@ class _Listener(threading.Thread):
                     return  # slots poll (the finally closes the connection)
                 driver.execute(dialect.query("listen", self._namespace))
                 if failed:
-                    log.warning("assetq worker: listening for new runs again")
+                    log.info("assetq worker: listening for new runs again")
                     failed = False
                 while not self._stop_event.is_set():
                     for note in driver.notifies(timeout=_STOP_CHECK):
@@ -165,18 +166,22 @@ class _Listener(threading.Thread):
                             self._wakeup.wake()
             except Exception as exc:  # psycopg's own errors come from here
                 if not failed:
-                    log.warning(
-                        "assetq worker: no wake-up connection (%s); polling until it is back",
+                    log_retried(
+                        log,
+                        exc,
+                        "assetq worker: %s the wake-up connection (%s); slots poll meanwhile,"
+                        " reconnecting every %g s",
+                        "lost" if connection_lost(exc) else "error on",
                         str(exc).strip().splitlines()[0] if str(exc).strip() else exc,
+                        self._retry,
                     )
                     failed = True
+                else:
+                    log.debug("assetq worker: the wake-up connection failed again", exc_info=exc)
                 self._stop_event.wait(self._retry)
             finally:
                 if raw is not None:
-                    try:
-                        raw.close()
-                    except Exception:
-                        log.debug("assetq worker: closing the listener failed", exc_info=True)
+                    close_detached(raw)
 
 
 class _Heartbeat(threading.Thread):
@@ -237,11 +242,15 @@ class _Heartbeat(threading.Thread):
                 continue
             except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
                 if not self._failing:
-                    log.error(
-                        "assetq worker: heartbeat of run %s of %s failed: %s; trying again",
+                    log_retried(
+                        log,
+                        exc,
+                        "assetq worker: heartbeat of run %s of %s failed: %s; trying again in"
+                        " %g s",
                         claim.run_id,
                         claim.dag_id,
                         exc,
+                        self._interval,
                     )
                     self._failing = True
                 continue
@@ -403,7 +412,9 @@ def run_worker(
                     stats.add(lost=1)
                 except (errors.AssetqError, SQLAlchemyError, OSError) as again:
                     stats.add(errors=1)
-                    log.error(
+                    log_retried(
+                        log,
+                        again,
                         "assetq worker: %s: could not record the failure of run %s of %s: %s;"
                         " it is claimed again when its lease expires",
                         slot_name,
@@ -447,16 +458,23 @@ def run_worker(
                         )
                     delay = min(backoff_cap, 0.5 * 2 ** min(failing, 30)) * random.uniform(0.5, 1)
                     if not failing:
-                        log.error(
-                            "assetq worker: %s: claim failed: %s; retrying with backoff",
-                            slot_name,
+                        log_retried(
+                            log,
                             exc,
+                            "assetq worker: %s: claim failed: %s%s; retrying with backoff"
+                            " (first in %.2f s); not logged again until a claim succeeds",
+                            slot_name,
+                            "lost the connection to the database: " if connection_lost(exc) else "",
+                            exc,
+                            delay,
                         )
+                    else:
+                        log.debug("assetq worker: %s: claim failed again", slot_name, exc_info=exc)
                     failing += 1
                     stop_event.wait(delay)
                     continue
                 if failing:
-                    log.warning("assetq worker: %s: claims work again", slot_name)
+                    log.info("assetq worker: %s: claims work again", slot_name)
                     failing = 0
                 if metrics is not None:
                     metrics.worker_claim(time.monotonic() - claim_started, len(claims))

@@ -1,0 +1,191 @@
+"""An expected connection loss under a running loop is one WARNING line per event (what was
+lost, that it retries, after how long), its traceback at DEBUG only; an unexpected error
+still logs its traceback (issue 15).
+
+The outage is real on the server side: every session of the loop's engine is killed
+(pg_terminate_backend, KILL CONNECTION), and until it ends every new connection is refused
+with the driver's own OperationalError, as a stopped server refuses it."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import Connection, event
+
+import assetq
+from assetq import api
+from dbs import TestDatabase
+
+
+class Outage:
+    """Takes the database away from ``engine``'s sessions, then gives it back."""
+
+    def __init__(self, db: TestDatabase, engine: sa.Engine) -> None:
+        self._db = db
+        self.down = False
+        self.sessions: set[int] = set()
+        backend_id = db.engine_sql("backend_id").text
+
+        @event.listens_for(engine, "connect")
+        def remember(dbapi_connection: Any, record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute(backend_id)
+            self.sessions.add(int(cursor.fetchone()[0]))
+            cursor.close()
+            dbapi_connection.rollback()
+
+        @event.listens_for(engine, "do_connect")
+        def refuse(dialect: Any, record: Any, cargs: Any, cparams: Any) -> None:
+            if self.down:
+                raise dialect.loaded_dbapi.OperationalError("connection refused (the outage)")
+
+    def start(self) -> None:
+        self.down = True
+        with self._db.engine.connect() as killer:
+            for session in sorted(self.sessions):
+                # (MySQL: an unknown thread id when it ended meanwhile)
+                with contextlib.suppress(sa.exc.DBAPIError):
+                    killer.execute(self._db.engine_sql("kill"), {"pid": session})
+
+    def end(self) -> None:
+        self.down = False
+
+
+@pytest.fixture
+def captured(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """assetq's records from DEBUG up, everybody else's (sqlalchemy.pool) from WARNING up."""
+    caplog.set_level(logging.WARNING)
+    caplog.set_level(logging.DEBUG, logger="assetq")
+    yield caplog
+
+
+def _until(condition: Callable[[], bool], what: str, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def _assert_quiet(caplog: pytest.LogCaptureFixture, lost: str) -> None:
+    """No ERROR at all, no traceback at WARNING and above, the loss said once at WARNING,
+    its traceback at DEBUG."""
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r for r in loud if r.levelno >= logging.ERROR] == []
+    for record in loud:
+        assert record.exc_info is None and record.exc_text is None, record.getMessage()
+        assert "Traceback" not in record.getMessage()
+    said = [r for r in loud if lost in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in loud]
+    assert "retrying with backoff (first in" in said[0].getMessage()
+    # A call's own retries: the first one of the outage at WARNING, the rest at DEBUG.
+    assert len([r for r in loud if r.name == "assetq.api"]) <= 1, [r.getMessage() for r in loud]
+    assert any(r.levelno == logging.DEBUG and r.exc_info for r in caplog.records)
+
+
+def _outage(db: TestDatabase, engine: sa.Engine, ready: Callable[[], bool]) -> None:
+    outage = Outage(db, engine)
+    _until(ready, "the loop to start")
+    outage.start()
+    time.sleep(1.0)
+    outage.end()
+
+
+def test_a_scheduler_that_loses_the_database_warns_once_and_recovers(
+    db: TestDatabase, captured: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(api, "CONNECTION_ATTEMPTS", 2)  # each pass gives up fast
+    with db.engine.begin() as conn:
+        assetq.declare_dag(conn, "report", "orders")
+    engine = db.new_engine()
+    stop = threading.Event()
+    passes: list[int] = []
+    runs: list[assetq.Run] = []
+    loop = threading.Thread(
+        target=assetq.run_scheduler,
+        args=(engine,),
+        kwargs={
+            "stop_event": stop,
+            "poll_interval": 0.1,
+            "backoff_initial": 0.05,
+            "backoff_max": 0.2,
+            "on_pass": lambda created: passes.append(len(created)),
+            "on_run": runs.append,
+        },
+    )
+    loop.start()
+    try:
+        _outage(db, engine, lambda: len(passes) > 0)
+        with db.engine.begin() as conn:
+            assetq.register_event(conn, "orders")
+        _until(lambda: len(runs) == 1, "a run after the outage")
+    finally:
+        stop.set()
+        loop.join(timeout=30)
+    _assert_quiet(captured, "pass failed: lost the connection to the database")
+    assert any("recovered after" in r.getMessage() for r in captured.records)
+
+
+def test_a_worker_that_loses_the_database_warns_once_and_recovers(
+    db: TestDatabase, captured: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(api, "CONNECTION_ATTEMPTS", 2)
+    with db.engine.begin() as conn:
+        assetq.declare_dag(conn, "report", "orders")
+    engine = db.new_engine()
+    stop = threading.Event()
+    done: list[str] = []
+
+    class Claims(assetq.Metrics):
+        claims = 0
+
+        def worker_claim(self, seconds: float, claimed: int) -> None:
+            self.claims += 1
+
+    def handler(claim: assetq.Claim, conn: Connection) -> None:
+        return None
+
+    metrics = Claims()
+    loop = threading.Thread(
+        target=assetq.run_worker,
+        args=(engine, {"report": handler}),
+        kwargs={
+            "stop": stop,
+            "poll_interval": 0.1,
+            "backoff_max": 0.2,
+            "on_complete": lambda claim, run, outcome: done.append(outcome),
+            "metrics": metrics,
+        },
+    )
+    loop.start()
+    try:
+        _outage(db, engine, lambda: metrics.claims > 0)
+        with db.engine.begin() as conn:
+            assetq.register_event(conn, "orders")
+        assert len(assetq.schedule(db.engine)) == 1
+        _until(lambda: done == ["success"], "the run after the outage")
+    finally:
+        stop.set()
+        loop.join(timeout=30)
+    _assert_quiet(captured, "claim failed: lost the connection to the database")
+    assert any("claims work again" in r.getMessage() for r in captured.records)
+
+
+def test_an_unexpected_error_of_a_pass_is_logged_with_its_traceback(
+    db: TestDatabase, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> list[assetq.Run]:
+        raise sa.exc.InvalidRequestError("a bug, not an outage")
+
+    monkeypatch.setattr(api, "schedule", broken)
+    with caplog.at_level(logging.WARNING, logger="assetq"):
+        assetq.run_scheduler(db.engine, max_passes=1, listen=False)
+    (record,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert record.levelno == logging.ERROR
+    assert record.exc_info is not None and "a bug, not an outage" in str(record.exc_info[1])
