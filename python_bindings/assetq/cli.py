@@ -184,6 +184,17 @@ def _listen_engine(args: argparse.Namespace) -> sa.Engine | None:
     return _engine(database_url(text), pool_size=1, max_overflow=2)
 
 
+def _schema_advice(engine: sa.Engine, namespace: str, revision: str) -> migrate.SchemaAdvice | None:
+    """What status, doctor and the API say of ``revision`` for this package: None inside the
+    compatibility window (a newer, additive schema during a rolling deploy included), else
+    the problem with its fix; an older package is never told to run `assetq upgrade`."""
+    if revision == migrate.head_revision():
+        return None
+    with engine.connect() as conn:
+        marker = migrate.read_marker(conn, namespace)
+    return migrate.schema_advice(revision, marker, namespace)
+
+
 def _wait_for_schema(
     engine: sa.Engine, url: URL, namespace: str, stop: threading.Event, who: str
 ) -> str | None:
@@ -620,13 +631,10 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             revision = _wait_for_schema(engine, url, namespace, stop, "assetq scheduler")
             if revision is None:
                 return EXIT_OK  # stopped while waiting for the database
-            if revision != migrate.head_revision():
+            advice = _schema_advice(engine, namespace, revision)
+            if advice is not None:
                 logging.getLogger("assetq.cli").warning(
-                    "assetq scheduler: namespace %s holds schema %s, this package expects %s;"
-                    " run `assetq upgrade`",
-                    namespace,
-                    revision,
-                    migrate.head_revision(),
+                    "assetq scheduler: %s: %s", advice.problem, advice.fix
                 )
             run_scheduler(
                 engine,
@@ -735,11 +743,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
             revision = _wait_for_schema(engine, url, namespace, stop, "assetq worker")
         if revision is None:
             return EXIT_OK  # stopped while waiting for the database
-        if revision != migrate.head_revision():
-            raise NotInstalled(
-                f"namespace {namespace!r} holds schema {revision}, the worker needs"
-                f" {migrate.head_revision()}: run `assetq upgrade` first"
-            )
+        advice = _schema_advice(engine, namespace, revision)
+        if advice is not None:
+            raise advice.exception()
         on_complete = None
         if args.json:
 
