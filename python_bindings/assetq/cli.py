@@ -44,7 +44,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from types import FrameType
@@ -530,6 +530,7 @@ def _scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         help="poll only, never LISTEN for wake-ups (PostgreSQL)",
     )
     _listen_url_option(parser)
+    _metrics_options(parser)
     parser.add_argument(
         "--summary-interval",
         type=_positive_float,
@@ -545,6 +546,49 @@ def _scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print each run created on stdout, as one JSON object per line",
     )
+
+
+def _metrics_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (0: a free port, logged);"
+        " needs the prometheus extra: pip install 'assetq[prometheus]'",
+    )
+    parser.add_argument(
+        "--metrics-host",
+        default="0.0.0.0",
+        metavar="HOST",
+        help="address the metrics endpoint listens on (default 0.0.0.0: every interface)",
+    )
+
+
+@contextmanager
+def _prometheus(args: argparse.Namespace) -> Iterator[Any]:
+    """The endpoint of --metrics-port while the command runs; yields the Metrics hook to give
+    the loop (None without --metrics-port)."""
+    port = getattr(args, "metrics_port", None)
+    if port is None:
+        yield None
+        return
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--metrics-port must be 0 to 65535, got {port}")
+    try:
+        from .prometheus import PrometheusMetrics, process_registry
+    except ImportError as exc:
+        raise UsageError(f"--metrics-port: {exc}") from None
+    metrics = PrometheusMetrics(process_registry())
+    try:
+        server = metrics.serve(port, args.metrics_host)
+    except OSError as exc:
+        raise AssetqError(
+            f"--metrics-port: cannot listen on {args.metrics_host}:{port}: {exc}"
+        ) from None
+    try:
+        yield metrics
+    finally:
+        server.close()
 
 
 def _listen_url_option(parser: argparse.ArgumentParser) -> None:
@@ -595,6 +639,7 @@ def _run_json(run: Any) -> str:
             "run_after": run.run_after.isoformat(),
             "created_at": run.created_at.isoformat(),
             "event_ids": list(run.event_ids),
+            "partition_key": run.partition_key,
         }
     )
 
@@ -627,7 +672,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             def on_run(run: Any) -> None:
                 print(_run_json(run), flush=True)
 
-        with _graceful_stop(stop):
+        with _graceful_stop(stop), _prometheus(args) as metrics:
             revision = _wait_for_schema(engine, url, namespace, stop, "assetq scheduler")
             if revision is None:
                 return EXIT_OK  # stopped while waiting for the database
@@ -647,6 +692,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
                 listen=not args.no_listen,
                 listen_engine=listen_engine,
                 summary_interval=args.summary_interval,
+                metrics=metrics,
             )
     finally:
         engine.dispose()
@@ -690,6 +736,7 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-listen", action="store_true", help="poll only, never LISTEN (PostgreSQL)"
     )
     _listen_url_option(parser)
+    _metrics_options(parser)
     parser.add_argument(
         "--worker-id", metavar="NAME", help="this worker's name in claims (default host:pid:random)"
     )
@@ -738,7 +785,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     engine = _engine(url)
     listen_engine = _listen_engine(args)
     stop = threading.Event()
+    endpoint = ExitStack()
     try:
+        metrics = endpoint.enter_context(_prometheus(args))
         with _graceful_stop(stop, "assetq worker: %s received while waiting for the database"):
             revision = _wait_for_schema(engine, url, namespace, stop, "assetq worker")
         if revision is None:
@@ -755,6 +804,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                         {
                             "dag_id": claim.dag_id,
                             "run_id": claim.run_id,
+                            "partition_key": claim.partition_key,
                             "attempt": claim.attempt,
                             "worker": claim.worker,
                             "outcome": outcome,
@@ -782,8 +832,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 listen_engine=listen_engine,
                 max_runs=args.max_runs,
                 on_complete=on_complete,
+                metrics=metrics,
             )
     finally:
+        endpoint.close()
         engine.dispose()
         if listen_engine is not None:
             listen_engine.dispose()
