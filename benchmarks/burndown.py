@@ -409,9 +409,16 @@ class Peer:
         return psycopg.connect(**self.conninfo)
 
 
+def postgres_host(url: URL) -> str:
+    """The host psycopg connects to for ``url``: its host, else the unix socket directory of
+    its ``?host=`` (the embedded server listens there only), else 127.0.0.1."""
+    socket_dir = url.query.get("host")
+    return url.host or (socket_dir if isinstance(socket_dir, str) else None) or "127.0.0.1"
+
+
 def _peer_conninfo(url: URL) -> dict[str, Any]:
     return {
-        "host": url.host or "127.0.0.1",
+        "host": postgres_host(url),
         "port": url.port or 5432,
         "user": url.username or "postgres",
         "password": url.password if isinstance(url.password, str) else None,

@@ -294,14 +294,9 @@ def producer_cost(
 
 
 def _postgres(url_text: str) -> tuple[Any, Any]:
-    url = sa.engine.make_url(url_text)
-    backend = dbs.PostgresBackend(
-        host=url.host or "127.0.0.1",
-        port=url.port or 5432,
-        user=url.username or "postgres",
-        password=url.password if isinstance(url.password, str) else None,
-        description="PostgreSQL",
-    )
+    # The suite's own reading of a server URL: a unix socket directory in ?host= (as the
+    # embedded server's URLs have it) is honoured.
+    backend = dbs.postgres_backend(url_text)
     return backend, backend.database(installed=True)
 
 

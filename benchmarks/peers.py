@@ -163,7 +163,7 @@ def conninfo(url: URL, search_path: str | None = None) -> dict[str, Any]:
         f" -c search_path={search_path}" if search_path else ""
     )
     return {
-        "host": url.host or "127.0.0.1",
+        "host": burndown.postgres_host(url),
         "port": url.port or 5432,
         "user": url.username or "postgres",
         "password": url.password if isinstance(url.password, str) else None,

@@ -375,7 +375,10 @@ class PostgresBackend(Backend):
         shared: bool = True,
     ) -> None:
         """``shared``: a server other runs may use too (not a throw-away one of this run):
-        drop what interrupted runs left there, then mark this run as alive (module doc)."""
+        drop what interrupted runs left there first (module doc). Either way this run is
+        marked alive there: another backend on the same server, made by this process (the
+        latency benchmark a test drives makes one), sweeps leftovers and must see this
+        run's databases as alive, whose names carry the same pid."""
         self.host = host
         self.port = port
         self.user = user
@@ -388,16 +391,16 @@ class PostgresBackend(Backend):
         #: Databases of earlier, interrupted runs dropped when this backend started.
         self.dropped_leftovers: list[str] = []
         self._mark: RunMark | None = None
-        if shared:
-            admin = self.admin_url()
-            try:
+        admin = self.admin_url()
+        try:
+            if shared:
                 self.dropped_leftovers = drop_leftover_databases(admin, self.prefix)
-                self._mark = RunMark(admin, self._token)
-            except sa.exc.OperationalError as exc:
-                where = self.host if self.host.startswith("/") else f"{self.host}:{self.port}"
-                raise BackendUnavailable(
-                    f"no PostgreSQL answers at {where} as user {self.user}: {exc.orig}"
-                ) from None
+            self._mark = RunMark(admin, self._token)
+        except sa.exc.OperationalError as exc:
+            where = self.host if self.host.startswith("/") else f"{self.host}:{self.port}"
+            raise BackendUnavailable(
+                f"no PostgreSQL answers at {where} as user {self.user}: {exc.orig}"
+            ) from None
 
     def admin_url(self) -> URL:
         """The server's ``postgres`` database: where databases are created and dropped."""

@@ -538,7 +538,9 @@ def start_binlog_mariadb(binlog_format: str) -> BinlogMariaDB:
 
 class TcpForwarder:
     """Forwards connections on ``port`` to ``target``: before :meth:`start` (and after
-    :meth:`stop`) nothing listens there, as with a database that is down."""
+    :meth:`stop`) nothing listens there, as with a database that is down. A ``target_host``
+    that is a directory is a PostgreSQL server's unix socket directory (the embedded server
+    listens there only), ``target_port`` its port."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.port = free_port()
@@ -565,7 +567,7 @@ class TcpForwarder:
             except OSError:
                 return
             try:
-                upstream = socket.create_connection(self._target, timeout=5)
+                upstream = self._connect_upstream()
                 upstream.settimeout(None)
             except OSError:
                 client.close()
@@ -576,6 +578,19 @@ class TcpForwarder:
                 thread = threading.Thread(target=self._pipe, args=(a, b), daemon=True)
                 thread.start()
                 self._threads.append(thread)
+
+    def _connect_upstream(self) -> socket.socket:
+        host, port = self._target
+        if not host.startswith("/"):
+            return socket.create_connection(self._target, timeout=5)
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        upstream.settimeout(5)
+        try:
+            upstream.connect(f"{host}/.s.PGSQL.{port}")
+        except OSError:
+            upstream.close()
+            raise
+        return upstream
 
     @staticmethod
     def _pipe(source: socket.socket, sink: socket.socket) -> None:

@@ -60,10 +60,12 @@ def test_engine_calls_raise_connection_lost_when_the_server_is_down(engine_kind:
 @pytest.fixture
 def down_then_up(db: TestDatabase) -> Iterator[tuple[TcpForwarder, str]]:
     """A URL of the test database on a port where nothing listens until the forwarder is
-    started (PostgreSQL: the suite's MySQL servers listen on unix sockets only)."""
+    started (PostgreSQL: the suite's MySQL servers listen on unix sockets only). The server
+    may listen on a unix socket only too (the embedded one): the forwarder reaches it there,
+    and the URL loses its socket directory."""
     backend: Any = db.backend
     forwarder = TcpForwarder(backend.host, backend.port)
-    url = db.url.set(host="127.0.0.1", port=forwarder.port)
+    url = db.url.difference_update_query(["host"]).set(host="127.0.0.1", port=forwarder.port)
     try:
         yield forwarder, url.render_as_string(hide_password=False)
     finally:

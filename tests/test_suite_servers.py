@@ -241,3 +241,42 @@ def test_a_killed_run_leaves_databases_that_the_next_run_drops(
     _wait_until_its_session_ended(url, RunToken(child.pid, host_tag()))
     assert drop_leftover_databases(url, prefix) == [name]
     assert _left(url, prefix) == []
+
+
+_TWO_BACKENDS = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import dbs
+address = json.loads(sys.argv[2])
+prefix = address.pop("prefix")
+first = dbs.PostgresBackend(description="first", prefix=prefix, shared=False, **address)
+made = first.database(installed=False)
+second = dbs.PostgresBackend(description="second", prefix=prefix, **address)
+second.close()
+print(json.dumps({"made": made.name, "dropped": second.dropped_leftovers}))
+first.drop(made)
+first.close()
+"""
+
+
+@pytest.mark.engines("postgresql")
+def test_a_second_backend_of_a_run_never_drops_the_databases_of_the_first(
+    server: tuple[URL, str], backend: PostgresBackend
+) -> None:
+    """Also when the first is a throw-away server's backend (shared=False, as the embedded
+    server's is): the latency benchmark's test makes a second backend on the run's server,
+    whose sweep once dropped the run's template (the same pid in the names, and no lock held
+    for it). In a process of its own: this run's mark on the server would hide the bug."""
+    url, prefix = server
+    address = {"host": backend.host, "port": backend.port, "user": backend.user}
+    address |= {"password": backend.password, "prefix": prefix}
+    done = subprocess.run(
+        [sys.executable, "-c", _TWO_BACKENDS, str(TESTS), json.dumps(address)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["made"] not in seen["dropped"]
+    assert _left(url, prefix) == []
