@@ -4,7 +4,7 @@
 #   make demo    concurrent producers and schedulers on a throw-away PostgreSQL 18
 #                (or on $ASSETQ_DATABASE_URL when set); DEMO_ARGS="--producers 8" etc.
 #   make test    lint, then the whole pytest suite; PYTEST_ARGS="-k scheduler -x" etc.
-#   make lint    ruff and mypy (strict)
+#   make lint    ruff and mypy (strict), on the package, the benchmarks and the example service
 #   make bench   the benchmark report (docs/benchmarks.md and its plots), benchmarks/bench.py;
 #                BENCH_ARGS="--quick" for a smoke run
 #   make clean   remove .venv and build leftovers
@@ -38,6 +38,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/mypy benchmarks
+	$(BIN)/mypy --strict examples/service
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
