@@ -207,3 +207,11 @@ def test_help_texts_carry_no_markup(capsys: pytest.CaptureFixture[str]) -> None:
     """Docstrings become help texts: reStructuredText's double backquotes would show."""
     for command in cli.COMMANDS:
         assert "``" not in _help(capsys, command.name), command.name
+
+
+def test_doctor_help_names_every_kind_of_check(capsys: pytest.CaptureFixture[str]) -> None:
+    """ops.doctor's checks: definitions (PostgreSQL, repair), the work (leases, caps) and the
+    deployment (a standby, binary logging) came after the help was written."""
+    text = _help(capsys, "doctor")
+    for what in ("definitions", "assetq repair", "expired leases", "cap", "standby", "binary"):
+        assert what in text, what

@@ -969,11 +969,16 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    """Check the installation: schema at this package's revision; every routine, trigger,
-    view and table present (triggers enabled); the routines granted to roles running with
-    their owner's rights and that owner suitable; the server's isolation and time zone
-    defaults (reported; not problems: assetq sets what it needs itself); what the connected
-    account may do. Read-only. Exits 1 when it finds a problem, printing how to fix each."""
+    """Check the installation: schema at this package's revision (or inside its
+    compatibility window); every routine, trigger, view and table present (triggers
+    enabled); on PostgreSQL, their definitions those of the installed revision (compared with
+    a reference install made under a savepoint and rolled back; fix: assetq repair); the
+    routines granted to roles running with their owner's rights and that owner suitable;
+    what the connected account may do; the work: expired leases, consumers at their cap with
+    events waiting; the server: a standby or read-only server, binary logging that refuses
+    assetq's writes, the isolation and time zone defaults (reported; not problems: assetq
+    sets what it needs itself). Changes nothing. Exits 1 when it finds a problem, printing
+    how to fix each."""
     url = _require_url(args)
     engine = _engine(url)
     try:
