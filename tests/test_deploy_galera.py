@@ -11,6 +11,11 @@ A cluster starts in about 10-20 s on this machine kind (start_galera says how). 
 suite runs the short version of the node-killed test (60 events per node); `-m slow` runs the
 long one (300 per node) and the one-writer layout. Nothing here depends on timing: the kill
 comes after a number of acknowledged events, and deadlines only catch hangs.
+
+Installs (issue 13, item 6): GET_LOCK is per node, so two installs started on two nodes both
+got it and ran at once. An install on Galera also takes a lock that DDL's total order makes
+cluster-wide (creating a table, migrate._take_cluster_lock); the test holds one installer
+inside it and starts another on another node.
 """
 
 from __future__ import annotations
@@ -261,3 +266,111 @@ def test_schedulers_on_every_node_with_a_node_killed_still_consume_each_event_on
                 scheduler.join(timeout=10)
         for engine in engines:
             engine.dispose()
+
+
+def _installer_process(
+    url: str, namespace: str, hold: bool, events: dict[str, Any], results: Any
+) -> None:
+    """One install of ``namespace`` through one node, in a process of its own (a client on
+    another machine). With ``hold`` it stops inside the install lock, just before creating
+    the schema, until ``events["proceed"]``; ``events["waiting"]`` is set when it logs that
+    another node holds the lock. Reports (revision or error, fresh installs it ran)."""
+    import logging
+
+    from assetq import migrate
+
+    fresh = migrate._fresh_install
+    ran: list[str] = []
+
+    def counted(*args: Any, **kwargs: Any) -> None:
+        ran.append(namespace)
+        if hold:
+            events["reached"].set()
+            events["proceed"].wait(120)
+        fresh(*args, **kwargs)
+
+    migrate._fresh_install = counted  # type: ignore[assignment]
+
+    class Waiting(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "waiting for the install lock" in record.getMessage():
+                events["waiting"].set()
+
+    logging.getLogger("assetq.migrate").addHandler(Waiting())
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    try:
+        results.put((hold, assetq.install(engine, namespace), len(ran)))
+    except Exception as exc:
+        results.put((hold, f"{type(exc).__name__}: {exc}", len(ran)))
+    finally:
+        engine.dispose()
+
+
+def test_two_installs_started_on_two_nodes_at_once_run_one_after_the_other(
+    galera: GaleraCluster,
+) -> None:
+    """node0's installer is held inside its install lock; node1's, started then, waits for it
+    (it used to install at the same time: GET_LOCK is per node), and once node0's is done
+    finds the schema installed and changes nothing. One schema results, the same on every
+    node, with one version row and no lock left."""
+    namespace = "raced"
+    urls = [node.url().render_as_string(hide_password=False) for node in galera.nodes]
+    context = multiprocessing.get_context("spawn")
+    events = {name: context.Event() for name in ("reached", "proceed", "waiting")}
+    results = context.Queue()
+    holder = context.Process(
+        target=_installer_process, args=(urls[0], namespace, True, events, results)
+    )
+    other = context.Process(
+        target=_installer_process, args=(urls[1], namespace, False, events, results)
+    )
+    try:
+        holder.start()
+        assert events["reached"].wait(120), "node0's install never got its lock"
+        other.start()
+        deadline = time.monotonic() + 60  # catches a hang only
+        while other.is_alive() and not events["waiting"].wait(0.05):
+            assert time.monotonic() < deadline, "node1's install neither waited nor ended"
+        ran_alongside = not other.is_alive()
+        events["proceed"].set()
+        holder.join(120)
+        other.join(120)
+        got = dict(
+            (
+                (hold, (revision, fresh))
+                for hold, revision, fresh in (results.get(timeout=10) for _ in range(2))
+            )
+        )
+    finally:
+        events["proceed"].set()
+        for process in (holder, other):
+            if process.is_alive():
+                process.kill()
+    assert not ran_alongside, f"node1's install ran while node0's held the lock: {got}"
+    head = assetq.head_revision()
+    assert got == {True: (head, 1), False: (head, 0)}
+    objects = (
+        "SELECT (SELECT count(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = :ns),"
+        " (SELECT count(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = :ns),"
+        " (SELECT count(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = :ns)"
+    )
+    found = []
+    for url in urls:
+        engine = sa.create_engine(url, poolclass=sa.NullPool)
+        try:
+            with engine.connect() as conn:
+                conn.execute(sa.text("SET SESSION wsrep_sync_wait = 1"))
+                versions = conn.execute(
+                    sa.text(f"SELECT version_num FROM {namespace}.assetq_alembic_version")
+                ).all()
+                found.append(
+                    (
+                        tuple(v for (v,) in versions),
+                        tuple(conn.execute(sa.text(objects), {"ns": namespace}).one()),
+                    )
+                )
+        finally:
+            engine.dispose()
+    reference = found[0]
+    assert reference[0] == (head,)
+    assert found == [reference] * len(urls)

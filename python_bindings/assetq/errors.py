@@ -175,6 +175,30 @@ class MigrationFailed(DatabaseError):
         self.transient = transient
 
 
+class InstallRefused(MigrationFailed):
+    """An install or upgrade refused before it created anything: the database is exactly as
+    it was. ``code`` says why (the message says what to do): AQ120 binary logging is on and
+    the account may not create triggers (no SUPER, log_bin_trust_function_creators OFF:
+    error 1419 half-way otherwise); AQ121 binary logging in STATEMENT format (every
+    scheduler pass would fail with 1665); AQ122 the namespace holds objects of the
+    application's with names assetq would create (``conflicts`` lists them); AQ123 another
+    Galera node's install held the namespace's install lock too long."""
+
+    #: The conflicting objects of AQ122, as "table dag", "routine register_event", ...
+    conflicts: tuple[str, ...]
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        revision: str | None = None,
+        conflicts: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message, code=code, revision=revision)
+        self.conflicts = conflicts
+
+
 class UnknownRevision(InvalidArgument):
     """A schema revision this package does not know (a typo, or a revision of a newer
     package)."""

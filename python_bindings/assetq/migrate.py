@@ -38,6 +38,7 @@ from . import sqlfiles
 from .dialects import MYSQL, POSTGRESQL, Dialect, dialect_for
 from .errors import (
     AssetqError,
+    InstallRefused,
     MigrationFailed,
     NotInstalled,
     SchemaTooNew,
@@ -149,7 +150,7 @@ def oldest_client(revision: str) -> str:
 
 def table_names() -> frozenset[str]:
     """The tables assetq creates, on either engine, and its version table."""
-    names = {VERSION_TABLE}
+    names = {VERSION_TABLE, INSTALL_LOCK_TABLE}
     for engine in (POSTGRESQL.name, MYSQL.name):
         found = re.findall(
             r"CREATE TABLE (?:IF NOT EXISTS )?\{\{ns\}\}\.(\w+)",
@@ -305,22 +306,109 @@ def _release(conn: Connection, dialect: Dialect, namespace: str) -> None:
     dialect.execute(conn, "unlock_namespace", namespace, {"namespace": namespace})
 
 
+@dataclass
+class _Held:
+    """What :func:`_locked` took: on a Galera cluster also the install lock table, and
+    whether taking it created the namespace (a failed install then removes it again)."""
+
+    cluster: bool = False
+    created_namespace: bool = False
+
+
 @contextlib.contextmanager
-def _locked(conn: Connection, dialect: Dialect, namespace: str) -> Iterator[None]:
+def _locked(conn: Connection, dialect: Dialect, namespace: str) -> Iterator[_Held]:
     _lock(conn, dialect, namespace)
+    held = _Held()
     try:
-        yield
+        if dialect is MYSQL and _on_galera(conn):
+            held.created_namespace = _take_cluster_lock(conn, dialect, namespace)
+            held.cluster = True
+        yield held
     except BaseException:
         # After an error on PostgreSQL the transaction is aborted, and the release (a no-op
         # there) would fail with "current transaction is aborted", replacing the real error.
         # On MySQL the connection is still usable and the named lock must go.
         try:
+            if held.cluster:
+                _lifecycle(conn, dialect, "release_install_lock", namespace)
             _release(conn, dialect, namespace)
         except Exception as exc:  # the first error is the one to report
             log.debug("assetq: releasing the namespace lock after an error: %s", exc)
         raise
     else:
+        if held.cluster:
+            _lifecycle(conn, dialect, "release_install_lock", namespace)
         _release(conn, dialect, namespace)
+
+
+#: The table whose creation is the install lock of a namespace on a Galera cluster.
+INSTALL_LOCK_TABLE = "assetq_install_lock"
+#: Seconds an install waits for another Galera node's install, upgrade or uninstall of the
+#: same namespace (as long as GET_LOCK waits for one on the same node: lock_namespace).
+CLUSTER_LOCK_WAIT = 600.0
+#: Seconds between two attempts at the lock while another node holds it.
+CLUSTER_LOCK_POLL = 0.2
+
+
+def _on_galera(conn: Connection) -> bool:
+    rows = conn.execute(text(_lifecycle_queries(MYSQL.name)["galera_on"])).all()
+    return bool(rows) and str(rows[0][1]).upper() == "ON"
+
+
+def _take_cluster_lock(conn: Connection, dialect: Dialect, namespace: str) -> bool:
+    """Take the install lock of ``namespace`` on a Galera cluster; True when the namespace
+    had to be created for it.
+
+    GET_LOCK is per node: two installs started on two nodes both got it and ran at once
+    (tests/test_deploy_galera.py). DDL is what Galera replicates in one total order (TOI),
+    so the lock is the creation of a table: of any number of installers on any nodes
+    exactly one creates it, the others get 1050 and try again until the holder drops it.
+    Unlike GET_LOCK the table outlives an installer that was killed while it held it: the
+    waiting message and the final error name the holder and say to drop the table."""
+    existed = bool(_scalar(dialect, conn, "namespace_exists", namespace))
+    dialect.execute(conn, "create_namespace", namespace)
+    me = conn.execute(text(_lifecycle_sql(dialect, "install_lock_me", namespace))).one()
+    holder = re.sub(r"[^\w .:-]", "_", f"node {me.node} connection {me.id} at {me.now}")
+    take = _lifecycle_sql(dialect, "take_install_lock", namespace).replace(
+        "{{holder}}", f"'{holder}'"
+    )
+    deadline = time.monotonic() + CLUSTER_LOCK_WAIT
+    waited = False
+    while True:
+        try:
+            conn.exec_driver_sql(take)
+            if waited:
+                log.info("assetq: got the install lock of namespace %s", namespace)
+            return not existed
+        except DBAPIError as exc:
+            if dialect.error_code(exc) != "1050":
+                raise
+        found = conn.execute(
+            text(_lifecycle_sql(dialect, "install_lock_holder", namespace)),
+            {"namespace": namespace},
+        ).first()
+        other = str(found.holder) if found is not None else "an installer that just finished"
+        drop = f"DROP TABLE {dialect.quote_ns(namespace)}.{INSTALL_LOCK_TABLE}"
+        if not waited:
+            waited = True
+            log.warning(
+                "assetq: waiting for the install lock of namespace %s, held by %s: another"
+                " install, upgrade or uninstall on a node of this Galera cluster (if none is"
+                " running, %s)",
+                namespace,
+                other,
+                drop,
+            )
+        if time.monotonic() > deadline:
+            raise InstallRefused(
+                f"timed out after {CLUSTER_LOCK_WAIT:g} s waiting for the install lock of"
+                f" namespace {namespace!r} on this Galera cluster, held by {other}; nothing"
+                " was done. If no install, upgrade or uninstall is running on any node (an"
+                f" installer killed while it ran leaves the lock behind), run {drop} and try"
+                " again",
+                code="AQ123",
+            )
+        time.sleep(CLUSTER_LOCK_POLL)
 
 
 @contextlib.contextmanager
@@ -369,6 +457,8 @@ _PRODUCER_ORDER = (
     "dag_condition_alias",
     "dag",
     "asset_dag_run_queue",
+    "dag_partition_static_key",
+    "asset_partition_queue",
 )
 
 
@@ -406,6 +496,218 @@ def current_revision(conn: Connection, namespace: str = DEFAULT_NAMESPACE) -> st
         conn, opts={"version_table": VERSION_TABLE, "version_table_schema": namespace}
     )
     return ctx.get_current_revision()
+
+
+# -- before anything is created (MySQL/MariaDB) ---------------------------------------------
+# MySQL commits every DDL statement: an install that fails half-way has already changed the
+# database. What can be known to fail, or to touch what is not assetq's, is checked first.
+
+#: A top-level statement of a packaged script that creates or drops a named object (never a
+#: temporary table: those are made inside routine bodies).
+_CREATES = re.compile(
+    r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:ALGORITHM\s*=\s*\w+\s+)?(?:DEFINER\s*=\s*\S+\s+)?"
+    r"(?:SQL\s+SECURITY\s+\w+\s+)?(TABLE|VIEW|PROCEDURE|FUNCTION|TRIGGER)\s+"
+    r"(?:IF\s+NOT\s+EXISTS\s+)?\{\{ns\}\}\.`?(\w+)",
+    re.IGNORECASE,
+)
+_DROPS = re.compile(
+    r"DROP\s+(TABLE|VIEW|PROCEDURE|FUNCTION|TRIGGER)\s+(?:IF\s+EXISTS\s+)?"
+    r"((?:\{\{ns\}\}\.`?\w+`?\s*,?\s*)+)",
+    re.IGNORECASE,
+)
+#: Kinds that share one set of names in a MySQL database: tables and views; procedures and
+#: functions (assetq's clean-up drops both by name); triggers.
+_KIND_GROUP = {
+    "table": "table",
+    "view": "table",
+    "procedure": "routine",
+    "function": "routine",
+    "routine": "routine",
+    "trigger": "trigger",
+}
+
+_Object = tuple[str, str]  # (kind group, name)
+
+
+@functools.cache
+def _script_changes(engine: str, relpath: str) -> tuple[tuple[bool, _Object], ...]:
+    """(created?, object) for every named object a packaged script creates or drops, in
+    order. A script that does not exist (a revision with nothing for this engine) has none."""
+    try:
+        script = sqlfiles.read(engine, relpath)
+    except FileNotFoundError:
+        return ()
+    changes: list[tuple[bool, _Object]] = []
+    for statement in sqlfiles.split_script(script):
+        body = "\n".join(
+            line for line in statement.splitlines() if not line.lstrip().startswith("--")
+        ).lstrip()
+        created = _CREATES.match(body)
+        if created:
+            changes.append((True, (_KIND_GROUP[created.group(1).lower()], created.group(2))))
+            continue
+        dropped = _DROPS.match(body)
+        if dropped:
+            group = _KIND_GROUP[dropped.group(1).lower()]
+            for name in re.findall(r"\{\{ns\}\}\.`?(\w+)", dropped.group(2)):
+                changes.append((False, (group, name)))
+    return tuple(changes)
+
+
+def _step_script(revision: str) -> str:
+    return f"migrations/{revision}.up.sql"
+
+
+def _catalog(engine: str, revision: str | None) -> frozenset[_Object]:
+    """The named objects assetq has at ``revision``: its up scripts replayed in order."""
+    have: set[_Object] = set()
+    for rev in revisions()[: _position(revision) + 1]:
+        for created, obj in _script_changes(engine, _step_script(rev)):
+            (have.add if created else have.discard)(obj)
+    if revision is not None:
+        have.add(("table", VERSION_TABLE))
+    return frozenset(have)
+
+
+def _creations(
+    engine: str, current: str | None, target: str, *, replay: bool
+) -> dict[_Object, str]:
+    """Every named object moving from ``current`` to ``target`` creates, with the revision
+    that creates it first (the schema snapshot's objects: ``target``, for a fresh install
+    to head)."""
+    made: dict[_Object, str] = {}
+    if current is None and target == head_revision() and not replay:
+        for created, obj in _script_changes(engine, "schema.sql"):
+            if created:
+                made.setdefault(obj, target)
+    else:
+        for rev in revisions()[_position(current) + 1 : _position(target) + 1]:
+            for created, obj in _script_changes(engine, _step_script(rev)):
+                if created:
+                    made.setdefault(obj, rev)
+    if current is None:
+        made.setdefault(("table", VERSION_TABLE), target)
+    return made
+
+
+def _check_binary_log(conn: Connection, dialect: Dialect, namespace: str, target: str) -> None:
+    """Refuse (InstallRefused, nothing created) an install or upgrade that binary logging
+    would make fail half-way (1419: no SUPER, log_bin_trust_function_creators OFF) or that
+    would leave a schema no scheduler pass can use (binlog_format=STATEMENT: 1665)."""
+    found = {
+        str(r[0]).lower(): str(r[1]).upper()
+        for r in conn.execute(text(_lifecycle_sql(dialect, "install_settings", namespace)))
+    }
+    if found.get("log_bin") != "ON":
+        return
+    problems: list[tuple[str, str]] = []
+    if found.get("binlog_format") == "STATEMENT":
+        problems.append(
+            (
+                "AQ121",
+                "binary logging is on with binlog_format=STATEMENT: InnoDB refuses writes at"
+                " READ COMMITTED in that format (error 1665) and every scheduler pass runs at"
+                " READ COMMITTED, so nothing would ever be scheduled. Set binlog_format=ROW"
+                " (or MIXED): binlog_format = ROW under [mysqld] in the server's option file"
+                " and SET GLOBAL binlog_format = 'ROW' (a managed server: its parameter"
+                " group), then run the install again",
+            )
+        )
+    trusted = found.get("log_bin_trust_function_creators") == "ON"
+    super_sql = text(_lifecycle_sql(dialect, "account_has_super", namespace))
+    if not trusted and not conn.execute(super_sql).scalar_one():
+        account = conn.execute(text(_lifecycle_sql(dialect, "current_account", namespace)))
+        problems.append(
+            (
+                "AQ120",
+                f"binary logging is on and account {account.scalar_one()} has no SUPER"
+                " privilege, so the server refuses to create assetq's triggers (error"
+                " 1419, after its tables). Set log_bin_trust_function_creators: SET GLOBAL"
+                " log_bin_trust_function_creators = 1 and log_bin_trust_function_creators ="
+                " 1 under [mysqld] in the server's option file (a managed server: its"
+                " parameter group; safe with binlog_format ROW or MIXED), or install with an"
+                " account that has SUPER, then run the install again",
+            )
+        )
+    if problems:
+        raise InstallRefused(
+            f"install of assetq schema {target} in namespace {namespace!r} refused, nothing"
+            " was created: " + "; and ".join(message for _, message in problems),
+            code=problems[0][0],
+            revision=target,
+        )
+
+
+def _check_conflicts(
+    conn: Connection,
+    dialect: Dialect,
+    namespace: str,
+    current: str | None,
+    target: str,
+    *,
+    replay: bool,
+) -> dict[_Object, str]:
+    """Refuse (InstallRefused AQ122, nothing created) to move ``namespace`` from ``current``
+    to ``target`` when an object it would create already exists and is not assetq's (not in
+    ``current``'s schema): the schema creates its tables IF NOT EXISTS and replaces its
+    routines, triggers and views, so an application's `dag_queue_status` view or
+    `register_event` procedure was replaced without a word, its `dagrun_asset_event` table
+    taken for assetq's (and dropped by uninstall), and its `dag` table failed the install
+    half-way. Returns what the move creates.
+
+    An upgrade that failed part-way (a lock timeout: each DDL statement commits) left some of
+    its objects behind; its retry, in this process or another, must not take them for the
+    application's. So an upgrade marks the schema "upgrading to <target>" before its first
+    statement (:func:`_mark_upgrading`), and what the revisions up to that target create
+    counts as assetq's."""
+    creates = _creations(dialect.name, current, target, replay=replay)
+    ours = set(_catalog(dialect.name, current))
+    unfinished = _upgrading_to(conn, dialect, namespace) if current is not None else None
+    if unfinished in revisions() and _position(unfinished) > _position(current):
+        ours |= set(_creations(dialect.name, current, unfinished, replay=False))
+    present = {(_KIND_GROUP[kind], name): kind for kind, name in _objects(conn, dialect, namespace)}
+    clashes = sorted(
+        (creates[obj], f"{present[obj]} {obj[1]}")
+        for obj in creates
+        if obj in present and obj not in ours and obj[1] != INSTALL_LOCK_TABLE
+    )
+    if clashes:
+        names = tuple(name for _, name in clashes)
+        raise InstallRefused(
+            f"install of assetq schema {target} in namespace {namespace!r} refused, nothing"
+            f" was created: the namespace already holds {len(names)} objects that are not"
+            f" assetq's with names assetq would create: {', '.join(names)}. Install assetq"
+            " into a database of its own (the default namespace 'assetq', or --namespace"
+            " NAME; docs/operations.md, MySQL single-database installs); objects an earlier"
+            " failed assetq install left there can be dropped by hand",
+            code="AQ122",
+            revision=clashes[0][0],
+            conflicts=names,
+        )
+    return creates
+
+
+_UPGRADING = re.compile(r"; upgrading to (\w+)")
+
+
+def _upgrading_to(conn: Connection, dialect: Dialect, namespace: str) -> str | None:
+    """The target of an upgrade that started and has not finished (see _check_conflicts)."""
+    row = conn.execute(
+        text(_upgrade_sql(dialect, "read_compat_marker", namespace)), {"namespace": namespace}
+    ).first()
+    found = _UPGRADING.search(str(row.marker or "")) if row is not None else None
+    return found.group(1) if found else None
+
+
+def _mark_upgrading(
+    conn: Connection, dialect: Dialect, namespace: str, current: str, target: str
+) -> None:
+    """Before an upgrade's first statement on MySQL: the schema's marker says it is on its way
+    to ``target`` (old packages read the marker's first part only, which is unchanged; the
+    marker written at the end of the upgrade drops this part)."""
+    marker = f"{compat_marker(current)}; upgrading to {target}"
+    assert re.fullmatch(r"[\w ;]+", marker)  # revision ids only: safe inside the literal
+    conn.execute(text(_upgrade_sql(dialect, "write_compat_marker", namespace, marker)))
 
 
 # -- online: install, upgrade, downgrade, uninstall -----------------------------------------
@@ -567,13 +869,20 @@ def migrate_connection(
     ``lock_timeout`` seconds for a lock (None: the server's setting). Returns the revision
     installed at the end."""
     dialect = dialect_for(conn)
+    if dialect is MYSQL and direction == "up" and target is not None:
+        with _reported(conn, dialect, namespace, target, "install of"):
+            # Before the lock: on Galera taking it creates the namespace and a table.
+            existed = bool(_scalar(dialect, conn, "namespace_exists", namespace))
+            if (current_revision(conn, namespace) if existed else None) != target:
+                _check_binary_log(conn, dialect, namespace, target)
     with (
         _reported(conn, dialect, namespace, target, "install of"),
-        _locked(conn, dialect, namespace),
+        _locked(conn, dialect, namespace) as held,
         _lock_timeout(conn, dialect, namespace, lock_timeout),
     ):
         existed = bool(_scalar(dialect, conn, "namespace_exists", namespace))
         current = current_revision(conn, namespace) if existed else None
+        existed = existed and not held.created_namespace
         _require_known(current, namespace)
         if past_is_done and direction == "up" and _position(current) >= _position(target):
             return current
@@ -589,11 +898,20 @@ def migrate_connection(
             )
         if current == target:
             return current
+        creates = (
+            _check_conflicts(conn, dialect, namespace, current, target, replay=replay)
+            if dialect is MYSQL and target is not None and direction == "up"
+            else {}
+        )
         if target is None:
             _remove(conn, dialect, namespace)
         elif current is None:
-            _fresh_install(conn, dialect, namespace, target, existed=existed, replay=replay)
+            _fresh_install(
+                conn, dialect, namespace, target, existed=existed, replay=replay, creates=creates
+            )
         else:
+            if creates and _position(current) < _position(target):
+                _mark_upgrading(conn, dialect, namespace, current, target)
             with _alembic_command():
                 cfg = _config(conn, namespace)
                 if _position(current) < _position(target):
@@ -615,9 +933,11 @@ def _fresh_install(
     *,
     existed: bool,
     replay: bool,
+    creates: dict[_Object, str],
 ) -> None:
     # MySQL commits every DDL statement: what a failed install created stays unless it is
-    # removed here. What was in the namespace before is never touched.
+    # removed here. What was in the namespace before is never touched, nor anything the
+    # install would not create (an application's table created meanwhile).
     before = None if dialect is POSTGRESQL else _objects(conn, dialect, namespace)
     try:
         dialect.execute(conn, "create_namespace", namespace)
@@ -632,7 +952,7 @@ def _fresh_install(
                 command.upgrade(cfg, target)
     except BaseException:
         if before is not None:
-            _remove_created(conn, dialect, namespace, before, existed=existed)
+            _remove_created(conn, dialect, namespace, before, set(creates), existed=existed)
         raise
 
 
@@ -646,16 +966,25 @@ def _lifecycle_queries(engine: str) -> dict[str, str]:
     return sqlfiles.parse_queries(sqlfiles.read(engine, "lifecycle.sql"))
 
 
+def _lifecycle_sql(dialect: Dialect, name: str, namespace: str) -> str:
+    return sqlfiles.render(_lifecycle_queries(dialect.name)[name], dialect.quote_ns(namespace))
+
+
+def _lifecycle(conn: Connection, dialect: Dialect, name: str, namespace: str) -> None:
+    conn.execute(text(_lifecycle_sql(dialect, name, namespace)))
+
+
 def _remove_created(
     conn: Connection,
     dialect: Dialect,
     namespace: str,
     before: set[tuple[str, str]],
+    creates: set[_Object],
     *,
     existed: bool,
 ) -> None:
-    """Drop what a failed install created on MySQL (everything in the namespace that was not
-    there before it started), and the namespace when the install created it."""
+    """Drop what a failed install created on MySQL (the objects it creates that were not in
+    the namespace before it started), and the namespace when the install created it."""
     queries = _lifecycle_queries(dialect.name)
 
     def run(name: str, object_name: str = "") -> None:
@@ -664,7 +993,11 @@ def _remove_created(
         conn.execute(text(sql.replace("{{name}}", quoted + dialect.quote)))
 
     try:
-        created = _objects(conn, dialect, namespace) - before
+        created = {
+            (kind, name)
+            for kind, name in _objects(conn, dialect, namespace) - before
+            if (_KIND_GROUP.get(kind, kind), name) in creates
+        }
         order = {"trigger": 0, "view": 1, "routine": 2, "table": 3}
         run("foreign_key_checks_off")
         try:

@@ -182,8 +182,11 @@ DROP TABLE IF EXISTS {{ns}}.assetq_alembic_version
 -- namespace_object_count --
 -- How many objects (tables, views, routines, triggers, events) are left in the namespace,
 -- plus one when the namespace is the connection's own database: a user with a single
--- database installs assetq into it, and uninstall must never drop that database.
-SELECT (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = :namespace)
+-- database installs assetq into it, and uninstall must never drop that database. The install
+-- lock of a Galera cluster (lifecycle.sql, take_install_lock) is not counted: the uninstall
+-- holding it drops the namespace with it.
+SELECT (SELECT COUNT(*) FROM information_schema.TABLES
+         WHERE TABLE_SCHEMA = :namespace AND TABLE_NAME <> 'assetq_install_lock')
      + (SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = :namespace)
      + (SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = :namespace)
      + (SELECT COUNT(*) FROM information_schema.EVENTS WHERE EVENT_SCHEMA = :namespace)
