@@ -54,7 +54,7 @@ from . import api, errors, ops
 from .api import Claim, NewEvent, RunInfo
 from .dialects import dialect_of
 from .handles import WRONG_HANDLE_CODE
-from .logs import close_detached, connection_lost, log_retried, retry_level
+from .logs import close_detached, connection_lost, first_line, log_retried, retry_level
 from .migrate import DEFAULT_NAMESPACE
 from .scheduler import (
     ARMED,
@@ -266,7 +266,7 @@ async def _retrying(
                 what,
                 attempt,
                 exc.code or "no code",
-                exc,
+                first_line(exc),
                 delay * 1000,
             )
             await asyncio.sleep(delay)
@@ -682,7 +682,7 @@ async def run_worker(
                         slot_name,
                         claim.run_id,
                         claim.dag_id,
-                        again,
+                        first_line(again),
                     )
         finally:
             held.pop(claim.id, None)
@@ -717,7 +717,7 @@ async def run_worker(
                         " (first in %.2f s); not logged again until a claim succeeds",
                         slot_name,
                         "lost the connection to the database: " if connection_lost(exc) else "",
-                        exc,
+                        first_line(exc),
                         delay,
                     )
                 else:
@@ -776,7 +776,7 @@ async def run_worker(
                             " trying again in %g s",
                             claim.run_id,
                             claim.dag_id,
-                            exc,
+                            first_line(exc),
                             interval,
                         )
                         failing = True

@@ -693,7 +693,7 @@ def read_committed_transaction(
                 what,
                 attempt,
                 exc.code or "no code",
-                exc,
+                logs.first_line(exc),
                 delay * 1000,
             )
             time.sleep(delay)

@@ -115,6 +115,13 @@ def connection_lost(exc: BaseException) -> bool:
     )
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message (psycopg's connection errors add hint lines), or
+    its class name: log lines stay one line."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def log_retried(
     logger: logging.Logger, exc: BaseException, message: str, *args: object
 ) -> None:

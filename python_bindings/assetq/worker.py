@@ -41,7 +41,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from . import api, errors
 from .dialects import dialect_of
 from .handles import engine_of
-from .logs import close_detached, connection_lost, log_retried
+from .logs import close_detached, connection_lost, first_line, log_retried
 from .metrics import AttemptOutcome, Metrics
 from .migrate import DEFAULT_NAMESPACE
 from .scheduler import _error_code, pooled_session, pooled_warning
@@ -249,7 +249,7 @@ class _Heartbeat(threading.Thread):
                         " %g s",
                         claim.run_id,
                         claim.dag_id,
-                        exc,
+                        first_line(exc),
                         self._interval,
                     )
                     self._failing = True
@@ -420,7 +420,7 @@ def run_worker(
                         slot_name,
                         claim.run_id,
                         claim.dag_id,
-                        again,
+                        first_line(again),
                     )
         finally:
             heart.drop(claim)
@@ -465,7 +465,7 @@ def run_worker(
                             " (first in %.2f s); not logged again until a claim succeeds",
                             slot_name,
                             "lost the connection to the database: " if connection_lost(exc) else "",
-                            exc,
+                            first_line(exc),
                             delay,
                         )
                     else:
