@@ -2,7 +2,7 @@
 verification over the database. Drives assetq or, as a control that must fail, a faithful
 re-implementation of the timestamp-window algorithm of Airflow 3.0-3.3 (test code only).
 
-Run the long version with one command (fresh database on the local server unless --url):
+Run the long version with one command (a fresh database on the local server unless --server):
 
     python tests/stress.py --engine postgresql --events 100000 --producers 16 --schedulers 3
     python tests/stress.py --engine mysql --events 100000 --producers 16 --schedulers 3
