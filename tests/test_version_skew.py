@@ -29,12 +29,22 @@ from dbs import TestDatabase
 REPO = Path(__file__).resolve().parent.parent
 
 #: Routine signatures (name, arguments, result) and table columns of the namespace: what an
-#: older package's calls and reads depend on.
+#: older package's calls and reads depend on. On PostgreSQL a function's result columns are
+#: listed one by one: a package reads them by name, so a column added to a result (0009's
+#: partition_key) keeps every call working, and a column removed or retyped does not.
 CATALOG = {
     "postgresql": (
-        "SELECT p.proname || '(' || pg_get_function_arguments(p.oid) || ') -> '"
-        " || pg_get_function_result(p.oid) FROM pg_proc p"
+        "SELECT p.proname || '(' || pg_get_function_arguments(p.oid) || ')' FROM pg_proc p"
         " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = :ns"
+        " UNION ALL SELECT p.proname || '(' || pg_get_function_identity_arguments(p.oid)"
+        " || ') -> ' || c.name || ' ' || format_type(c.type, NULL)"
+        " FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace,"
+        " unnest(p.proallargtypes, p.proargmodes, p.proargnames) AS c(type, mode, name)"
+        " WHERE n.nspname = :ns AND c.mode IN ('o', 't', 'b')"
+        " UNION ALL SELECT p.proname || '(' || pg_get_function_identity_arguments(p.oid)"
+        " || ') -> ' || pg_get_function_result(p.oid) FROM pg_proc p"
+        " JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = :ns AND p.proallargtypes IS NULL"
         " UNION ALL SELECT table_name || '.' || column_name || ' ' || data_type"
         " FROM information_schema.columns WHERE table_schema = :ns"
     ),

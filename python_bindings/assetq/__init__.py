@@ -62,11 +62,13 @@ from .errors import (
     UnknownDag,
     UnknownRevision,
     UnknownRun,
+    UnmappablePartition,
     UnsupportedServerSetting,
 )
 from .handles import Handle
 from .metrics import Metrics
 from .migrate import DEFAULT_NAMESPACE, current_revision, head_revision, install, uninstall
+from .partitions import PartitionMapping, Partitioned, Rollup, StaticPartitions
 from .ops import (
     Check,
     DagStatus,
@@ -120,21 +122,26 @@ __all__ = [
     "NameTooLong",
     "NewEvent",
     "NotInstalled",
+    "PartitionMapping",
+    "Partitioned",
     "PreparedStatementConflict",
     "PurgeResult",
     "ReadOnlyServer",
     "Ref",
+    "Rollup",
     "Run",
     "RunInfo",
     "SchedulerStats",
     "SchemaTooNew",
     "SchemaTooOld",
     "Source",
+    "StaticPartitions",
     "TransientError",
     "UnknownAsset",
     "UnknownDag",
     "UnknownRevision",
     "UnknownRun",
+    "UnmappablePartition",
     "UnsupportedServerSetting",
     "WorkerStats",
     "alias",

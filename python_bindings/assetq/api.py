@@ -23,7 +23,7 @@ from typing import Any, Literal
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from . import conditions, errors, logs
+from . import conditions, errors, logs, partitions
 from .dialects import Dialect, dialect_for, dialect_of
 from .handles import Handle, connection_of, engine_of
 from .migrate import DEFAULT_NAMESPACE
@@ -74,6 +74,8 @@ class Event:
     #: The aliases this call registered the event through (none for a retry, ``created``
     #: False: the original registration's aliases stand).
     aliases: tuple[str, ...] = ()
+    #: The event's partition (None: unpartitioned), see docs/semantics.md "Partitions".
+    partition_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ class NewEvent:
     source: Source | Mapping[str, Any] | None = None
     idempotency_key: str | None = None
     aliases: Sequence[str] = ()
+    #: The event's partition, e.g. ``"2026-12-01"`` (1 to 250 characters; None: none).
+    partition_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,8 @@ class Run:
     triggering_event_id: int | None = None
     #: ``queued`` when the scheduler creates it; see :func:`set_run_state`.
     state: str = "queued"
+    #: The partition key a partitioned consumer's run is for (None: unpartitioned).
+    partition_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -165,6 +171,8 @@ class RunInfo:
     error: str | None = None
     #: The events its successful completion registered (:func:`complete_run` only).
     output_event_ids: tuple[int, ...] = ()
+    #: The partition key a partitioned consumer's run is for (None: unpartitioned).
+    partition_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +188,8 @@ class EventRecord:
     source: Source
     #: The aliases the event was registered through, sorted.
     aliases: tuple[str, ...]
+    #: The event's partition (None: unpartitioned).
+    partition_key: str | None = None
 
 
 def _utc_or_none(value: datetime | None) -> datetime | None:
@@ -310,6 +320,7 @@ def declare_dag(
     max_attempts: int = 1,
     retry_delay: timedelta | float = timedelta(0),
     max_retry_delay: timedelta | float | None = None,
+    partitioned: partitions.Partitioned = False,
     savepoint: bool = True,
     namespace: str = DEFAULT_NAMESPACE,
 ) -> None:
@@ -332,6 +343,17 @@ def declare_dag(
     concurrent scheduler pass sees the old declaration or the new one. Queued events of
     assets the new condition does not depend on are dropped; the others stay queued and are
     consumed by its next run. ``savepoint``: see :func:`register_event`.
+
+    ``partitioned`` (docs/semantics.md, "Partitions"): True evaluates the condition per
+    partition key, each asset's events mapped to the consumer's keys by identity; a mapping
+    from assets of the condition (names or uris) to :class:`~assetq.Rollup`,
+    :class:`~assetq.StaticPartitions` or ``"identity"`` sets other mappings. A run is then
+    created for key k once the condition holds on the queued events that map to k, and
+    consumes exactly those; its ``partition_key`` is k. Events of the condition's assets must
+    carry partition keys their mapping accepts (else :class:`~assetq.UnmappablePartition` at
+    registration). ``max_active_runs`` counts the runs of every key; ``max_events_per_run``
+    caps each run, a key's oldest events first. Changing the partitioning maps the queued
+    events again, and holds the consumer's producers back until the caller commits.
     """
     conn = connection_of(conn, "declare_dag")
     dag_id = check_dag_id(dag_id)
@@ -340,9 +362,11 @@ def declare_dag(
         check_bool(paused, "paused")
     if max_active_runs is not None:
         check_int(max_active_runs, "max_active_runs", 1, 1_000_000)
+    partitions_json = partitions.to_json(partitioned)
     if max_events_per_run is not None:
         check_int(max_events_per_run, "max_events_per_run", 1, 1_000_000)
-        bound = conditions.size_bound(node)
+        # A partition roll-up with require="all" needs all its sub-partitions in one run.
+        bound = conditions.size_bound(node, partitions.needs(partitioned))
         if max_events_per_run < bound:
             raise errors.InvalidArgument(
                 f"max_events_per_run={max_events_per_run} is below the condition's size {bound}:"
@@ -370,8 +394,14 @@ def declare_dag(
         "max_retry_delay_seconds": max_delay,
     }
     dialect = dialect_for(conn)
-    with _translated(dialect), _savepoint(conn, savepoint):
+    with _translated(dialect), _savepoint(conn, savepoint), dialect.several(conn):
         dialect.execute(conn, "declare_dag", namespace, params)
+        dialect.execute(
+            conn,
+            "set_dag_partitions",
+            namespace,
+            {"dag_id": dag_id, "partitions": partitions_json},
+        )
 
 
 def _set_paused(
@@ -409,6 +439,7 @@ def register_event(
     source: Source | Mapping[str, Any] | None = None,
     idempotency_key: str | None = None,
     aliases: Sequence[str] = (),
+    partition_key: str | None = None,
     savepoint: bool = True,
     namespace: str = DEFAULT_NAMESPACE,
 ) -> Event:
@@ -431,12 +462,18 @@ def register_event(
 
     ``aliases``: register the event through these asset aliases (created if new). Each alias
     resolves to ``asset`` from then on, and the event is queued for the alias's consumers too.
+
+    ``partition_key``: the event's partition, e.g. ``"2026-12-01"`` (1 to 250 characters),
+    for partitioned consumers (docs/semantics.md, "Partitions"); unpartitioned consumers
+    consume it like any other event. A retry with the same idempotency key must repeat it.
+    Raises UnmappablePartition when a partitioned consumer of the asset cannot map it (or it
+    is missing), and nothing is written.
     """
     conn = connection_of(conn, "register_event")
-    if aliases:
+    if aliases or partition_key is not None:
         return register_events(
             conn,
-            [NewEvent(asset, extra, source, idempotency_key, aliases)],
+            [NewEvent(asset, extra, source, idempotency_key, aliases, partition_key)],
             savepoint=savepoint,
             namespace=namespace,
         )[0]
@@ -467,7 +504,9 @@ def register_event(
     )
 
 
-_NEW_EVENT_KEYS = frozenset({"asset", "extra", "source", "idempotency_key", "aliases"})
+_NEW_EVENT_KEYS = frozenset(
+    {"asset", "extra", "source", "idempotency_key", "aliases", "partition_key"}
+)
 
 #: Most aliases one event may be registered through.
 ALIASES_MAX = 100
@@ -492,7 +531,7 @@ def _new_event(item: object) -> NewEvent:
         if unknown:
             raise errors.InvalidArgument(
                 f"unknown keys {sorted(unknown)}; use asset, extra, source, idempotency_key,"
-                " aliases"
+                " aliases, partition_key"
             )
         if "asset" not in item:
             raise errors.InvalidArgument("the asset is missing")
@@ -502,15 +541,16 @@ def _new_event(item: object) -> NewEvent:
     )
 
 
-def _batch_item(item: object) -> tuple[str, tuple[str, ...], str]:
-    """Check one item of a batch; return its asset, its aliases and its JSON object for the
-    routine."""
+def _batch_item(item: object) -> tuple[str, tuple[str, ...], str | None, str]:
+    """Check one item of a batch; return its asset, its aliases, its partition key and its
+    JSON object for the routine."""
     new = _new_event(item)
     asset = check_name(new.asset, "asset", ASSET_NAME_MAX)
     aliases = _aliases(new.aliases)
     extra_text = extra_json(new.extra)
     src = _source(new.source)
     key = check_optional_name(new.idempotency_key, "idempotency_key", IDEMPOTENCY_KEY_MAX)
+    part = check_optional_name(new.partition_key, "partition_key", partitions.PARTITION_KEY_MAX)
     # Built from already serialized parts: extra is not serialized twice, and keys left at
     # their default are not sent at all.
     parts = [f'"asset":{_json_text(asset)}']
@@ -521,6 +561,7 @@ def _batch_item(item: object) -> tuple[str, tuple[str, ...], str]:
         ("source_task_id", src.task_id),
         ("source_run_id", src.run_id),
         ("idempotency_key", key),
+        ("partition_key", part),
     ):
         if value is not None:
             parts.append(f'"{name}":{_json_text(value)}')
@@ -528,7 +569,7 @@ def _batch_item(item: object) -> tuple[str, tuple[str, ...], str]:
         parts.append(f'"source_map_index":{src.map_index}')
     if aliases:
         parts.append('"aliases":[' + ",".join(_json_text(a) for a in aliases) + "]")
-    return asset, aliases, "{" + ",".join(parts) + "}"
+    return asset, aliases, part, "{" + ",".join(parts) + "}"
 
 
 def _json_text(value: str) -> str:
@@ -574,14 +615,16 @@ def register_events(
     namespace = check_namespace(namespace)
     assets: list[str] = []
     item_aliases: list[tuple[str, ...]] = []
+    item_parts: list[str | None] = []
     texts: list[str] = []
     for number, item in enumerate(items, start=1):
         try:
-            asset, aliases, item_text = _batch_item(item)
+            asset, aliases, part, item_text = _batch_item(item)
         except errors.InvalidArgument as exc:
             raise type(exc)(f"event {number} of the batch: {exc}", code=exc.code) from None
         assets.append(asset)
         item_aliases.append(aliases)
+        item_parts.append(part)
         texts.append(item_text)
     if not items:
         return []
@@ -607,8 +650,9 @@ def register_events(
             timestamp=_utc(row.event_timestamp),
             created=bool(row.created),
             aliases=aliases if row.created else (),
+            partition_key=part,
         )
-        for asset, aliases, row in zip(assets, item_aliases, rows, strict=True)
+        for asset, aliases, part, row in zip(assets, item_aliases, item_parts, rows, strict=True)
     ]
 
 
@@ -738,15 +782,17 @@ def schedule(
             if row.triggering_event_id is None
             else int(row.triggering_event_id),
             state=str(row.state),
+            partition_key=row.partition_key,
         )
         for row in rows
     ]
     for run in runs:
         log.info(
-            "assetq: created run %s of %s consuming %d events",
+            "assetq: created run %s of %s consuming %d events%s",
             run.run_id,
             run.dag_id,
             len(run.event_ids),
+            "" if run.partition_key is None else f" (partition {run.partition_key!r})",
         )
     return runs
 
@@ -779,6 +825,7 @@ def _run_info(row: Any) -> RunInfo:
         output_event_ids=_ids_in_order(row.output_event_ids)
         if "output_event_ids" in row._fields
         else (),
+        partition_key=row.partition_key,
     )
 
 
@@ -803,6 +850,7 @@ def _event_record(row: Any) -> EventRecord:
             map_index=int(row.source_map_index),
         ),
         aliases=tuple(sorted(str(a) for a in aliases or ())),
+        partition_key=row.partition_key,
     )
 
 
@@ -1067,6 +1115,7 @@ def _claim(row: Any, lease: timedelta) -> Claim:
         lease_until=_utc(row.lease_until),
         lease=lease,
         started_at=_utc_or_none(row.started_at),
+        partition_key=row.partition_key,
     )
 
 
@@ -1172,7 +1221,7 @@ def heartbeat(
 
 def _output_events(claim: Claim, events: object) -> str | None:
     """The JSON array complete_run registers: register_events' items, with the run as their
-    source unless an item names its own."""
+    source and the run's partition key unless an item names its own."""
     if events is None:
         return None
     if isinstance(events, str | bytes | Mapping) or not isinstance(events, Iterable):
@@ -1188,7 +1237,10 @@ def _output_events(claim: Claim, events: object) -> str | None:
             new = _new_event(item)
             if new.source is None:
                 new = replace(new, source=Source(dag_id=claim.dag_id, run_id=claim.run_id))
-            texts.append(_batch_item(new)[2])
+            if new.partition_key is None and claim.partition_key is not None:
+                # A partitioned run's outputs are of its partition unless they say otherwise.
+                new = replace(new, partition_key=claim.partition_key)
+            texts.append(_batch_item(new)[3])
         except errors.InvalidArgument as exc:
             raise type(exc)(f"output event {number}: {exc}", code=exc.code) from None
     if not texts:

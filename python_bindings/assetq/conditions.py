@@ -12,7 +12,7 @@ with no recursion in SQL.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -191,11 +191,17 @@ def compile_cnf(condition: Node) -> list[list[Any]]:
     return [[_member_json(m) for m in clause] for clause in ordered]
 
 
-def size_bound(condition: Node) -> int:
+def size_bound(condition: Node, weights: Mapping[str, int] | None = None) -> int:
     """How many events one run may need to satisfy ``condition``: one per reference of an
-    all_of, the largest of an any_of's items. A max_events_per_run at least this large
-    always leaves room for a run whenever the whole queue satisfies the condition."""
+    all_of (or ``weights[name]`` for a reference to an asset by that name or uri: a partition
+    roll-up's sub-partitions), the largest of an any_of's items. A max_events_per_run at
+    least this large always leaves room for a run whenever the whole queue satisfies the
+    condition."""
     if isinstance(condition, str | Ref):
+        if weights:
+            key = condition if isinstance(condition, str) else condition.value
+            if not isinstance(condition, Ref) or condition.kind != "alias":
+                return weights.get(key, 1)
         return 1
-    sizes = [size_bound(item) for item in condition.items]  # type: ignore[arg-type]
+    sizes = [size_bound(item, weights) for item in condition.items]  # type: ignore[arg-type]
     return sum(sizes) if isinstance(condition, AllOf) else max(sizes)

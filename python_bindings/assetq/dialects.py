@@ -33,6 +33,7 @@ _AQ_ERRORS: dict[str, type[errors.AssetqError]] = {
     "AQ007": errors.AssetInUse,
     "AQ008": errors.InvalidRunState,
     "AQ010": errors.LeaseLost,
+    "AQ011": errors.UnmappablePartition,
     "AQ900": errors.ClaimGuardAbort,
 }
 
@@ -94,6 +95,13 @@ class Dialect:
         """Make a routine call with several writing statements atomic on an autocommit
         connection too. PostgreSQL: a function is one statement, so it already is."""
         yield
+
+    @contextmanager
+    def several(self, conn: Connection) -> Iterator[None]:
+        """Make several routine calls atomic together on an autocommit connection too (in
+        the caller's transaction otherwise, which already makes them atomic)."""
+        with self.atomic(conn):
+            yield
 
     def execute(
         self,
@@ -256,6 +264,17 @@ def _listened(conn: Connection) -> bool:
 
 
 class _PostgreSQL(Dialect):
+    @contextmanager
+    def several(self, conn: Connection) -> Iterator[None]:
+        """On an autocommit connection, a transaction block of the driver's (psycopg's
+        ``transaction()``) around the calls; nothing otherwise."""
+        dbapi_connection = conn.connection.dbapi_connection
+        if not getattr(dbapi_connection, "autocommit", False):
+            yield
+            return
+        with dbapi_connection.transaction():  # type: ignore[union-attr]
+            yield
+
     def execute(
         self,
         conn: Connection,
@@ -409,13 +428,25 @@ class _MySQL(Dialect):
         # ':' in routine bodies are never taken for placeholders.
         sql = sqlfiles.render(script, self.quote_ns(namespace))
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        locked = False
         try:
             for statement in sqlfiles.split_script(sql):
                 cursor.execute(statement)
                 while cursor.nextset():
                     pass
+                # A script may swap a trigger under LOCK TABLES (0009_partitions): the lock
+                # is the session's, and must not outlive a failure on a pooled connection.
+                head = statement.lstrip().upper()
+                if head.startswith("LOCK TABLES"):
+                    locked = True
+                elif head.startswith("UNLOCK TABLES"):
+                    locked = False
         finally:
-            cursor.close()
+            try:
+                if locked:
+                    cursor.execute("UNLOCK TABLES")
+            finally:
+                cursor.close()
 
     def error_code(self, exc: DBAPIError) -> str | None:
         orig = exc.orig

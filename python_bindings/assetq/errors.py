@@ -61,6 +61,12 @@ class InvalidRunState(InvalidArgument):
     """A run cannot move to that state: unknown state, or the run is finished (code AQ008)."""
 
 
+class UnmappablePartition(InvalidArgument):
+    """An event cannot be queued for a partitioned consumer (code AQ011): it has no
+    partition key, or its key does not parse under the consumer's mapping of its asset
+    (an hour or a day roll-up) or is not in its static mapping. Nothing was written."""
+
+
 class IdempotencyConflict(AssetqError):
     """An idempotency key was reused for a different registration (code AQ005)."""
 

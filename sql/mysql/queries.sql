@@ -26,6 +26,10 @@ CALL {{ns}}.declare_dag(:dag_id, :condition, :clauses, :paused, :max_active_runs
                         :max_events_per_run, :queue_while_paused, :max_attempts,
                         :retry_delay_seconds, :max_retry_delay_seconds)
 
+-- set_dag_partitions --
+-- Set a consumer's partitioning (NULL: unpartitioned), right after its declare_dag.
+CALL {{ns}}.set_dag_partitions(:dag_id, :partitions)
+
 -- set_dag_paused --
 -- Pause or unpause a consumer.
 CALL {{ns}}.set_dag_paused(:dag_id, :paused)
@@ -55,7 +59,7 @@ CALL {{ns}}.delete_asset(:asset)
 -- One run of a consumer by run id (no row when there is none).
 SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
        r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
-       r.lease_until, r.not_before, r.error
+       r.lease_until, r.not_before, r.error, r.partition_key
   FROM {{ns}}.dag_run r
  WHERE r.dag_id = :dag_id AND r.run_id = :run_id
 
@@ -64,7 +68,7 @@ SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.cr
 -- in state :state (NULL: any). Read backwards along the (dag_id, seq) key.
 SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
        r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
-       r.lease_until, r.not_before, r.error
+       r.lease_until, r.not_before, r.error, r.partition_key
   FROM {{ns}}.dag_run r
  WHERE r.dag_id = :dag_id
    AND (:state IS NULL OR r.state = :state)
@@ -78,7 +82,7 @@ SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.cr
 -- backwards (the driver inlines the parameters, so the NULL tests fold away).
 SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
        r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
-       r.lease_until, r.not_before, r.error
+       r.lease_until, r.not_before, r.error, r.partition_key
   FROM {{ns}}.dag_run r
  WHERE (:state IS NULL OR r.state = :state)
    AND (:before_id IS NULL OR r.id < :before_id)
@@ -115,7 +119,7 @@ CALL {{ns}}.retry_run(:dag_id, :run_id)
 SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */
        e.id AS event_id, e.asset_id, a.name AS asset_name, a.uri AS asset_uri,
        e.`timestamp` AS event_timestamp, e.extra, e.source_dag_id, e.source_task_id,
-       e.source_run_id, e.source_map_index,
+       e.source_run_id, e.source_map_index, e.partition_key,
        COALESCE((SELECT CONCAT('[', GROUP_CONCAT(JSON_QUOTE(al.name) ORDER BY al.name SEPARATOR ','), ']')
                    FROM {{ns}}.asset_event_alias ea
                    JOIN {{ns}}.asset_alias al ON al.id = ea.alias_id
@@ -136,7 +140,7 @@ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */
 SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */
        e.id AS event_id, e.asset_id, a.name AS asset_name, a.uri AS asset_uri,
        e.`timestamp` AS event_timestamp, e.extra, e.source_dag_id, e.source_task_id,
-       e.source_run_id, e.source_map_index,
+       e.source_run_id, e.source_map_index, e.partition_key,
        COALESCE((SELECT CONCAT('[', GROUP_CONCAT(JSON_QUOTE(al.name) ORDER BY al.name SEPARATOR ','), ']')
                    FROM {{ns}}.asset_event_alias ea
                    JOIN {{ns}}.asset_alias al ON al.id = ea.alias_id
@@ -223,10 +227,18 @@ SELECT COUNT(*) AS behind
   JOIN {{ns}}.dag_lock l ON l.dag_id = d.dag_id
  WHERE NOT d.is_paused
    AND (l.last_scheduled_at IS NULL OR l.last_scheduled_at < :since)
-   AND (SELECT q.target_dag_id
-          FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (PRIMARY)
-         WHERE q.target_dag_id = d.dag_id
-         LIMIT 1) IS NOT NULL
+   AND CASE WHEN d.partitioning IS NULL
+            THEN (SELECT q.target_dag_id
+                    FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (PRIMARY)
+                   WHERE q.target_dag_id = d.dag_id
+                   LIMIT 1)
+            -- A partitioned consumer waits for a pass only when a row arrived that no pass
+            -- has examined (as in schedule_pass).
+            ELSE (SELECT p.target_dag_id
+                    FROM {{ns}}.asset_partition_queue p FORCE INDEX (asset_partition_queue_new_idx)
+                   WHERE p.target_dag_id = d.dag_id AND p.examined = FALSE
+                   LIMIT 1)
+       END IS NOT NULL
 
 -- server_clock --
 -- The database's current time (UTC, as every DATETIME(6) assetq writes): when a scheduler

@@ -82,7 +82,11 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag (
         CHECK (retry_delay_seconds >= 0 AND max_retry_delay_seconds >= retry_delay_seconds),
     -- ASCII classes, not [[:alnum:]]: MySQL's ICU regular expressions count any Unicode letter
     -- as alnum, MariaDB's PCRE does not. This is exactly what the Python layer accepts.
-    CONSTRAINT dag_id_format CHECK (dag_id REGEXP '^[A-Za-z0-9_.-]+$')
+    CONSTRAINT dag_id_format CHECK (dag_id REGEXP '^[A-Za-z0-9_.-]+$'),
+    -- Partitions (migration 0009_partitions): NULL for an unpartitioned consumer; otherwise
+    -- the declared mappings with the condition they were declared for (set_dag_partitions),
+    -- and the consumer's condition is evaluated per partition key.
+    partitioning       JSON NULL
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- The consumer's lock row: one per dag, created by the trigger on dag, referenced by nothing.
@@ -117,7 +121,15 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_schedule_asset_reference (
     CONSTRAINT dag_schedule_asset_reference_asset_id_fkey FOREIGN KEY (asset_id)
         REFERENCES {{ns}}.asset (id),
     CONSTRAINT dag_schedule_asset_reference_dag_id_fkey FOREIGN KEY (dag_id)
-        REFERENCES {{ns}}.dag (dag_id) ON DELETE CASCADE
+        REFERENCES {{ns}}.dag (dag_id) ON DELETE CASCADE,
+    -- A partitioned consumer's mapping of the asset's partition keys to its own (migration
+    -- 0009_partitions, see partition_map), and whether a key needs all of its upstream
+    -- partitions or any; both NULL for an unpartitioned consumer.
+    partition_mapping VARCHAR(20) NULL,
+    partition_require VARCHAR(3) NULL,
+    CONSTRAINT dag_schedule_asset_reference_mapping_check
+        CHECK (partition_mapping IN ('identity', 'hour_to_day', 'day_to_week', 'day_to_month', 'static')),
+    CONSTRAINT dag_schedule_asset_reference_require_check CHECK (partition_require IN ('all', 'any'))
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- The compiled condition in conjunctive normal form: clause k of a consumer is the set of
@@ -153,7 +165,11 @@ CREATE TABLE IF NOT EXISTS {{ns}}.asset_event (
     CONSTRAINT asset_event_idempotency_key UNIQUE (asset_id, idempotency_key),
     CONSTRAINT asset_event_asset_id_fkey FOREIGN KEY (asset_id) REFERENCES {{ns}}.asset (id),
     CONSTRAINT asset_event_extra_is_object CHECK (JSON_TYPE(extra) = 'OBJECT'),
-    CONSTRAINT asset_event_idempotency_key_not_empty CHECK (CHAR_LENGTH(idempotency_key) > 0)
+    CONSTRAINT asset_event_idempotency_key_not_empty CHECK (CHAR_LENGTH(idempotency_key) > 0),
+    -- The event's partition (migration 0009_partitions): NULL for an unpartitioned event. No
+    -- CHECK that it is not empty (insert_event_batch refuses ''): adding one to an existing
+    -- install would copy the whole event history (ALGORITHM=COPY).
+    partition_key     VARCHAR(250) NULL
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- One row per (consumer, event) not yet consumed. created_at is the event's own timestamp,
@@ -221,7 +237,15 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_run (
     CONSTRAINT dag_run_dag_id_fkey FOREIGN KEY (dag_id)
         REFERENCES {{ns}}.dag (dag_id) ON DELETE CASCADE,
     CONSTRAINT dag_run_type_check CHECK (run_type IN ('asset_triggered')),
-    CONSTRAINT dag_run_state_check CHECK (state IN ('queued', 'running', 'success', 'failed'))
+    CONSTRAINT dag_run_state_check CHECK (state IN ('queued', 'running', 'success', 'failed')),
+    -- Partitions (migration 0009_partitions): the key a partitioned consumer's run is for, and
+    -- its generation, 1 for the key's first run, 2 for the next (a re-delivered partition).
+    -- At most one run per (consumer, key, generation), written into the schema. Both NULL for
+    -- an unpartitioned consumer's run. No CHECK that they are NULL together: adding one to an
+    -- existing install would copy the whole table; only schedule_partitions writes them.
+    partition_key        VARCHAR(250) NULL,
+    partition_generation INT NULL,
+    CONSTRAINT dag_run_partition_key UNIQUE (dag_id, partition_key, partition_generation)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- Which events a run consumed. The unique (dag_id, asset_event_id) is the exactly-once
@@ -293,6 +317,45 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_condition_alias (
         REFERENCES {{ns}}.asset_alias (id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
+-- Partitions (migration 0009_partitions). A static mapping of a partitioned consumer: an
+-- event of asset asset_id with partition key upstream_key counts towards the consumer's key
+-- target_key. With partition_require 'all', a target key needs an event for every upstream
+-- key that maps to it.
+CREATE TABLE IF NOT EXISTS {{ns}}.dag_partition_static_key (
+    dag_id        VARCHAR(250) NOT NULL,
+    asset_id      BIGINT NOT NULL,
+    upstream_key  VARCHAR(250) NOT NULL,
+    target_key    VARCHAR(250) NOT NULL,
+    PRIMARY KEY (dag_id, asset_id, upstream_key),
+    KEY dag_partition_static_key_target_idx (dag_id, asset_id, target_key),
+    KEY dag_partition_static_key_reference_idx (asset_id, dag_id),
+    CONSTRAINT dag_partition_static_key_reference_fkey FOREIGN KEY (asset_id, dag_id)
+        REFERENCES {{ns}}.dag_schedule_asset_reference (asset_id, dag_id) ON DELETE CASCADE
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- The queue rows of partitioned consumers, with their keys: one row beside each of their
+-- asset_dag_run_queue rows, written by the same fan-out and deleted with it (the cascade).
+-- partition_key is the consumer's key the event maps to, source_key the event's own key as
+-- its mapping counts it (an hour of a day, a day of a week). examined: a pass has evaluated
+-- the row's key since the row arrived and found its condition not met; a pass evaluates only
+-- the keys of rows not yet examined, so it costs what arrived, never every pending key. The
+-- index of rows not yet examined holds every row (MySQL has no partial index), the examined
+-- ones in a range of their own that a pass never reads.
+CREATE TABLE IF NOT EXISTS {{ns}}.asset_partition_queue (
+    target_dag_id   VARCHAR(250) NOT NULL,
+    asset_event_id  BIGINT NOT NULL,
+    partition_key   VARCHAR(250) NOT NULL,
+    asset_id        BIGINT NOT NULL,
+    source_key      VARCHAR(250) NOT NULL,
+    created_at      DATETIME(6) NOT NULL,
+    examined        BOOLEAN NOT NULL DEFAULT FALSE,
+    PRIMARY KEY (target_dag_id, asset_event_id),
+    KEY asset_partition_queue_key_idx (target_dag_id, partition_key, created_at, asset_event_id),
+    KEY asset_partition_queue_new_idx (target_dag_id, examined, asset_event_id),
+    CONSTRAINT asset_partition_queue_queue_fkey FOREIGN KEY (target_dag_id, asset_event_id)
+        REFERENCES {{ns}}.asset_dag_run_queue (target_dag_id, asset_event_id) ON DELETE CASCADE
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
 
 -- Fan-out (I1, I2), now also for consumers that depend on the asset through an alias it has
 -- resolved to, and for paused consumers that queue while paused: one queue row per consumer,
@@ -331,6 +394,7 @@ CREATE TRIGGER {{ns}}.asset_event_fan_out
     FOR EACH ROW
 BEGIN
     DECLARE v_resolutions BIGINT;
+    DECLARE v_partitioned BIGINT;
     SELECT COUNT(*) INTO v_resolutions
       FROM {{ns}}.asset_alias_asset aa FORCE INDEX (asset_alias_asset_asset_idx)
      WHERE aa.asset_id = NEW.asset_id
@@ -360,6 +424,19 @@ BEGIN
           STRAIGHT_JOIN {{ns}}.dag d FORCE INDEX (PRIMARY) ON d.dag_id = t.dag_id
          WHERE NOT d.is_paused OR d.queue_while_paused
           LOCK IN SHARE MODE;
+    END IF;
+
+    -- Partitioned consumers (migration 0009_partitions): each of their new queue rows gets its
+    -- row in asset_partition_queue, with the consumer's key the event maps to (partition_map
+    -- signals AQ011 for an event it cannot map: the registration fails, nothing is written).
+    -- Read back from the queue rows written above, so it is exactly those. Usually no consumer
+    -- of the asset is partitioned: one look at its reference rows, read above already; through
+    -- an alias the consumers are looked at too (identity mapping).
+    SELECT COUNT(*) INTO v_partitioned
+      FROM {{ns}}.dag_schedule_asset_reference r FORCE INDEX (PRIMARY)
+     WHERE r.asset_id = NEW.asset_id AND r.partition_mapping IS NOT NULL;
+    IF v_partitioned > 0 OR v_resolutions > 0 THEN
+        CALL {{ns}}.partition_fan_out(NEW.id, NEW.asset_id, NEW.partition_key, NEW.`timestamp`);
     END IF;
 END $$
 DELIMITER ;
@@ -522,6 +599,8 @@ BEGIN
     DECLARE v_run_id    VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_map_index INT;
     DECLARE v_key       VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_part      VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_old_part  VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_event_id  BIGINT;
     DECLARE v_first_id  BIGINT;
     DECLARE v_timestamp DATETIME(6);
@@ -569,6 +648,8 @@ BEGIN
         source_map_index INT NULL,
         idempotency_key  VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
         aliases          LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        partition_key    VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        partition_type   VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
         asset_id         BIGINT NULL,
         event_id         BIGINT NULL,
         event_timestamp  DATETIME(6) NULL,
@@ -577,12 +658,13 @@ BEGIN
     ) ENGINE = InnoDB;
     INSERT INTO {{ns}}._assetq_batch
            (item_no, item_type, asset, extra, source_dag_id, source_task_id, source_run_id,
-            source_map_index, idempotency_key, aliases)
+            source_map_index, idempotency_key, aliases, partition_key, partition_type)
     SELECT j.item_no, JSON_TYPE(j.item), j.asset,
            CASE WHEN j.extra IS NULL OR JSON_TYPE(j.extra) = 'NULL' THEN '{}' ELSE j.extra END,
            j.source_dag_id, j.source_task_id, j.source_run_id,
            COALESCE(j.source_map_index, -1), j.idempotency_key,
-           CASE WHEN j.aliases IS NULL OR JSON_TYPE(j.aliases) = 'NULL' THEN NULL ELSE j.aliases END
+           CASE WHEN j.aliases IS NULL OR JSON_TYPE(j.aliases) = 'NULL' THEN NULL ELSE j.aliases END,
+           j.partition_key, JSON_TYPE(j.partition_json)
       FROM JSON_TABLE(p_events, '$[*]' COLUMNS (
                item_no          FOR ORDINALITY,
                item             JSON PATH '$',
@@ -593,7 +675,9 @@ BEGIN
                source_run_id    VARCHAR(1024) PATH '$.source_run_id',
                source_map_index INT PATH '$.source_map_index',
                idempotency_key  VARCHAR(1024) PATH '$.idempotency_key',
-               aliases          JSON PATH '$.aliases')) AS j;
+               aliases          JSON PATH '$.aliases',
+               partition_key    VARCHAR(1024) PATH '$.partition_key',
+               partition_json   JSON PATH '$.partition_key')) AS j;
 
     SET v_bad = NULL;
     SELECT b.item_no, b.item_type INTO v_bad, v_kind
@@ -609,6 +693,19 @@ BEGIN
                                ' (event ', v_bad, ' of the batch)');
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
     END IF;
+
+    -- Partition keys (migration 0009_partitions): a string of 1 to 250 characters, or none.
+    SELECT b.item_no INTO v_bad
+      FROM {{ns}}._assetq_batch b
+     WHERE b.partition_type IS NOT NULL AND b.partition_type <> 'NULL'
+       AND (b.partition_type <> 'STRING' OR CHAR_LENGTH(b.partition_key) NOT BETWEEN 1 AND 250)
+     ORDER BY b.item_no LIMIT 1;
+    IF v_bad IS NOT NULL THEN
+        SET v_message = CONCAT('[AQ002] partition_key must be a string of 1 to 250 characters (event ',
+                               v_bad, ' of the batch)');
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    UPDATE {{ns}}._assetq_batch SET partition_key = NULL WHERE partition_type = 'NULL';
 
     -- Aliases: an array of 1 to 100 names of 1 to 512 characters. The names are read as JSON
     -- and measured unquoted, so a name too long is refused, never cut short. One scan tells
@@ -772,9 +869,9 @@ BEGIN
             DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = TRUE;
             INSERT INTO {{ns}}.asset_event
                    (asset_id, extra, source_dag_id, source_task_id, source_run_id,
-                    source_map_index, idempotency_key, `timestamp`)
+                    source_map_index, idempotency_key, `timestamp`, partition_key)
             SELECT b.asset_id, b.extra, b.source_dag_id, b.source_task_id, b.source_run_id,
-                   b.source_map_index, b.idempotency_key, v_timestamp
+                   b.source_map_index, b.idempotency_key, v_timestamp, b.partition_key
               FROM {{ns}}._assetq_batch b
              ORDER BY b.item_no;
         END;
@@ -791,34 +888,36 @@ BEGIN
     WHILE v_duplicate AND v_item_no < v_count DO
         SET v_item_no = v_item_no + 1;
         SELECT b.asset_id, b.extra, b.source_dag_id, b.source_task_id, b.source_run_id,
-               b.source_map_index, b.idempotency_key
-          INTO v_asset_id, v_extra, v_dag_id, v_task_id, v_run_id, v_map_index, v_key
+               b.source_map_index, b.idempotency_key, b.partition_key
+          INTO v_asset_id, v_extra, v_dag_id, v_task_id, v_run_id, v_map_index, v_key, v_part
           FROM {{ns}}._assetq_batch b WHERE b.item_no = v_item_no;
         SET v_old_extra = NULL;
         BEGIN
             DECLARE CONTINUE HANDLER FOR 1062
-                SELECT e.id, e.`timestamp`, e.extra INTO v_event_id, v_old_timestamp, v_old_extra
+                SELECT e.id, e.`timestamp`, e.extra, e.partition_key
+                  INTO v_event_id, v_old_timestamp, v_old_extra, v_old_part
                   FROM {{ns}}.asset_event e
                  WHERE e.asset_id = v_asset_id AND e.idempotency_key = v_key
                   LOCK IN SHARE MODE;
             INSERT INTO {{ns}}.asset_event
                    (asset_id, extra, source_dag_id, source_task_id, source_run_id,
-                    source_map_index, idempotency_key, `timestamp`)
+                    source_map_index, idempotency_key, `timestamp`, partition_key)
             VALUES (v_asset_id, v_extra, v_dag_id, v_task_id, v_run_id, v_map_index, v_key,
-                    v_timestamp);
+                    v_timestamp, v_part);
         END;
         IF v_old_extra IS NULL THEN
             UPDATE {{ns}}._assetq_batch
                SET event_id = LAST_INSERT_ID(), event_timestamp = v_timestamp, created = TRUE
              WHERE item_no = v_item_no;
-        ELSEIF JSON_EXTRACT(v_old_extra, '$') <=> JSON_EXTRACT(v_extra, '$') THEN
+        ELSEIF JSON_EXTRACT(v_old_extra, '$') <=> JSON_EXTRACT(v_extra, '$')
+               AND v_old_part <=> v_part THEN
             UPDATE {{ns}}._assetq_batch
                SET event_id = v_event_id, event_timestamp = v_old_timestamp, created = FALSE
              WHERE item_no = v_item_no;
         ELSE
             SET v_message = LEFT(CONCAT('[AQ005] idempotency key ', QUOTE(LEFT(v_key, 24)),
                                         ' was already used for event ', v_event_id,
-                                        ' with a different extra (event ', v_item_no,
+                                        ' with a different extra or partition (event ', v_item_no,
                                         ' of the batch)'), 128);
             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
         END IF;
@@ -860,8 +959,8 @@ END $$
 -- result set with one row per item in input order (item_no, event_id, asset_id,
 -- event_timestamp, created), with register_event's guarantees for each. p_events is a JSON
 -- array of at most 10,000 objects {"asset": name or uri, "extra", "source_dag_id",
--- "source_task_id", "source_run_id", "source_map_index", "idempotency_key", "aliases"}; only
--- "asset" is required. The events of one batch share one timestamp.
+-- "source_task_id", "source_run_id", "source_map_index", "idempotency_key", "aliases",
+-- "partition_key"}; only "asset" is required. The events of one batch share one timestamp.
 --
 -- All or nothing, once the caller rolls back on error (as after any routine error here).
 -- Every item is checked and every asset resolved before anything is written: one unknown asset
@@ -978,6 +1077,134 @@ BEGIN
 END $$
 
 
+-- Partitions (migration 0009_partitions). Maps partition key p_key of an event of asset
+-- p_asset_id to partitioned consumer p_dag_id's key under p_mapping (target_key), and gives
+-- the key as the mapping counts it (source_key), as PostgreSQL's partition_map does:
+--   identity      the key itself;
+--   hour_to_day   'YYYY-MM-DDTHH' (optionally ':00' or ':00:00', optionally 'Z' or '+00:00':
+--                 hours of UTC) -> 'YYYY-MM-DD'; source_key 'YYYY-MM-DDTHH';
+--   day_to_week   'YYYY-MM-DD' -> its ISO week 'IYYY-Www' (e.g. 2026-W49);
+--   day_to_month  'YYYY-MM-DD' -> 'YYYY-MM';
+--   static        the consumer's dag_partition_static_key row for the asset and key.
+-- An event without a key, or whose key does not parse or has no static row, signals AQ011:
+-- the registration fails and nothing is written (never a silent skip). Days are checked by
+-- arithmetic, not by STR_TO_DATE, whose warning strict mode would turn into another error.
+-- MySQL 8 / MariaDB: a procedure with OUT parameters, not a function (see resolve_asset).
+DROP PROCEDURE IF EXISTS {{ns}}.partition_map $$
+CREATE PROCEDURE {{ns}}.partition_map(
+    IN  p_dag_id   VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  p_asset_id BIGINT,
+    IN  p_mapping  VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN  p_key      VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT target_key VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    OUT source_key VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
+)
+READS SQL DATA
+BEGIN
+    DECLARE v_day     VARCHAR(10) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_year    INT;
+    DECLARE v_month   INT;
+    DECLARE v_dom     INT;
+    DECLARE v_name    VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    SET target_key = NULL, source_key = NULL;
+    IF p_key IS NOT NULL THEN
+        IF p_mapping = 'identity' THEN
+            SET target_key = p_key, source_key = p_key;
+        ELSEIF p_mapping = 'static' THEN
+            BEGIN
+                -- No row is not an error here, and must not reach a caller's NOT FOUND handler.
+                DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;
+                SELECT s.target_key INTO target_key
+                  FROM {{ns}}.dag_partition_static_key s
+                 WHERE s.dag_id = p_dag_id AND s.asset_id = p_asset_id AND s.upstream_key = p_key;
+            END;
+            IF target_key IS NOT NULL THEN
+                SET source_key = p_key;
+            END IF;
+        ELSE
+            IF p_mapping = 'hour_to_day'
+               AND p_key REGEXP '^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3])(:00(:00)?)?(Z|[+]00:00)?$' THEN
+                SET v_day = LEFT(p_key, 10);
+            ELSEIF p_mapping IN ('day_to_week', 'day_to_month') AND p_key REGEXP '^[0-9]{4}-[0-9]{2}-[0-9]{2}$' THEN
+                SET v_day = p_key;
+            END IF;
+            IF v_day IS NOT NULL THEN
+                SET v_year = CAST(LEFT(v_day, 4) AS UNSIGNED),
+                    v_month = CAST(SUBSTRING(v_day, 6, 2) AS UNSIGNED),
+                    v_dom = CAST(SUBSTRING(v_day, 9, 2) AS UNSIGNED);
+                IF v_year >= 1 AND v_month BETWEEN 1 AND 12 AND v_dom >= 1
+                   AND v_dom <= CASE WHEN v_month IN (4, 6, 9, 11) THEN 30
+                                     WHEN v_month <> 2 THEN 31
+                                     WHEN (v_year % 4 = 0 AND v_year % 100 <> 0) OR v_year % 400 = 0 THEN 29
+                                     ELSE 28
+                                 END
+                THEN
+                    SET target_key = CASE p_mapping
+                                         WHEN 'hour_to_day' THEN v_day
+                                         WHEN 'day_to_week' THEN DATE_FORMAT(CAST(v_day AS DATE), '%x-W%v')
+                                         ELSE LEFT(v_day, 7)
+                                     END,
+                        source_key = IF(p_mapping = 'hour_to_day', LEFT(p_key, 13), v_day);
+                END IF;
+            END IF;
+        END IF;
+    END IF;
+    IF target_key IS NULL THEN
+        SELECT a.name INTO v_name FROM {{ns}}.asset a WHERE a.id = p_asset_id;
+        IF p_key IS NULL THEN
+            SET v_message = LEFT(CONCAT('[AQ011] consumer ', p_dag_id, ' is partitioned: the event of asset ',
+                                        QUOTE(LEFT(v_name, 40)), ' needs a partition key'), 128);
+        ELSE
+            SET v_message = LEFT(CONCAT('[AQ011] partition key ', QUOTE(LEFT(p_key, 30)), ' of asset ',
+                                        QUOTE(LEFT(v_name, 24)), ' maps to no partition of consumer ',
+                                        p_dag_id, ' (', p_mapping, ')'), 128);
+        END IF;
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+END $$
+
+-- The partitioned part of the fan-out (migration 0009_partitions), called by the trigger on
+-- asset_event for an event whose asset has a partitioned consumer (or has alias resolutions):
+-- one asset_partition_queue row beside each queue row the trigger wrote for a partitioned
+-- consumer, read back by the event's id. No temporary table: it runs inside a trigger.
+DROP PROCEDURE IF EXISTS {{ns}}.partition_fan_out $$
+CREATE PROCEDURE {{ns}}.partition_fan_out(
+    IN p_event_id  BIGINT,
+    IN p_asset_id  BIGINT,
+    IN p_key       VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_timestamp DATETIME(6)
+)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_done    BOOLEAN DEFAULT FALSE;
+    DECLARE v_dag_id  VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_mapping VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_target  VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_source  VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE c_rows CURSOR FOR
+        SELECT q.target_dag_id, COALESCE(r.partition_mapping, 'identity')
+          FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (asset_dag_run_queue_event_idx)
+          STRAIGHT_JOIN {{ns}}.dag d FORCE INDEX (PRIMARY) ON d.dag_id = q.target_dag_id
+          LEFT JOIN {{ns}}.dag_schedule_asset_reference r FORCE INDEX (PRIMARY)
+                 ON r.asset_id = q.asset_id AND r.dag_id = q.target_dag_id
+         WHERE q.asset_event_id = p_event_id AND d.partitioning IS NOT NULL
+         ORDER BY q.target_dag_id;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = TRUE;
+    OPEN c_rows;
+    row_loop: LOOP
+        FETCH c_rows INTO v_dag_id, v_mapping;
+        IF v_done THEN
+            LEAVE row_loop;
+        END IF;
+        CALL {{ns}}.partition_map(v_dag_id, p_asset_id, v_mapping, p_key, v_target, v_source);
+        INSERT INTO {{ns}}.asset_partition_queue
+               (target_dag_id, asset_event_id, partition_key, asset_id, source_key, created_at)
+        VALUES (v_dag_id, p_event_id, v_target, p_asset_id, v_source, p_timestamp);
+    END LOOP;
+    CLOSE c_rows;
+END $$
+
 -- Declares or re-declares a consumer. p_condition is the condition as declared (kept for
 -- reading back); p_clauses its conjunctive normal form, a JSON array of clauses, each a
 -- non-empty array of members: "x" (an asset by name, else by uri), {"name": "x"},
@@ -1020,6 +1247,7 @@ MODIFIES SQL DATA
 BEGIN
     DECLARE v_bad     BIGINT;
     DECLARE v_exists  BIGINT;
+    DECLARE v_partitioned BOOLEAN;
     DECLARE v_pos     BIGINT DEFAULT 0;
     DECLARE v_kind    VARCHAR(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_name    VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -1240,7 +1468,15 @@ BEGIN
         END IF;
         SET v_pos_kind = v_row, v_pos_key = v_id, v_pos_clause = v_clause;
         IF v_row = 1 AND v_new THEN
-            INSERT INTO {{ns}}.dag_schedule_asset_reference (asset_id, dag_id) VALUES (v_id, p_dag_id);
+            -- A new asset of a partitioned consumer maps by identity until set_dag_partitions
+            -- says otherwise (migration 0009_partitions): its events are never queued
+            -- without a key. A plain read: this declaration holds the consumer's lock row.
+            SET v_partitioned = FALSE;
+            SELECT d.partitioning IS NOT NULL INTO v_partitioned
+              FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id;
+            INSERT INTO {{ns}}.dag_schedule_asset_reference
+                   (asset_id, dag_id, partition_mapping, partition_require)
+            VALUES (v_id, p_dag_id, IF(v_partitioned, 'identity', NULL), IF(v_partitioned, 'any', NULL));
         ELSEIF v_row = 1 THEN
             DELETE FROM {{ns}}.dag_schedule_asset_reference WHERE asset_id = v_id AND dag_id = p_dag_id;
         ELSEIF v_new THEN
@@ -1294,6 +1530,201 @@ BEGIN
     END IF;
 END $$
 
+-- Sets the partitioning of consumer p_dag_id (migration 0009_partitions), as PostgreSQL's
+-- set_dag_partitions does (see there for p_partitions); the Python layer calls it right after
+-- declare_dag, in the same transaction. The consumer's lock row is taken first, as a pass
+-- takes it. The same partitioning for the same condition as before writes nothing. Otherwise
+-- the dag row is locked FOR UPDATE, which waits for the producers in flight (they hold a
+-- shared lock on it) and holds new ones back until the caller commits; its reference rows get
+-- their mappings, and its queued events are mapped again (AQ011 if one cannot be), each key
+-- evaluated afresh by the next pass. AQ002 for a malformed item, an asset that is not in the
+-- condition or an asset named twice; AQ003 for an unknown consumer.
+DROP PROCEDURE IF EXISTS {{ns}}.set_dag_partitions $$
+CREATE PROCEDURE {{ns}}.set_dag_partitions(
+    IN p_dag_id     TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_partitions JSON
+)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_exists    BIGINT;
+    DECLARE v_bad       BIGINT;
+    DECLARE v_condition JSON;
+    DECLARE v_old       JSON;
+    DECLARE v_new       JSON;
+    DECLARE v_kind      VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_name      VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_asset_id  BIGINT;
+    DECLARE v_message   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+
+    SELECT COUNT(*) INTO v_exists FROM {{ns}}.dag_lock l WHERE l.dag_id = p_dag_id FOR UPDATE;
+    IF v_exists = 0 THEN
+        SET v_message = LEFT(CONCAT('[AQ003] unknown dag ', COALESCE(QUOTE(LEFT(p_dag_id, 60)), 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    SELECT d.`condition`, d.partitioning INTO v_condition, v_old
+      FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id;
+
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_partition_spec;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_partition_spec (
+        ord         INT NOT NULL PRIMARY KEY,
+        item_type   VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        asset_type  VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        asset       VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        mapping     VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        requirement VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        static_keys LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        asset_id    BIGINT NULL,
+        KEY (asset_id)
+    ) ENGINE = InnoDB;
+    IF p_partitions IS NOT NULL THEN
+        SET v_kind = 'invalid JSON';
+        IF JSON_VALID(p_partitions) THEN
+            SET v_kind = JSON_TYPE(p_partitions);
+        END IF;
+        IF v_kind <> 'OBJECT' OR COALESCE(JSON_TYPE(JSON_EXTRACT(p_partitions, '$.assets')), 'ARRAY') <> 'ARRAY' THEN
+            SET v_message = LEFT(CONCAT('[AQ002] partitions of dag ', p_dag_id,
+                                        ' must be NULL or {"assets": [...]}'), 128);
+            SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+        END IF;
+        INSERT INTO {{ns}}._assetq_partition_spec
+               (ord, item_type, asset_type, asset, mapping, requirement, static_keys)
+        SELECT j.ord, JSON_TYPE(j.item), JSON_TYPE(j.asset_json), j.asset, j.mapping,
+               IF(j.mapping = 'identity', 'any', COALESCE(j.requirement, 'all')),
+               CASE WHEN j.static_keys IS NULL OR JSON_TYPE(j.static_keys) = 'NULL' THEN NULL
+                    ELSE j.static_keys END
+          FROM JSON_TABLE(p_partitions, '$.assets[*]' COLUMNS (
+                   ord         FOR ORDINALITY,
+                   item        JSON PATH '$',
+                   asset_json  JSON PATH '$.asset',
+                   asset       VARCHAR(1024) PATH '$.asset',
+                   mapping     VARCHAR(32) PATH '$.mapping',
+                   requirement VARCHAR(32) PATH '$.require',
+                   static_keys JSON PATH '$.keys')) AS j;
+        SET v_bad = NULL;
+        SELECT MIN(x.ord) INTO v_bad
+          FROM {{ns}}._assetq_partition_spec x
+         WHERE x.item_type <> 'OBJECT' OR COALESCE(x.asset_type, '') <> 'STRING'
+            OR COALESCE(x.mapping, '') NOT IN ('identity', 'hour_to_day', 'day_to_week', 'day_to_month', 'static')
+            OR x.requirement NOT IN ('all', 'any')
+            OR (x.mapping = 'static') <> (COALESCE(JSON_TYPE(x.static_keys), '') = 'ARRAY')
+            OR (x.mapping = 'static' AND JSON_LENGTH(x.static_keys) = 0);
+        IF v_bad IS NULL THEN
+            SELECT MIN(x.ord) INTO v_bad
+              FROM {{ns}}._assetq_partition_spec x,
+                   JSON_TABLE(x.static_keys, '$[*]' COLUMNS (
+                       pair     JSON PATH '$',
+                       up_json  JSON PATH '$[0]',
+                       to_json  JSON PATH '$[1]',
+                       upstream VARCHAR(1024) PATH '$[0]',
+                       target   VARCHAR(1024) PATH '$[1]')) AS k
+             WHERE x.mapping = 'static'
+               AND (COALESCE(JSON_TYPE(k.pair), '') <> 'ARRAY' OR JSON_LENGTH(k.pair) <> 2
+                    OR COALESCE(JSON_TYPE(k.up_json), '') <> 'STRING'
+                    OR COALESCE(JSON_TYPE(k.to_json), '') <> 'STRING'
+                    OR CHAR_LENGTH(k.upstream) NOT BETWEEN 1 AND 250
+                    OR CHAR_LENGTH(k.target) NOT BETWEEN 1 AND 250);
+        END IF;
+        IF v_bad IS NOT NULL THEN
+            SET v_message = LEFT(CONCAT('[AQ002] partition mapping ', v_bad, ' of dag ', p_dag_id,
+                                        ' must be {"asset", "mapping", "require", "keys"}: see docs/semantics.md'), 128);
+            SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+        END IF;
+        -- Each asset by name, then by uri; it must be a (direct) member of the condition, once.
+        SET v_bad = 0;
+        resolve_loop: LOOP
+            SET v_name = NULL;
+            SELECT x.ord, x.asset INTO v_bad, v_name
+              FROM {{ns}}._assetq_partition_spec x WHERE x.ord > v_bad ORDER BY x.ord LIMIT 1;
+            IF v_name IS NULL THEN
+                LEAVE resolve_loop;
+            END IF;
+            SET v_asset_id = NULL;
+            SELECT a.id INTO v_asset_id FROM {{ns}}.asset a WHERE a.name = v_name;
+            IF v_asset_id IS NULL THEN
+                SELECT a.id INTO v_asset_id FROM {{ns}}.asset a WHERE a.uri = v_name;
+            END IF;
+            SELECT COUNT(*) INTO v_exists
+              FROM {{ns}}.dag_schedule_asset_reference r
+             WHERE r.dag_id = p_dag_id AND r.asset_id = v_asset_id;
+            IF v_exists = 0 THEN
+                SET v_bad = NULL;
+            ELSE
+                SELECT COUNT(*) INTO v_exists
+                  FROM {{ns}}._assetq_partition_spec x WHERE x.asset_id = v_asset_id;
+            END IF;
+            IF v_bad IS NULL OR v_exists > 0 THEN
+                SET v_message = LEFT(CONCAT('[AQ002] partition mapping of asset ', QUOTE(LEFT(v_name, 40)),
+                                            ' for dag ', p_dag_id,
+                                            ': the asset must be in its condition (not through an alias), once'), 128);
+                SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+            END IF;
+            UPDATE {{ns}}._assetq_partition_spec SET asset_id = v_asset_id WHERE ord = v_bad;
+        END LOOP;
+        SET v_new = JSON_OBJECT('partitions', JSON_EXTRACT(p_partitions, '$'),
+                                'condition', JSON_EXTRACT(v_condition, '$'));
+    END IF;
+    IF (v_new IS NULL AND v_old IS NULL) OR JSON_EXTRACT(v_new, '$') <=> JSON_EXTRACT(v_old, '$') THEN
+        DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_partition_spec;
+    ELSE
+        SELECT COUNT(*) INTO v_exists FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id FOR UPDATE;
+
+        UPDATE {{ns}}.dag_schedule_asset_reference r
+          LEFT JOIN {{ns}}._assetq_partition_spec x ON x.asset_id = r.asset_id
+           SET r.partition_mapping = IF(v_new IS NULL, NULL, COALESCE(x.mapping, 'identity')),
+               r.partition_require = IF(v_new IS NULL, NULL, COALESCE(x.requirement, 'any'))
+         WHERE r.dag_id = p_dag_id;
+
+        DELETE FROM {{ns}}.dag_partition_static_key WHERE dag_id = p_dag_id;
+        INSERT INTO {{ns}}.dag_partition_static_key (dag_id, asset_id, upstream_key, target_key)
+        SELECT p_dag_id, x.asset_id, k.upstream, k.target
+          FROM {{ns}}._assetq_partition_spec x,
+               JSON_TABLE(x.static_keys, '$[*]' COLUMNS (
+                   upstream VARCHAR(250) PATH '$[0]',
+                   target   VARCHAR(250) PATH '$[1]')) AS k
+         WHERE x.mapping = 'static';
+        DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_partition_spec;
+
+        UPDATE {{ns}}.dag SET partitioning = v_new, updated_at = UTC_TIMESTAMP(6)
+         WHERE dag_id = p_dag_id;
+
+        DELETE FROM {{ns}}.asset_partition_queue WHERE target_dag_id = p_dag_id;
+        IF v_new IS NOT NULL THEN
+            BEGIN
+                DECLARE v_done     BOOLEAN DEFAULT FALSE;
+                DECLARE v_event_id BIGINT;
+                DECLARE v_created  DATETIME(6);
+                DECLARE v_key      VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+                DECLARE v_mapping  VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+                DECLARE v_target   VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+                DECLARE v_source   VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+                DECLARE c_rows CURSOR FOR
+                    SELECT q.asset_event_id, q.asset_id, q.created_at, e.partition_key,
+                           COALESCE(r.partition_mapping, 'identity')
+                      FROM {{ns}}.asset_dag_run_queue q
+                      JOIN {{ns}}.asset_event e ON e.id = q.asset_event_id
+                      LEFT JOIN {{ns}}.dag_schedule_asset_reference r
+                             ON r.asset_id = q.asset_id AND r.dag_id = q.target_dag_id
+                     WHERE q.target_dag_id = p_dag_id
+                     ORDER BY q.asset_event_id;
+                DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = TRUE;
+                OPEN c_rows;
+                row_loop: LOOP
+                    FETCH c_rows INTO v_event_id, v_asset_id, v_created, v_key, v_mapping;
+                    IF v_done THEN
+                        LEAVE row_loop;
+                    END IF;
+                    CALL {{ns}}.partition_map(p_dag_id, v_asset_id, v_mapping, v_key, v_target, v_source);
+                    INSERT INTO {{ns}}.asset_partition_queue
+                           (target_dag_id, asset_event_id, partition_key, asset_id, source_key, created_at)
+                    VALUES (p_dag_id, v_event_id, v_target, v_asset_id, v_source, v_created);
+                END LOOP;
+                CLOSE c_rows;
+            END;
+        END IF;
+    END IF;
+END $$
+
+
 
 -- Pauses or unpauses a consumer. Events that commit while it is paused are not queued for it.
 -- Returns no result set.
@@ -1318,6 +1749,238 @@ BEGIN
      WHERE dag_id = p_dag_id;
 END $$
 
+
+-- The part of a scheduler pass for one partitioned consumer (migration 0009_partitions),
+-- called by schedule_pass holding the consumer's lock row, as PostgreSQL's
+-- schedule_partitions is (see there for what it does and why it costs what arrived, never
+-- every pending key). The runs it creates go into the pass's _assetq_run; it advances the
+-- consumer's run sequence in dag_lock. Its own temporary tables, created here on first use and
+-- dropped by schedule_pass:
+--   _assetq_pkey    the keys to evaluate: those of the (at most 10,000) oldest rows not yet
+--                   examined, in order of their first such row
+--   _assetq_prow    the key's rows in queue order (all, or the N + 1 oldest), pos 1 the
+--                   oldest; with N and the condition not met, also its rows after those
+--   _assetq_present the assets present for the key (enough distinct upstream keys)
+-- Every write to the queue tables is by primary key, driven by a temporary table: a range
+-- scan would wait for producers' uncommitted rows, even at READ COMMITTED (see schedule_pass).
+DROP PROCEDURE IF EXISTS {{ns}}.schedule_partitions $$
+CREATE PROCEDURE {{ns}}.schedule_partitions(
+    IN p_dag_id     VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_max_active BIGINT,
+    IN p_max_events BIGINT,
+    IN p_now        DATETIME(6)
+)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_pos       BIGINT DEFAULT 0;
+    DECLARE v_key       VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_active    BIGINT DEFAULT 0;
+    DECLARE v_clauses   BIGINT;
+    DECLARE v_met       BIGINT;
+    DECLARE v_limit     BIGINT;
+    DECLARE v_n         BIGINT;
+    DECLARE v_take      BIGINT;
+    DECLARE v_last_time DATETIME(6);
+    DECLARE v_last_id   BIGINT;
+    DECLARE v_seq       BIGINT;
+    DECLARE v_gen       INT;
+    DECLARE v_trigger   BIGINT;
+    DECLARE v_run_after DATETIME(6);
+    DECLARE v_run_pk    BIGINT;
+    DECLARE v_run_id    VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_deleted   BIGINT;
+    DECLARE v_event_ids LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_next_id   BIGINT;
+    DECLARE v_year      INT;
+    DECLARE v_month     INT;
+    DECLARE v_days      INT;
+    DECLARE v_message   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_saved_gcl BIGINT UNSIGNED DEFAULT @@SESSION.group_concat_max_len;
+
+    CREATE TEMPORARY TABLE IF NOT EXISTS {{ns}}._assetq_pkey (
+        pos           BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        partition_key VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
+    ) ENGINE = InnoDB;
+    CREATE TEMPORARY TABLE IF NOT EXISTS {{ns}}._assetq_prow (
+        pos            BIGINT NOT NULL PRIMARY KEY,
+        asset_event_id BIGINT NOT NULL,
+        asset_id       BIGINT NOT NULL,
+        source_key     VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        created_at     DATETIME(6) NOT NULL
+    ) ENGINE = InnoDB;
+    CREATE TEMPORARY TABLE IF NOT EXISTS {{ns}}._assetq_present (
+        asset_id BIGINT NOT NULL PRIMARY KEY
+    ) ENGINE = InnoDB;
+    DELETE FROM {{ns}}._assetq_pkey;
+
+    IF p_max_active IS NOT NULL THEN
+        SELECT COUNT(*) INTO v_active FROM {{ns}}.dag_run r
+         WHERE r.dag_id = p_dag_id AND r.state IN ('queued', 'running');
+    END IF;
+    SELECT COUNT(DISTINCT m.clause_no) INTO v_clauses
+      FROM (SELECT c.clause_no FROM {{ns}}.dag_condition_clause c WHERE c.dag_id = p_dag_id
+            UNION ALL
+            SELECT ca.clause_no FROM {{ns}}.dag_condition_alias ca WHERE ca.dag_id = p_dag_id) m;
+    -- MySQL 8 / MariaDB: LIMIT takes a routine variable, not an expression.
+    SET v_limit = COALESCE(p_max_events + 1, 9223372036854775807);
+
+    INSERT INTO {{ns}}._assetq_pkey (partition_key)
+    SELECT a.partition_key
+      FROM (SELECT p.partition_key, p.asset_event_id
+              FROM {{ns}}.asset_partition_queue p FORCE INDEX (asset_partition_queue_new_idx)
+             WHERE p.target_dag_id = p_dag_id AND p.examined = FALSE
+             ORDER BY p.asset_event_id
+             LIMIT 10000) a
+     GROUP BY a.partition_key
+     ORDER BY MIN(a.asset_event_id);
+
+    key_loop: LOOP
+        SET v_key = NULL;
+        SELECT k.pos, k.partition_key INTO v_pos, v_key
+          FROM {{ns}}._assetq_pkey k WHERE k.pos > v_pos ORDER BY k.pos LIMIT 1;
+        IF v_key IS NULL THEN
+            LEAVE key_loop;
+        END IF;
+
+        -- The key's rows in queue order: all of them, or the N + 1 oldest.
+        DELETE FROM {{ns}}._assetq_prow;
+        INSERT INTO {{ns}}._assetq_prow (pos, asset_event_id, asset_id, source_key, created_at)
+        SELECT ROW_NUMBER() OVER (ORDER BY o.created_at, o.asset_event_id),
+               o.asset_event_id, o.asset_id, o.source_key, o.created_at
+          FROM (SELECT p.asset_event_id, p.asset_id, p.source_key, p.created_at
+                  FROM {{ns}}.asset_partition_queue p FORCE INDEX (asset_partition_queue_key_idx)
+                 WHERE p.target_dag_id = p_dag_id AND p.partition_key = v_key
+                 ORDER BY p.created_at, p.asset_event_id
+                 LIMIT v_limit) o;
+        SELECT COUNT(*) INTO v_n FROM {{ns}}._assetq_prow;
+        IF v_n > 0 THEN
+            SET v_take = LEAST(v_n, COALESCE(p_max_events, v_n));
+            -- The days of the key's month, for a day -> month roll-up. Computed here, not in
+            -- the query: MariaDB may evaluate a CASE branch of constants that is not taken, and
+            -- a cast of a key that is no month would then fail the statement in strict mode.
+            SET v_days = 1;
+            IF v_key REGEXP '^[0-9]{4}-(0[1-9]|1[0-2])$' THEN
+                SET v_year = CAST(LEFT(v_key, 4) AS UNSIGNED), v_month = CAST(RIGHT(v_key, 2) AS UNSIGNED);
+                SET v_days = CASE WHEN v_month IN (4, 6, 9, 11) THEN 30
+                                  WHEN v_month <> 2 THEN 31
+                                  WHEN (v_year % 4 = 0 AND v_year % 100 <> 0) OR v_year % 400 = 0 THEN 29
+                                  ELSE 28
+                              END;
+            END IF;
+            SELECT r.created_at, r.asset_event_id INTO v_last_time, v_last_id
+              FROM {{ns}}._assetq_prow r WHERE r.pos = v_n;
+
+            DELETE FROM {{ns}}._assetq_present;
+            INSERT INTO {{ns}}._assetq_present (asset_id)
+            SELECT s.asset_id
+              FROM (SELECT r.asset_id, COUNT(DISTINCT r.source_key) AS n
+                      FROM {{ns}}._assetq_prow r WHERE r.pos <= v_take
+                     GROUP BY r.asset_id) s
+              LEFT JOIN {{ns}}.dag_schedule_asset_reference f
+                     ON f.asset_id = s.asset_id AND f.dag_id = p_dag_id
+             WHERE s.n >= CASE
+                              WHEN f.partition_mapping IS NULL OR f.partition_mapping = 'identity'
+                                   OR f.partition_require <> 'all' THEN 1
+                              WHEN f.partition_mapping = 'hour_to_day' THEN 24
+                              WHEN f.partition_mapping = 'day_to_week' THEN 7
+                              WHEN f.partition_mapping = 'day_to_month' THEN v_days
+                              ELSE (SELECT COUNT(*) FROM {{ns}}.dag_partition_static_key t
+                                     WHERE t.dag_id = p_dag_id AND t.asset_id = s.asset_id
+                                       AND t.target_key = v_key)
+                          END;
+            SELECT COUNT(DISTINCT m.clause_no) INTO v_met
+              FROM (SELECT c.clause_no, c.asset_id
+                      FROM {{ns}}.dag_condition_clause c WHERE c.dag_id = p_dag_id
+                    UNION ALL
+                    SELECT ca.clause_no, aa.asset_id
+                      FROM {{ns}}.dag_condition_alias ca
+                      JOIN {{ns}}.asset_alias_asset aa ON aa.alias_id = ca.alias_id
+                     WHERE ca.dag_id = p_dag_id) m
+             WHERE m.asset_id IN (SELECT x.asset_id FROM {{ns}}._assetq_present x);
+
+            IF v_clauses = 0 OR v_met < v_clauses THEN
+                -- Not met: the rows of the key that arrived are examined, those read here and,
+                -- with N, those after the N + 1 read (never among the N oldest).
+                IF v_n > v_take THEN
+                    INSERT INTO {{ns}}._assetq_prow (pos, asset_event_id, asset_id, source_key, created_at)
+                    SELECT v_n + ROW_NUMBER() OVER (ORDER BY o.created_at, o.asset_event_id),
+                           o.asset_event_id, o.asset_id, o.source_key, o.created_at
+                      FROM (SELECT p.asset_event_id, p.asset_id, p.source_key, p.created_at
+                              FROM {{ns}}.asset_partition_queue p FORCE INDEX (asset_partition_queue_key_idx)
+                             WHERE p.target_dag_id = p_dag_id AND p.partition_key = v_key
+                               AND p.examined = FALSE
+                               AND (p.created_at > v_last_time
+                                    OR (p.created_at = v_last_time AND p.asset_event_id > v_last_id))) o;
+                END IF;
+                UPDATE {{ns}}._assetq_prow r
+                  STRAIGHT_JOIN {{ns}}.asset_partition_queue p FORCE INDEX (PRIMARY)
+                    ON p.target_dag_id = p_dag_id AND p.asset_event_id = r.asset_event_id
+                   SET p.examined = TRUE
+                 WHERE p.examined = FALSE;
+            ELSEIF p_max_active IS NOT NULL AND v_active >= p_max_active THEN
+                -- At the cap: this key and those after it stay as they are.
+                LEAVE key_loop;
+            ELSE
+                UPDATE {{ns}}.dag_lock SET last_run_seq = last_run_seq + 1, last_scheduled_at = p_now
+                 WHERE dag_id = p_dag_id;
+                SELECT l.last_run_seq INTO v_seq FROM {{ns}}.dag_lock l WHERE l.dag_id = p_dag_id;
+                SELECT COALESCE(MAX(r.partition_generation), 0) + 1 INTO v_gen
+                  FROM {{ns}}.dag_run r WHERE r.dag_id = p_dag_id AND r.partition_key = v_key;
+                SELECT r.asset_event_id, r.created_at INTO v_trigger, v_run_after
+                  FROM {{ns}}._assetq_prow r WHERE r.pos = v_take;
+                SET v_run_id = CONCAT('asset_triggered__', DATE_FORMAT(v_run_after, '%Y-%m-%dT%H:%i:%s.%f'),
+                                      '+00:00__', v_seq);
+                INSERT INTO {{ns}}.dag_run (dag_id, run_id, seq, run_after, created_at,
+                                            triggering_event_id, event_count, not_before,
+                                            partition_key, partition_generation)
+                VALUES (p_dag_id, v_run_id, v_seq, v_run_after, p_now, v_trigger, v_take, p_now,
+                        v_key, v_gen);
+                SET v_run_pk = LAST_INSERT_ID();
+
+                -- Exactly the claimed rows, by primary key, with the claim guard (I3, I4);
+                -- their asset_partition_queue rows go with them (the cascade).
+                DELETE q
+                  FROM {{ns}}._assetq_prow k
+                  STRAIGHT_JOIN {{ns}}.asset_dag_run_queue q FORCE INDEX (PRIMARY)
+                    ON q.target_dag_id = p_dag_id AND q.asset_event_id = k.asset_event_id
+                 WHERE k.pos <= v_take;
+                SET v_deleted = ROW_COUNT();
+                IF v_deleted <> v_take THEN
+                    SET v_message = LEFT(CONCAT('[AQ900] claim guard: dag ', p_dag_id, ' claimed ', v_take,
+                                                ' queue rows of a partition but deleted ', v_deleted), 128);
+                    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+                END IF;
+                INSERT INTO {{ns}}.dagrun_asset_event (dag_run_id, asset_event_id, dag_id)
+                SELECT v_run_pk, k.asset_event_id, p_dag_id FROM {{ns}}._assetq_prow k WHERE k.pos <= v_take;
+
+                SET SESSION group_concat_max_len = 1073741824;
+                SELECT CONCAT('[', GROUP_CONCAT(k.asset_event_id ORDER BY k.asset_event_id SEPARATOR ','), ']')
+                  INTO v_event_ids
+                  FROM {{ns}}._assetq_prow k WHERE k.pos <= v_take;
+                SET SESSION group_concat_max_len = v_saved_gcl;
+                IF NOT (JSON_LENGTH(v_event_ids) <=> v_take) THEN
+                    SET v_message = LEFT(CONCAT('[AQ900] claim guard: event ids of dag ', p_dag_id,
+                                                ' were truncated'), 128);
+                    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+                END IF;
+                INSERT INTO {{ns}}._assetq_run
+                       (dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids,
+                        triggering_event_id, state, partition_key)
+                VALUES (v_run_pk, p_dag_id, v_run_id, v_seq, v_run_after, p_now, v_event_ids,
+                        v_trigger, 'queued', v_key);
+
+                -- With N, a key left with rows is looked at again by the next pass.
+                IF v_n > v_take THEN
+                    SELECT r.asset_event_id INTO v_next_id FROM {{ns}}._assetq_prow r WHERE r.pos = v_take + 1;
+                    UPDATE {{ns}}.asset_partition_queue SET examined = FALSE
+                     WHERE target_dag_id = p_dag_id AND asset_event_id = v_next_id;
+                END IF;
+                SET v_active = v_active + 1;
+            END IF;
+        END IF;
+    END LOOP;
+    UPDATE {{ns}}.dag_lock SET last_scheduled_at = p_now WHERE dag_id = p_dag_id;
+END $$
 
 -- One scheduler pass (I3-I6). Takes at most p_limit unpaused consumers with queued rows,
 -- least recently examined first, each by its lock row FOR UPDATE SKIP LOCKED, and for each:
@@ -1378,6 +2041,7 @@ BEGIN
     DECLARE v_expired    BIGINT;
     DECLARE v_reaping    BOOLEAN DEFAULT FALSE;
     DECLARE v_aliased    BOOLEAN;
+    DECLARE v_partitioned BOOLEAN;
     DECLARE v_members    BOOLEAN;
     DECLARE v_temps      BOOLEAN DEFAULT FALSE;
     DECLARE v_active     BIGINT;
@@ -1434,7 +2098,8 @@ BEGIN
     -- statement below names the same temporary table twice.
     DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_candidate, {{ns}}._assetq_claim, {{ns}}._assetq_run,
                                    {{ns}}._assetq_member, {{ns}}._assetq_queue, {{ns}}._assetq_oldest,
-                                   {{ns}}._assetq_chosen, {{ns}}._assetq_reap, {{ns}}._assetq_reaped;
+                                   {{ns}}._assetq_chosen, {{ns}}._assetq_reap, {{ns}}._assetq_reaped,
+                                   {{ns}}._assetq_pkey, {{ns}}._assetq_prow, {{ns}}._assetq_present;
     CREATE TEMPORARY TABLE {{ns}}._assetq_candidate (
         pos    BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
         dag_id VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
@@ -1453,7 +2118,8 @@ BEGIN
         created_at          DATETIME(6) NOT NULL,
         event_ids           LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
         triggering_event_id BIGINT NOT NULL,
-        state               VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
+        state               VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        partition_key       VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL
     ) ENGINE = InnoDB;
 
     -- I10: a run whose last attempt's lease expired is failed by the next pass (and by the
@@ -1523,10 +2189,19 @@ BEGIN
       FROM {{ns}}.dag_lock l
       JOIN {{ns}}.dag d ON d.dag_id = l.dag_id
      WHERE NOT d.is_paused
-       AND (SELECT q.target_dag_id
-              FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (PRIMARY)
-             WHERE q.target_dag_id = l.dag_id
-             LIMIT 1) IS NOT NULL
+       AND CASE WHEN d.partitioning IS NULL
+                THEN (SELECT q.target_dag_id
+                        FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (PRIMARY)
+                       WHERE q.target_dag_id = l.dag_id
+                       LIMIT 1)
+                -- A partitioned consumer has work only when a row arrived that no pass has
+                -- examined yet (migration 0009_partitions): its keys waiting for other assets
+                -- cost nothing.
+                ELSE (SELECT p.target_dag_id
+                        FROM {{ns}}.asset_partition_queue p FORCE INDEX (asset_partition_queue_new_idx)
+                       WHERE p.target_dag_id = l.dag_id AND p.examined = FALSE
+                       LIMIT 1)
+           END IS NOT NULL
      ORDER BY l.last_scheduled_at, l.dag_id;
 
     candidate_loop: WHILE v_taken < p_limit DO
@@ -1563,8 +2238,9 @@ BEGIN
         -- it has alias members comes with its row (a plain read: its condition changes only
         -- under the lock this pass holds).
         SELECT d.is_paused, d.max_active_runs, d.max_events_per_run, d.max_attempts,
-               EXISTS (SELECT 1 FROM {{ns}}.dag_condition_alias ca WHERE ca.dag_id = d.dag_id)
-          INTO v_paused, v_max_active, v_max_events, v_max_attempts, v_aliased
+               EXISTS (SELECT 1 FROM {{ns}}.dag_condition_alias ca WHERE ca.dag_id = d.dag_id),
+               d.partitioning IS NOT NULL
+          INTO v_paused, v_max_active, v_max_events, v_max_attempts, v_aliased, v_partitioned
           FROM {{ns}}.dag d WHERE d.dag_id = v_dag_id;
         IF v_paused THEN
             -- Paused since the candidate read: like a consumer another pass holds.
@@ -1629,6 +2305,12 @@ BEGIN
                 UPDATE {{ns}}.dag_lock SET last_scheduled_at = v_now WHERE dag_id = v_dag_id;
                 ITERATE candidate_loop;
             END IF;
+        END IF;
+
+        -- A partitioned consumer: a run per partition key whose events satisfy the condition.
+        IF v_partitioned THEN
+            CALL {{ns}}.schedule_partitions(v_dag_id, v_max_active, v_max_events, v_now);
+            ITERATE candidate_loop;
         END IF;
 
         -- The condition's members, read once for this consumer into _assetq_member when it
@@ -1916,19 +2598,20 @@ BEGIN
 
             INSERT INTO {{ns}}._assetq_run
                    (dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids,
-                    triggering_event_id, state)
+                    triggering_event_id, state, partition_key)
             VALUES (v_run_pk, v_dag_id, v_run_id, v_locked_seq + 1, v_run_after, v_now, v_event_ids,
-                    v_trigger, 'queued');
+                    v_trigger, 'queued', NULL);
         END IF;
     END WHILE candidate_loop;
 
     SELECT r.dag_run_id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at, r.event_ids,
-           r.triggering_event_id, r.state
+           r.triggering_event_id, r.state, r.partition_key
       FROM {{ns}}._assetq_run r
      ORDER BY r.dag_run_id;
     DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_candidate, {{ns}}._assetq_claim, {{ns}}._assetq_run,
                                    {{ns}}._assetq_member, {{ns}}._assetq_queue, {{ns}}._assetq_oldest,
-                                   {{ns}}._assetq_chosen, {{ns}}._assetq_reap, {{ns}}._assetq_reaped;
+                                   {{ns}}._assetq_chosen, {{ns}}._assetq_reap, {{ns}}._assetq_reaped,
+                                   {{ns}}._assetq_pkey, {{ns}}._assetq_prow, {{ns}}._assetq_present;
 END $$
 
 
@@ -2006,7 +2689,7 @@ BEGIN
     END IF;
     SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
            r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
-           r.lease_until, r.not_before, r.error
+           r.lease_until, r.not_before, r.error, r.partition_key
       FROM {{ns}}.dag_run r
      WHERE r.id = v_id;
 END $$
@@ -2738,7 +3421,8 @@ BEGIN
         attempt             INT NOT NULL,
         worker              VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
         lease_until         DATETIME(6) NULL,
-        started_at          DATETIME(6) NULL
+        started_at          DATETIME(6) NULL,
+        partition_key       VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL
     ) ENGINE = InnoDB;
 
     -- The event ids of each claimed run, as JSON text: GROUP_CONCAT is cut silently at
@@ -2824,13 +3508,15 @@ BEGIN
              WHERE NOT k.fail;
             INSERT INTO {{ns}}._assetq_claimed
                    (dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids, links,
-                    triggering_event_id, state, attempt, worker, lease_until, started_at)
+                    triggering_event_id, state, attempt, worker, lease_until, started_at,
+                    partition_key)
             SELECT r.id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at,
                    (SELECT CONCAT('[', COALESCE(GROUP_CONCAT(l.asset_event_id ORDER BY l.asset_event_id
                                                              SEPARATOR ','), ''), ']')
                       FROM {{ns}}.dagrun_asset_event l WHERE l.dag_run_id = r.id),
                    (SELECT COUNT(*) FROM {{ns}}.dagrun_asset_event l WHERE l.dag_run_id = r.id),
-                   r.triggering_event_id, r.state, r.attempt, r.worker, r.lease_until, r.started_at
+                   r.triggering_event_id, r.state, r.attempt, r.worker, r.lease_until, r.started_at,
+                   r.partition_key
               FROM {{ns}}._assetq_claim_lock k
               STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
              WHERE NOT k.fail;
@@ -2853,7 +3539,8 @@ BEGIN
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
     END IF;
     SELECT c.dag_run_id, c.dag_id, c.run_id, c.seq, c.run_after, c.created_at, c.event_ids,
-           c.triggering_event_id, c.state, c.attempt, c.worker, c.lease_until, c.started_at
+           c.triggering_event_id, c.state, c.attempt, c.worker, c.lease_until, c.started_at,
+           c.partition_key
       FROM {{ns}}._assetq_claimed c
      ORDER BY c.dag_run_id;
     DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_claim_candidate, {{ns}}._assetq_claim_lock,
@@ -3082,7 +3769,7 @@ BEGIN
     END;
     SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
            r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
-           r.lease_until, r.not_before, r.error, v_out AS output_event_ids
+           r.lease_until, r.not_before, r.error, v_out AS output_event_ids, r.partition_key
       FROM {{ns}}.dag_run r
      WHERE r.id = v_id;
 END $$
@@ -3126,7 +3813,7 @@ BEGIN
      WHERE id = v_id;
     SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
            r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
-           r.lease_until, r.not_before, r.error, '[]' AS output_event_ids
+           r.lease_until, r.not_before, r.error, '[]' AS output_event_ids, r.partition_key
       FROM {{ns}}.dag_run r
      WHERE r.id = v_id;
 END $$

@@ -38,6 +38,10 @@ SELECT {{ns}}.declare_dag(
         p_retry_delay_seconds => CAST(:retry_delay_seconds AS double precision),
         p_max_retry_delay_seconds => CAST(:max_retry_delay_seconds AS double precision))
 
+-- set_dag_partitions --
+-- Set a consumer's partitioning (NULL: unpartitioned), right after its declare_dag.
+SELECT {{ns}}.set_dag_partitions(p_dag_id => :dag_id, p_partitions => CAST(:partitions AS jsonb))
+
 -- set_dag_paused --
 -- Pause or unpause a consumer.
 SELECT {{ns}}.set_dag_paused(p_dag_id => :dag_id, p_paused => :paused)
@@ -50,13 +54,14 @@ SET TRANSACTION ISOLATION LEVEL READ COMMITTED
 -- schedule_pass --
 -- One scheduler pass over at most :limit consumers; returns the runs it created.
 SELECT dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids, triggering_event_id,
-       state
+       state, partition_key
   FROM {{ns}}.schedule_pass(p_limit => :limit)
 
 -- set_run_state --
 -- Move a run to another state; returns the run (the get_run columns).
 SELECT dag_run_id, dag_id, run_id, seq, state, run_after, created_at, started_at, ended_at,
-       triggering_event_id, event_count, attempt, worker, lease_until, not_before, error
+       triggering_event_id, event_count, attempt, worker, lease_until, not_before, error,
+       partition_key
   FROM {{ns}}.set_run_state(p_dag_id => :dag_id, p_run_id => :run_id, p_state => :state)
 
 -- delete_dag --
@@ -71,7 +76,7 @@ SELECT deleted_events FROM {{ns}}.delete_asset(p_asset => :asset)
 -- One run of a consumer by run id (no row when there is none).
 SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
        r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
-       r.lease_until, r.not_before, r.error
+       r.lease_until, r.not_before, r.error, r.partition_key
   FROM {{ns}}.dag_run r
  WHERE r.dag_id = :dag_id AND r.run_id = :run_id
 
@@ -80,7 +85,7 @@ SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.cr
 -- in state :state (NULL: any).
 SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
        r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
-       r.lease_until, r.not_before, r.error
+       r.lease_until, r.not_before, r.error, r.partition_key
   FROM {{ns}}.dag_run r
  WHERE r.dag_id = :dag_id
    AND (CAST(:state AS text) IS NULL OR r.state = CAST(:state AS text))
@@ -93,7 +98,7 @@ SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.cr
 -- the newest), in state :state (NULL: any). With a state it reads dag_run_state_idx.
 SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
        r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
-       r.lease_until, r.not_before, r.error
+       r.lease_until, r.not_before, r.error, r.partition_key
   FROM {{ns}}.dag_run r
  WHERE (CAST(:state AS text) IS NULL OR r.state = CAST(:state AS text))
    AND (CAST(:before_id AS bigint) IS NULL OR r.id < CAST(:before_id AS bigint))
@@ -103,7 +108,7 @@ SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.cr
 -- claim_runs --
 -- Claim up to :limit runs for worker :worker with a lease of :lease_seconds (own transaction).
 SELECT dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids, triggering_event_id,
-       state, attempt, worker, lease_until, started_at
+       state, attempt, worker, lease_until, started_at, partition_key
   FROM {{ns}}.claim_runs(
         p_worker => :worker,
         p_limit => CAST(:limit AS integer),
@@ -124,7 +129,7 @@ SELECT lease_until
 -- :error) in the caller's transaction; returns the run.
 SELECT dag_run_id, dag_id, run_id, seq, state, run_after, created_at, started_at, ended_at,
        triggering_event_id, event_count, attempt, worker, lease_until, not_before, error,
-       output_event_ids
+       output_event_ids, partition_key
   FROM {{ns}}.complete_run(
         p_dag_id => :dag_id,
         p_run_id => :run_id,
@@ -137,7 +142,7 @@ SELECT dag_run_id, dag_id, run_id, seq, state, run_after, created_at, started_at
 -- Put a failed run back in the queue as its next attempt; returns the run.
 SELECT dag_run_id, dag_id, run_id, seq, state, run_after, created_at, started_at, ended_at,
        triggering_event_id, event_count, attempt, worker, lease_until, not_before, error,
-       output_event_ids
+       output_event_ids, partition_key
   FROM {{ns}}.retry_run(p_dag_id => :dag_id, p_run_id => :run_id)
 
 -- queued_events_page --
@@ -145,7 +150,7 @@ SELECT dag_run_id, dag_id, run_id, seq, state, run_after, created_at, started_at
 -- consumes them in): after (:after_timestamp, :after_id), or from the oldest when NULL.
 SELECT e.id AS event_id, e.asset_id, a.name AS asset_name, a.uri AS asset_uri,
        e."timestamp" AS event_timestamp, e.extra, e.source_dag_id, e.source_task_id,
-       e.source_run_id, e.source_map_index,
+       e.source_run_id, e.source_map_index, e.partition_key,
        coalesce((SELECT json_agg(al.name ORDER BY al.name)
                    FROM {{ns}}.asset_event_alias ea
                    JOIN {{ns}}.asset_alias al ON al.id = ea.alias_id
@@ -164,7 +169,7 @@ SELECT e.id AS event_id, e.asset_id, a.name AS asset_name, a.uri AS asset_uri,
 -- A page of the events a run consumed, by event id, after :after_id (NULL: from the first).
 SELECT e.id AS event_id, e.asset_id, a.name AS asset_name, a.uri AS asset_uri,
        e."timestamp" AS event_timestamp, e.extra, e.source_dag_id, e.source_task_id,
-       e.source_run_id, e.source_map_index,
+       e.source_run_id, e.source_map_index, e.partition_key,
        coalesce((SELECT json_agg(al.name ORDER BY al.name)
                    FROM {{ns}}.asset_event_alias ea
                    JOIN {{ns}}.asset_alias al ON al.id = ea.alias_id
@@ -323,9 +328,14 @@ SELECT count(*) AS behind
  WHERE NOT d.is_paused
    AND (d.last_scheduled_at IS NULL OR d.last_scheduled_at < CAST(:since AS timestamptz))
    -- One probe by key per consumer; OFFSET 0 keeps it from becoming a hash of the whole
-   -- queue (as in schedule_pass).
-   AND EXISTS (SELECT 1 FROM {{ns}}.asset_dag_run_queue q
-                WHERE q.target_dag_id = d.dag_id OFFSET 0)
+   -- queue (as in schedule_pass). A partitioned consumer waits for a pass only when a row
+   -- arrived that no pass has examined (as in schedule_pass).
+   AND CASE WHEN d.partitioning IS NULL
+            THEN EXISTS (SELECT 1 FROM {{ns}}.asset_dag_run_queue q
+                          WHERE q.target_dag_id = d.dag_id OFFSET 0)
+            ELSE EXISTS (SELECT 1 FROM {{ns}}.asset_partition_queue p
+                          WHERE p.target_dag_id = d.dag_id AND NOT p.examined OFFSET 0)
+       END
 
 -- server_clock --
 -- The database's current time (UTC): when a scheduler round starts.

@@ -1,0 +1,2090 @@
+-- Migration 0009_partitions (down): the schema of 0008_claim_plans, as
+-- sql/postgresql/migrations/0009_partitions.down.sql. Partitions and the keys of events,
+-- runs and queue rows are dropped (the queue rows themselves stay).
+--
+-- {{ns}} is replaced by the backquoted namespace when the file is loaded. Re-runnable.
+
+SET @assetq_saved_sql_mode = @@SESSION.sql_mode,
+    SESSION sql_mode = 'STRICT_TRANS_TABLES,STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION';
+
+-- The grants on the routines created again below, saved before any is dropped.
+CREATE TABLE IF NOT EXISTS {{ns}}._assetq_0009_grants (
+    routine_name VARCHAR(64) NOT NULL,
+    grantee_user VARCHAR(128) NOT NULL,
+    grantee_host VARCHAR(255) NOT NULL,
+    privileges   VARCHAR(64) NOT NULL,
+    PRIMARY KEY (routine_name, grantee_user, grantee_host)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+DELIMITER $$
+
+-- Runs ALTER TABLE <p_table> <p_clause> when the column, index or constraint p_name of
+-- p_table (p_kind 'column', 'index' or 'constraint') is there (p_present) or is missing
+-- (NOT p_present), so that every change below can run twice.
+-- MySQL 8 / MariaDB: ADD COLUMN IF NOT EXISTS, CREATE INDEX IF NOT EXISTS and their DROP ...
+-- IF EXISTS forms are MariaDB-only; the helper asks information_schema instead, and is
+-- dropped again at the end.
+DROP PROCEDURE IF EXISTS {{ns}}._assetq_alter_if $$
+CREATE PROCEDURE {{ns}}._assetq_alter_if(
+    IN p_present BOOLEAN,
+    IN p_table   TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_kind    TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_name    TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_clause  TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
+)
+MODIFIES SQL DATA
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_found BIGINT;
+    IF p_kind = 'column' THEN
+        SELECT COUNT(*) INTO v_found FROM information_schema.COLUMNS c
+         WHERE c.TABLE_SCHEMA = DATABASE() AND c.TABLE_NAME = p_table AND c.COLUMN_NAME = p_name;
+    ELSEIF p_kind = 'index' THEN
+        SELECT COUNT(*) INTO v_found FROM information_schema.STATISTICS s
+         WHERE s.TABLE_SCHEMA = DATABASE() AND s.TABLE_NAME = p_table AND s.INDEX_NAME = p_name;
+    ELSE
+        SELECT COUNT(*) INTO v_found FROM information_schema.TABLE_CONSTRAINTS t
+         WHERE t.CONSTRAINT_SCHEMA = DATABASE() AND t.TABLE_NAME = p_table
+           AND t.CONSTRAINT_NAME = p_name;
+    END IF;
+    IF (v_found > 0) = p_present THEN
+        -- Inside a routine DATABASE() is the routine's own database: the namespace.
+        SET @assetq_ddl = CONCAT('ALTER TABLE `', DATABASE(), '`.`', p_table, '` ', p_clause);
+        PREPARE assetq_ddl FROM @assetq_ddl;
+        EXECUTE assetq_ddl;
+        DEALLOCATE PREPARE assetq_ddl;
+    END IF;
+END $$
+
+-- Saves the routine privileges accounts hold on the routines this script drops and creates
+-- again. An installer that may not read mysql.procs_priv (error 1142) saves nothing: it could
+-- not give them back either.
+DROP PROCEDURE IF EXISTS {{ns}}._assetq_save_grants $$
+CREATE PROCEDURE {{ns}}._assetq_save_grants()
+MODIFIES SQL DATA
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE CONTINUE HANDLER FOR 1142 BEGIN END;
+    -- IGNORE only skips grants saved by an earlier, interrupted run: the table has no
+    -- foreign key or check whose failure it could hide.
+    INSERT IGNORE INTO {{ns}}._assetq_0009_grants
+           (routine_name, grantee_user, grantee_host, privileges)
+    SELECT p.Routine_name, p.User, p.Host, p.Proc_priv
+      FROM mysql.procs_priv p
+     WHERE p.Db = DATABASE()
+       AND p.Routine_type = 'PROCEDURE'
+       AND p.Routine_name IN ('register_events', 'schedule_pass', 'set_run_state', 'claim_runs', 'complete_run', 'retry_run')
+       AND p.Proc_priv <> '';
+END $$
+
+-- Gives the saved privileges back on the routines that exist now, to the accounts that still
+-- exist.
+-- MySQL 8 / MariaDB: a MariaDB role is stored with host '' and is named without a host in
+-- GRANT; MySQL 8 has no such accounts.
+DROP PROCEDURE IF EXISTS {{ns}}._assetq_restore_grants $$
+CREATE PROCEDURE {{ns}}._assetq_restore_grants()
+MODIFIES SQL DATA
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_done    BOOLEAN DEFAULT FALSE;
+    DECLARE v_routine VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_user    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_host    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_privs   VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_list    VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_found   BIGINT;
+    DECLARE c_grants CURSOR FOR
+        SELECT g.routine_name, g.grantee_user, g.grantee_host, g.privileges
+          FROM {{ns}}._assetq_0009_grants g
+         ORDER BY 1, 2, 3;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = TRUE;
+
+    OPEN c_grants;
+    grant_loop: LOOP
+        FETCH c_grants INTO v_routine, v_user, v_host, v_privs;
+        IF v_done THEN
+            LEAVE grant_loop;
+        END IF;
+        SELECT COUNT(*) INTO v_found FROM information_schema.ROUTINES r
+         WHERE r.ROUTINE_SCHEMA = DATABASE() AND r.ROUTINE_NAME = v_routine
+           AND r.ROUTINE_TYPE = 'PROCEDURE';
+        IF v_found > 0 THEN
+            -- GRANT would create a missing account on MariaDB: only existing ones.
+            SELECT COUNT(*) INTO v_found FROM mysql.user u
+             WHERE u.User = v_user AND u.Host = v_host;
+        END IF;
+        SET v_list = CONCAT_WS(', ',
+                               IF(FIND_IN_SET('Execute', v_privs) > 0, 'EXECUTE', NULL),
+                               IF(FIND_IN_SET('Alter Routine', v_privs) > 0, 'ALTER ROUTINE', NULL));
+        IF v_found > 0 AND v_list <> '' THEN
+            SET @assetq_grant = CONCAT('GRANT ', v_list, ' ON PROCEDURE `', DATABASE(), '`.`',
+                                       v_routine, '` TO ', QUOTE(v_user),
+                                       IF(v_host = '', '', CONCAT('@', QUOTE(v_host))),
+                                       IF(FIND_IN_SET('Grant', v_privs) > 0, ' WITH GRANT OPTION', ''));
+            PREPARE assetq_grant FROM @assetq_grant;
+            EXECUTE assetq_grant;
+            DEALLOCATE PREPARE assetq_grant;
+        END IF;
+    END LOOP;
+    CLOSE c_grants;
+END $$
+
+DELIMITER ;
+
+CALL {{ns}}._assetq_save_grants();
+
+-- The fan-out trigger, as 0008 left it. MySQL has no CREATE OR REPLACE TRIGGER, so it is dropped and
+-- created again with the event table locked for writing: no producer inserts an event in
+-- between (an event without its queue rows), each one waits for the swap, bounded by the
+-- lock timeout, and then fires the new trigger. LOCK TABLES also locks what the trigger
+-- writes, so scheduler passes wait for the swap too. (Tested on MariaDB 10.11; MySQL 8
+-- documents DROP/CREATE TRIGGER under LOCK TABLES ... WRITE on the trigger's table.)
+DELIMITER ;
+LOCK TABLES {{ns}}.asset_event WRITE;
+DELIMITER $$
+DROP TRIGGER IF EXISTS {{ns}}.asset_event_fan_out $$
+CREATE TRIGGER {{ns}}.asset_event_fan_out
+    AFTER INSERT ON {{ns}}.asset_event
+    FOR EACH ROW
+BEGIN
+    DECLARE v_resolutions BIGINT;
+    SELECT COUNT(*) INTO v_resolutions
+      FROM {{ns}}.asset_alias_asset aa FORCE INDEX (asset_alias_asset_asset_idx)
+     WHERE aa.asset_id = NEW.asset_id
+      LOCK IN SHARE MODE;
+    IF v_resolutions = 0 THEN
+        INSERT INTO {{ns}}.asset_dag_run_queue (target_dag_id, asset_event_id, asset_id, created_at)
+        SELECT d.dag_id, NEW.id, NEW.asset_id, NEW.`timestamp`
+          FROM {{ns}}.dag_schedule_asset_reference r FORCE INDEX (PRIMARY)
+          STRAIGHT_JOIN {{ns}}.dag d FORCE INDEX (PRIMARY) ON d.dag_id = r.dag_id
+         WHERE r.asset_id = NEW.asset_id
+           AND (NOT d.is_paused OR d.queue_while_paused)
+          LOCK IN SHARE MODE;
+    ELSE
+        INSERT INTO {{ns}}.asset_dag_run_queue (target_dag_id, asset_event_id, asset_id, created_at)
+        SELECT d.dag_id, NEW.id, NEW.asset_id, NEW.`timestamp`
+          FROM ((SELECT r.dag_id
+                   FROM {{ns}}.dag_schedule_asset_reference r
+                  WHERE r.asset_id = NEW.asset_id
+                   LOCK IN SHARE MODE)
+                UNION
+                (SELECT ca.dag_id
+                   FROM {{ns}}.asset_alias_asset aa FORCE INDEX (asset_alias_asset_asset_idx)
+                   STRAIGHT_JOIN {{ns}}.dag_condition_alias ca FORCE INDEX (dag_condition_alias_alias_idx)
+                      ON ca.alias_id = aa.alias_id
+                  WHERE aa.asset_id = NEW.asset_id
+                   LOCK IN SHARE MODE)) t
+          STRAIGHT_JOIN {{ns}}.dag d FORCE INDEX (PRIMARY) ON d.dag_id = t.dag_id
+         WHERE NOT d.is_paused OR d.queue_while_paused
+          LOCK IN SHARE MODE;
+    END IF;
+END $$
+DELIMITER ;
+UNLOCK TABLES;
+
+DELIMITER $$
+
+-- The body of register_events (see there for what it guarantees), without its result set:
+-- inserts the batch p_events in the caller's transaction and leaves one row per item in the
+-- session temporary table _assetq_batch, which the caller reads and drops. register_events
+-- and complete_run (a run's output events) both call it, so a run's events are registered
+-- exactly as a producer's batch. MySQL 8 / MariaDB: a SELECT in a procedure called from
+-- another one still sends its rows to the client, so complete_run cannot CALL
+-- register_events: its CALL would return two result sets (tests/test_mysql_facts.py).
+DROP PROCEDURE IF EXISTS {{ns}}.insert_event_batch $$
+CREATE PROCEDURE {{ns}}.insert_event_batch(
+    IN  p_events    JSON,
+    OUT p_first_id  BIGINT,
+    OUT p_timestamp DATETIME(6)
+)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_count     INT;
+    DECLARE v_item_no   INT DEFAULT 0;
+    DECLARE v_bad       INT;
+    DECLARE v_kind      VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_name      VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_asset_id  BIGINT;
+    DECLARE v_extra     JSON;
+    DECLARE v_dag_id    VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_task_id   VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_run_id    VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_map_index INT;
+    DECLARE v_key       VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_event_id  BIGINT;
+    DECLARE v_first_id  BIGINT;
+    DECLARE v_timestamp DATETIME(6);
+    DECLARE v_old_extra JSON;
+    DECLARE v_old_timestamp DATETIME(6);
+    DECLARE v_duplicate BOOLEAN;
+    DECLARE v_aliases   BOOLEAN DEFAULT FALSE;
+    DECLARE v_pos       BIGINT DEFAULT 0;
+    DECLARE v_alias_id  BIGINT;
+    DECLARE v_message   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+
+    -- IF, not a CASE as in register_event: in this routine MariaDB 10.11 evaluated the CASE's
+    -- JSON_TYPE on invalid text although its JSON_VALID branch was false, and failed with
+    -- error 4037 instead of AQ002 (tests/test_direct_sql.py, batch-invalid-json).
+    SET v_kind = 'invalid JSON';
+    IF p_events IS NULL THEN
+        SET v_kind = 'NULL';
+    ELSEIF JSON_VALID(p_events) THEN
+        SET v_kind = JSON_TYPE(p_events);
+    END IF;
+    IF v_kind <> 'ARRAY' THEN
+        SET v_message = CONCAT('[AQ002] events must be a JSON array, got ', v_kind);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    SET v_count = JSON_LENGTH(p_events);
+    IF v_count > 10000 THEN
+        SET v_message = CONCAT('[AQ002] a batch holds at most 10000 events, got ', v_count,
+                               ': split it into several calls in one transaction');
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+
+    -- The items, parsed once. A session temporary table (a failed call's is dropped by the
+    -- next). Text columns are wider than the event table's: a value too long reaches the
+    -- INSERT, which refuses it in strict mode (1406), instead of being cut short here.
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_batch, {{ns}}._assetq_batch_alias,
+                                   {{ns}}._assetq_alias_name, {{ns}}._assetq_alias_pair;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_batch (
+        item_no          INT NOT NULL PRIMARY KEY,
+        item_type        VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        asset            VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        extra            LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        source_dag_id    VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        source_task_id   VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        source_run_id    VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        source_map_index INT NULL,
+        idempotency_key  VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        aliases          LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        asset_id         BIGINT NULL,
+        event_id         BIGINT NULL,
+        event_timestamp  DATETIME(6) NULL,
+        created          BOOLEAN NULL,
+        KEY (asset(255))
+    ) ENGINE = InnoDB;
+    INSERT INTO {{ns}}._assetq_batch
+           (item_no, item_type, asset, extra, source_dag_id, source_task_id, source_run_id,
+            source_map_index, idempotency_key, aliases)
+    SELECT j.item_no, JSON_TYPE(j.item), j.asset,
+           CASE WHEN j.extra IS NULL OR JSON_TYPE(j.extra) = 'NULL' THEN '{}' ELSE j.extra END,
+           j.source_dag_id, j.source_task_id, j.source_run_id,
+           COALESCE(j.source_map_index, -1), j.idempotency_key,
+           CASE WHEN j.aliases IS NULL OR JSON_TYPE(j.aliases) = 'NULL' THEN NULL ELSE j.aliases END
+      FROM JSON_TABLE(p_events, '$[*]' COLUMNS (
+               item_no          FOR ORDINALITY,
+               item             JSON PATH '$',
+               asset            VARCHAR(1024) PATH '$.asset',
+               extra            JSON PATH '$.extra',
+               source_dag_id    VARCHAR(1024) PATH '$.source_dag_id',
+               source_task_id   VARCHAR(1024) PATH '$.source_task_id',
+               source_run_id    VARCHAR(1024) PATH '$.source_run_id',
+               source_map_index INT PATH '$.source_map_index',
+               idempotency_key  VARCHAR(1024) PATH '$.idempotency_key',
+               aliases          JSON PATH '$.aliases')) AS j;
+
+    SET v_bad = NULL;
+    SELECT b.item_no, b.item_type INTO v_bad, v_kind
+      FROM {{ns}}._assetq_batch b WHERE b.item_type <> 'OBJECT' ORDER BY b.item_no LIMIT 1;
+    IF v_bad IS NOT NULL THEN
+        SET v_message = CONCAT('[AQ002] event ', v_bad, ' of the batch must be a JSON object, got ', v_kind);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    SELECT b.item_no, JSON_TYPE(b.extra) INTO v_bad, v_kind
+      FROM {{ns}}._assetq_batch b WHERE JSON_TYPE(b.extra) <> 'OBJECT' ORDER BY b.item_no LIMIT 1;
+    IF v_bad IS NOT NULL THEN
+        SET v_message = CONCAT('[AQ002] event extra must be a JSON object, got ', v_kind,
+                               ' (event ', v_bad, ' of the batch)');
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+
+    -- Aliases: an array of 1 to 100 names of 1 to 512 characters. The names are read as JSON
+    -- and measured unquoted, so a name too long is refused, never cut short. One scan tells
+    -- whether any item has aliases; a batch without (the usual case) skips every alias step.
+    SELECT COUNT(*) > 0 INTO v_aliases FROM {{ns}}._assetq_batch b WHERE b.aliases IS NOT NULL;
+    IF v_aliases THEN
+        SELECT b.item_no INTO v_bad
+          FROM {{ns}}._assetq_batch b
+         WHERE b.aliases IS NOT NULL
+           AND (JSON_TYPE(b.aliases) <> 'ARRAY' OR JSON_LENGTH(b.aliases) NOT BETWEEN 1 AND 100)
+         ORDER BY b.item_no LIMIT 1;
+    END IF;
+    IF v_aliases AND v_bad IS NULL THEN
+        SELECT MIN(b.item_no) INTO v_bad
+          FROM {{ns}}._assetq_batch b,
+               JSON_TABLE(b.aliases, '$[*]' COLUMNS (alias JSON PATH '$')) AS x
+         WHERE b.aliases IS NOT NULL
+           AND (COALESCE(JSON_TYPE(x.alias), 'NULL') <> 'STRING'
+                OR CHAR_LENGTH(JSON_UNQUOTE(x.alias)) NOT BETWEEN 1 AND 512);
+    END IF;
+    IF v_bad IS NOT NULL THEN
+        SET v_message = LEFT(CONCAT('[AQ002] aliases must be a JSON array of 1 to 100 alias names of 1 to 512',
+                                    ' characters (event ', v_bad, ' of the batch)'), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+
+    -- Every asset first, each distinct one once (name, then uri), in item order, so the first
+    -- unknown one in the batch is the one reported and nothing has been inserted yet. Plain
+    -- reads, as in register_event: an UPDATE ... JOIN or INSERT ... SELECT reading asset would
+    -- take shared next-key locks there at REPEATABLE READ, and a lookup that misses (a uri) would
+    -- leave a gap lock that blocks declaring new assets until the caller commits.
+    resolve_loop: LOOP
+        SET v_name = NULL, v_bad = NULL;
+        SELECT b.item_no, b.asset INTO v_bad, v_name
+          FROM {{ns}}._assetq_batch b
+         WHERE b.item_no > v_item_no AND b.asset_id IS NULL
+         ORDER BY b.item_no LIMIT 1;
+        IF v_bad IS NULL THEN
+            LEAVE resolve_loop;
+        END IF;
+        SET v_item_no = v_bad, v_asset_id = NULL;
+        SELECT a.id INTO v_asset_id FROM {{ns}}.asset a WHERE a.name = v_name;
+        IF v_asset_id IS NULL THEN
+            SELECT a.id INTO v_asset_id FROM {{ns}}.asset a WHERE a.uri = v_name;
+        END IF;
+        IF v_asset_id IS NULL THEN
+            SET v_message = LEFT(CONCAT('[AQ001] unknown asset ', COALESCE(QUOTE(LEFT(v_name, 48)), 'NULL'),
+                                        ' (event ', v_item_no, ' of the batch): declare it first'), 128);
+            SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+        END IF;
+        UPDATE {{ns}}._assetq_batch SET asset_id = v_asset_id WHERE asset = v_name;
+    END LOOP;
+
+    -- Aliases, created if new and resolved to their item's asset before the events are
+    -- inserted, so that the fan-out sees the resolution. Sorted, so concurrent batches lock in
+    -- one order. Plain reads first: a resolution that exists already (the usual case) costs
+    -- a lookup and takes no lock; only a missing one is inserted (a duplicate key, from a
+    -- concurrent producer, is ignored by its handler, not by INSERT IGNORE, which would hide a
+    -- foreign-key failure too).
+    -- MySQL 8 / MariaDB: MySQL cannot open one temporary table twice in a statement, hence one
+    -- temporary table per step.
+    IF v_aliases THEN
+        CREATE TEMPORARY TABLE {{ns}}._assetq_batch_alias (
+            item_no INT NOT NULL,
+            name    VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+            PRIMARY KEY (item_no, name)
+        ) ENGINE = InnoDB;
+        CREATE TEMPORARY TABLE {{ns}}._assetq_alias_name (
+            pos      BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+            name     VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+            alias_id BIGINT NULL,
+            UNIQUE KEY (name)
+        ) ENGINE = InnoDB;
+        CREATE TEMPORARY TABLE {{ns}}._assetq_alias_pair (
+            pos      BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+            alias_id BIGINT NOT NULL,
+            asset_id BIGINT NOT NULL,
+            UNIQUE KEY (alias_id, asset_id)
+        ) ENGINE = InnoDB;
+        INSERT INTO {{ns}}._assetq_batch_alias (item_no, name)
+        SELECT DISTINCT b.item_no, JSON_UNQUOTE(x.alias)
+          FROM {{ns}}._assetq_batch b,
+               JSON_TABLE(b.aliases, '$[*]' COLUMNS (alias JSON PATH '$')) AS x
+         WHERE b.aliases IS NOT NULL;
+        INSERT INTO {{ns}}._assetq_alias_name (name)
+        SELECT DISTINCT ba.name FROM {{ns}}._assetq_batch_alias ba ORDER BY ba.name;
+
+        alias_loop: LOOP
+            SET v_name = NULL;
+            SELECT n.pos, n.name INTO v_pos, v_name
+              FROM {{ns}}._assetq_alias_name n WHERE n.pos > v_pos ORDER BY n.pos LIMIT 1;
+            IF v_name IS NULL THEN
+                LEAVE alias_loop;
+            END IF;
+            SET v_alias_id = NULL;
+            SELECT al.id INTO v_alias_id FROM {{ns}}.asset_alias al WHERE al.name = v_name;
+            IF v_alias_id IS NULL THEN
+                -- Created meanwhile by a concurrent producer: the duplicate key hands back its id.
+                INSERT INTO {{ns}}.asset_alias (name) VALUES (v_name)
+                ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id);
+                SET v_alias_id = LAST_INSERT_ID();
+            END IF;
+            UPDATE {{ns}}._assetq_alias_name SET alias_id = v_alias_id WHERE pos = v_pos;
+        END LOOP;
+
+        INSERT INTO {{ns}}._assetq_alias_pair (alias_id, asset_id)
+        SELECT DISTINCT n.alias_id, b.asset_id
+          FROM {{ns}}._assetq_batch_alias ba
+          JOIN {{ns}}._assetq_alias_name n ON n.name = ba.name
+          JOIN {{ns}}._assetq_batch b ON b.item_no = ba.item_no
+         ORDER BY n.alias_id, b.asset_id;
+        SET v_pos = 0;
+        pair_loop: LOOP
+            SET v_alias_id = NULL;
+            SELECT p.pos, p.alias_id, p.asset_id INTO v_pos, v_alias_id, v_asset_id
+              FROM {{ns}}._assetq_alias_pair p WHERE p.pos > v_pos ORDER BY p.pos LIMIT 1;
+            IF v_alias_id IS NULL THEN
+                LEAVE pair_loop;
+            END IF;
+            -- A SELECT ... INTO, not IF EXISTS (SELECT ...): InnoDB reads a subquery in a
+            -- routine's IF condition with shared locks, at any isolation level, and that lock
+            -- would deadlock with delete_asset.
+            SELECT COUNT(*) INTO v_bad
+              FROM {{ns}}.asset_alias_asset aa
+             WHERE aa.alias_id = v_alias_id AND aa.asset_id = v_asset_id;
+            IF v_bad = 0 THEN
+                -- The asset row first, with the shared lock the foreign-key check of the insert
+                -- takes anyway: InnoDB checks it only after writing the new row, and
+                -- delete_asset, which locks the asset and then deletes its resolutions, would
+                -- deadlock with a producer holding the new row. An asset deleted since it was
+                -- looked up is unknown.
+                SET v_bad = NULL;
+                SELECT 1 INTO v_bad FROM {{ns}}.asset a WHERE a.id = v_asset_id LOCK IN SHARE MODE;
+                IF v_bad IS NULL THEN
+                    SET v_message = '[AQ001] unknown asset: it was deleted while the event was being registered';
+                    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+                END IF;
+                BEGIN
+                    DECLARE CONTINUE HANDLER FOR 1062 BEGIN END;
+                    INSERT INTO {{ns}}.asset_alias_asset (alias_id, asset_id, created_at)
+                    VALUES (v_alias_id, v_asset_id, UTC_TIMESTAMP(6));
+                END;
+            END IF;
+        END LOOP;
+    END IF;
+
+    -- One timestamp for the whole batch: taken once, copied to every queue row by the trigger.
+    SET v_timestamp = UTC_TIMESTAMP(6), v_duplicate = FALSE;
+
+    -- The fast path: one multi-row INSERT ... SELECT. MySQL 8 has no RETURNING, so the items' ids
+    -- come from LAST_INSERT_ID() (the first id of the statement) and the item order, which is
+    -- exact only where InnoDB documents the ids of one INSERT ... SELECT as consecutive: at
+    -- innodb_autoinc_lock_mode 0 or 1 (MariaDB's default) the statement holds the table's AUTO-INC
+    -- lock to its end (other inserts of events wait for the statement, its per-row triggers
+    -- included, but not for the transaction). A duplicate idempotency key (a retry, or two items
+    -- sharing a key) fails the statement with 1062; InnoDB rolls the statement back, its trigger
+    -- rows included, and the batch goes the slow path. The 1062 check waits for a concurrent
+    -- registration with the same key to commit or roll back, like PostgreSQL's ON CONFLICT.
+    IF @@GLOBAL.innodb_autoinc_lock_mode <= 1 THEN
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = TRUE;
+            INSERT INTO {{ns}}.asset_event
+                   (asset_id, extra, source_dag_id, source_task_id, source_run_id,
+                    source_map_index, idempotency_key, `timestamp`)
+            SELECT b.asset_id, b.extra, b.source_dag_id, b.source_task_id, b.source_run_id,
+                   b.source_map_index, b.idempotency_key, v_timestamp
+              FROM {{ns}}._assetq_batch b
+             ORDER BY b.item_no;
+        END;
+        -- LAST_INSERT_ID() is the id of the statement's first row; item n has that + n - 1.
+        SET v_first_id = IF(v_duplicate, NULL, LAST_INSERT_ID());
+    ELSE
+        -- MySQL 8's default, interleaved: the ids of one statement may have gaps.
+        SET v_duplicate = TRUE;
+    END IF;
+
+    -- The slow path: one INSERT per event, exactly as register_event (see there), with its
+    -- duplicate handling; the row-level trigger fans out per row either way.
+    SET v_item_no = 0;
+    WHILE v_duplicate AND v_item_no < v_count DO
+        SET v_item_no = v_item_no + 1;
+        SELECT b.asset_id, b.extra, b.source_dag_id, b.source_task_id, b.source_run_id,
+               b.source_map_index, b.idempotency_key
+          INTO v_asset_id, v_extra, v_dag_id, v_task_id, v_run_id, v_map_index, v_key
+          FROM {{ns}}._assetq_batch b WHERE b.item_no = v_item_no;
+        SET v_old_extra = NULL;
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR 1062
+                SELECT e.id, e.`timestamp`, e.extra INTO v_event_id, v_old_timestamp, v_old_extra
+                  FROM {{ns}}.asset_event e
+                 WHERE e.asset_id = v_asset_id AND e.idempotency_key = v_key
+                  LOCK IN SHARE MODE;
+            INSERT INTO {{ns}}.asset_event
+                   (asset_id, extra, source_dag_id, source_task_id, source_run_id,
+                    source_map_index, idempotency_key, `timestamp`)
+            VALUES (v_asset_id, v_extra, v_dag_id, v_task_id, v_run_id, v_map_index, v_key,
+                    v_timestamp);
+        END;
+        IF v_old_extra IS NULL THEN
+            UPDATE {{ns}}._assetq_batch
+               SET event_id = LAST_INSERT_ID(), event_timestamp = v_timestamp, created = TRUE
+             WHERE item_no = v_item_no;
+        ELSEIF JSON_EXTRACT(v_old_extra, '$') <=> JSON_EXTRACT(v_extra, '$') THEN
+            UPDATE {{ns}}._assetq_batch
+               SET event_id = v_event_id, event_timestamp = v_old_timestamp, created = FALSE
+             WHERE item_no = v_item_no;
+        ELSE
+            SET v_message = LEFT(CONCAT('[AQ005] idempotency key ', QUOTE(LEFT(v_key, 24)),
+                                        ' was already used for event ', v_event_id,
+                                        ' with a different extra (event ', v_item_no,
+                                        ' of the batch)'), 128);
+            SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+        END IF;
+    END WHILE;
+
+    -- The aliases of the events this call created (not of an event a retry met).
+    IF v_aliases THEN
+        IF v_first_id IS NOT NULL THEN
+            UPDATE {{ns}}._assetq_batch
+               SET event_id = v_first_id + item_no - 1, created = TRUE
+             WHERE aliases IS NOT NULL;
+        END IF;
+        INSERT INTO {{ns}}.asset_event_alias (asset_event_id, alias_id)
+        SELECT DISTINCT b.event_id, n.alias_id
+          FROM {{ns}}._assetq_batch b
+          JOIN {{ns}}._assetq_batch_alias ba ON ba.item_no = b.item_no
+          JOIN {{ns}}._assetq_alias_name n ON n.name = ba.name
+         WHERE b.created
+         ORDER BY b.event_id, n.alias_id;
+    END IF;
+
+    -- The result, for the caller to read (register_events returns it as it is):
+    -- _assetq_batch holds the items, with event_id, event_timestamp and created filled in
+    -- by the row-by-row path; p_first_id is the fast path's first id (item n got
+    -- p_first_id + n - 1, created, at p_timestamp), NULL after the row-by-row path.
+    SET p_first_id = v_first_id, p_timestamp = v_timestamp;
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_batch_alias, {{ns}}._assetq_alias_name,
+                                   {{ns}}._assetq_alias_pair;
+END $$
+
+-- register_events, as in 0002, plus aliases: an item may carry "aliases", a JSON array of 1 to
+-- 100 alias names (1 to 512 characters; null or absent: none). Before the events are
+-- inserted, each alias is created if new and resolved to its item's asset, so the fan-out
+-- already queues the event for the alias's consumers; each created event records the aliases
+-- it came through. A retry (an idempotency key that met an existing event) records nothing new.
+--
+-- Registers a batch of events in the caller's transaction, in one round trip, and returns one
+-- result set with one row per item in input order (item_no, event_id, asset_id,
+-- event_timestamp, created), with register_event's guarantees for each. p_events is a JSON
+-- array of at most 10,000 objects {"asset": name or uri, "extra", "source_dag_id",
+-- "source_task_id", "source_run_id", "source_map_index", "idempotency_key", "aliases"}; only
+-- "asset" is required. The events of one batch share one timestamp.
+--
+-- All or nothing, once the caller rolls back on error (as after any routine error here).
+-- Every item is checked and every asset resolved before anything is written: one unknown asset
+-- (AQ001) or extra that is not an object, or bad aliases (AQ002) fails the call with nothing
+-- inserted. A key reused with another extra (AQ005), or a value the table refuses, fails it
+-- after some rows may have been inserted in the caller's transaction. Items with the same
+-- asset and idempotency key are one event, as retries would be: the first creates it (unless
+-- it exists already), the others return it with created = 0. MySQL has no statement-level
+-- triggers: the row-level trigger fans out each event of the batch.
+--
+-- Under autocommit each statement of a procedure commits on its own, so the row-by-row path
+-- is atomic only inside a transaction: the Python layer opens one on an autocommit
+-- connection.
+--
+-- Since migration 0006_work_queue the work is done by insert_event_batch, through which
+-- complete_run registers a run's output events too; this procedure returns its rows, the
+-- same result as before.
+DROP PROCEDURE IF EXISTS {{ns}}.register_events $$
+CREATE PROCEDURE {{ns}}.register_events(IN p_events JSON)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_first_id  BIGINT;
+    DECLARE v_timestamp DATETIME(6);
+    CALL {{ns}}.insert_event_batch(p_events, v_first_id, v_timestamp);
+    IF v_first_id IS NULL THEN
+        SELECT b.item_no, b.event_id, b.asset_id, b.event_timestamp, b.created
+          FROM {{ns}}._assetq_batch b
+         ORDER BY b.item_no;
+    ELSE
+        SELECT b.item_no, v_first_id + b.item_no - 1 AS event_id, b.asset_id,
+               v_timestamp AS event_timestamp, TRUE AS created
+          FROM {{ns}}._assetq_batch b
+         ORDER BY b.item_no;
+    END IF;
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_batch;
+END $$
+
+-- Declares or re-declares a consumer. p_condition is the condition as declared (kept for
+-- reading back); p_clauses its conjunctive normal form, a JSON array of clauses, each a
+-- non-empty array of members: "x" (an asset by name, else by uri), {"name": "x"},
+-- {"uri": "x"} (by uri, else by name) or {"alias": "x"}. Assets and aliases named here that
+-- do not exist are created (an asset referenced by uri gets the uri as its name too, as in
+-- Airflow), marked undeclared. p_paused NULL keeps the current state (new consumers start
+-- unpaused); p_max_active_runs and p_max_events_per_run NULL mean no cap (AQ002 below 1);
+-- p_queue_while_paused NULL means false. Queued rows of assets the consumer no longer
+-- depends on are deleted; the others stay and are consumed by its next run. Returns no
+-- result set.
+--
+-- Retries (migration 0006_work_queue): a run gets p_max_attempts claims (1 to 1000; NULL: 1);
+-- after a failed attempt with attempts left it is claimable again p_retry_delay_seconds
+-- later (0 to 604800; NULL: 0), doubled for each further failed attempt up to
+-- p_max_retry_delay_seconds when that is set (above 0, at least the delay, at most 604800).
+-- Anything else raises AQ002.
+--
+-- The whole replacement happens in the caller's transaction, under the consumer's lock row: a
+-- scheduler pass sees the old condition or the new one, never a mix. The rows the fan-out
+-- reads are changed in the order it reads them: references, then alias clauses, each in
+-- key order, only those that change; the dag row last. A producer in flight for the consumer
+-- then either finishes first or waits for the caller's commit, and neither deadlocks with the
+-- declaration. (A producer transaction that registers events of several of the consumer's
+-- assets can still deadlock with it, at REPEATABLE READ: error 1213, rolled back whole, safe
+-- to retry.)
+DROP PROCEDURE IF EXISTS {{ns}}.declare_dag $$
+CREATE PROCEDURE {{ns}}.declare_dag(
+    IN p_dag_id             TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_condition          JSON,
+    IN p_clauses            JSON,
+    IN p_paused             BOOLEAN,
+    IN p_max_active_runs    INT,
+    IN p_max_events_per_run INT,
+    IN p_queue_while_paused BOOLEAN,
+    IN p_max_attempts       INT,
+    IN p_retry_delay_seconds     DOUBLE,
+    IN p_max_retry_delay_seconds DOUBLE
+)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_bad     BIGINT;
+    DECLARE v_exists  BIGINT;
+    DECLARE v_pos     BIGINT DEFAULT 0;
+    DECLARE v_kind    VARCHAR(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_name    VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_id      BIGINT;
+    DECLARE v_row     INT;
+    DECLARE v_clause  INT;
+    DECLARE v_new     BOOLEAN;
+    DECLARE v_pos_kind   INT DEFAULT 0;
+    DECLARE v_pos_key    BIGINT DEFAULT 0;
+    DECLARE v_pos_clause INT DEFAULT 0;
+    DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+
+    IF p_dag_id IS NULL OR NOT (p_dag_id REGEXP '^[A-Za-z0-9_.-]+$')
+       OR CHAR_LENGTH(p_dag_id) > 250 THEN
+        SET v_message = LEFT(CONCAT('[AQ002] invalid dag id ', COALESCE(QUOTE(LEFT(p_dag_id, 40)), 'NULL'),
+                                    ': use 1 to 250 letters, digits, "_", "." or "-"'), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    IF p_max_active_runs < 1 OR p_max_events_per_run < 1 THEN
+        SET v_message = LEFT(CONCAT('[AQ002] max_active_runs and max_events_per_run must be positive or NULL, got ',
+                                    COALESCE(p_max_active_runs, 'NULL'), ' and ',
+                                    COALESCE(p_max_events_per_run, 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    -- Retries: NULL means the default, one attempt and no delay.
+    IF p_max_attempts < 1 OR p_max_attempts > 1000
+       OR NOT (COALESCE(p_retry_delay_seconds, 0) >= 0 AND COALESCE(p_retry_delay_seconds, 0) <= 604800)
+       OR NOT (COALESCE(p_max_retry_delay_seconds, 1) > 0 AND COALESCE(p_max_retry_delay_seconds, 1) <= 604800)
+       OR p_max_retry_delay_seconds < p_retry_delay_seconds
+    THEN
+        SET v_message = LEFT(CONCAT('[AQ002] max_attempts must be 1 to 1000, retry_delay 0 to 604800 s and',
+                                    ' max_retry_delay above 0, at least retry_delay and at most 604800 s; got ',
+                                    COALESCE(p_max_attempts, 'NULL'), ', ',
+                                    COALESCE(p_retry_delay_seconds, 'NULL'), ' and ',
+                                    COALESCE(p_max_retry_delay_seconds, 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    IF p_condition IS NULL OR JSON_VALID(p_condition) = 0 THEN
+        SET v_message = LEFT(CONCAT('[AQ004] condition of dag ', p_dag_id,
+                                    ' is missing or not JSON'), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+
+    -- The members as (clause_no, kind, value): kind 'any' for a plain string, else the one key
+    -- of the object. Values are read as JSON and measured unquoted, so one too long is
+    -- refused, never cut short.
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_declare_member, {{ns}}._assetq_declare_name;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_declare_member (
+        clause_no INT NOT NULL,
+        kind      VARCHAR(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        value     VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        KEY (kind, value)
+    ) ENGINE = InnoDB;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_declare_name (
+        pos       BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        kind      VARCHAR(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        value     VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        target_id BIGINT NULL,
+        UNIQUE KEY (kind, value)
+    ) ENGINE = InnoDB;
+    IF p_clauses IS NULL OR NOT JSON_VALID(p_clauses) THEN
+        SET v_bad = 1;
+    ELSEIF JSON_TYPE(p_clauses) <> 'ARRAY' OR JSON_LENGTH(p_clauses) = 0 THEN
+        SET v_bad = 1;
+    ELSE
+        -- MySQL 8 / MariaDB: JSON_TABLE with NESTED PATH is in both (MySQL >= 8.0.4,
+        -- MariaDB >= 10.6). A clause that is empty or not an array yields one row with NULL
+        -- item: its member is invalid.
+        INSERT INTO {{ns}}._assetq_declare_member (clause_no, kind, value)
+        SELECT m.clause_no, m.kind,
+               CASE WHEN CHAR_LENGTH(m.value) BETWEEN 1 AND 512 THEN m.value END
+          FROM (SELECT c.clause_no,
+                       CASE WHEN c.item IS NULL OR c.clause IS NULL
+                                 OR JSON_TYPE(c.clause) <> 'ARRAY' THEN NULL
+                            WHEN JSON_TYPE(c.item) = 'STRING' THEN 'any'
+                            WHEN JSON_TYPE(c.item) <> 'OBJECT' OR JSON_LENGTH(c.item) <> 1 THEN NULL
+                            WHEN JSON_TYPE(JSON_EXTRACT(c.item, '$.name')) = 'STRING' THEN 'name'
+                            WHEN JSON_TYPE(JSON_EXTRACT(c.item, '$.uri')) = 'STRING' THEN 'uri'
+                            WHEN JSON_TYPE(JSON_EXTRACT(c.item, '$.alias')) = 'STRING' THEN 'alias'
+                       END AS kind,
+                       CASE WHEN JSON_TYPE(c.item) = 'STRING' THEN JSON_UNQUOTE(c.item)
+                            WHEN JSON_TYPE(c.item) = 'OBJECT' THEN
+                                 COALESCE(JSON_UNQUOTE(JSON_EXTRACT(c.item, '$.name')),
+                                          JSON_UNQUOTE(JSON_EXTRACT(c.item, '$.uri')),
+                                          JSON_UNQUOTE(JSON_EXTRACT(c.item, '$.alias')))
+                       END AS value
+                  FROM JSON_TABLE(p_clauses, '$[*]' COLUMNS (
+                           clause_no FOR ORDINALITY,
+                           clause    JSON PATH '$',
+                           NESTED PATH '$[*]' COLUMNS (item JSON PATH '$'))) AS c) m;
+        SELECT COUNT(*) INTO v_bad
+          FROM {{ns}}._assetq_declare_member m
+         WHERE m.kind IS NULL OR m.value IS NULL;
+    END IF;
+    IF v_bad > 0 THEN
+        SET v_message = LEFT(CONCAT('[AQ004] condition clauses of dag ', p_dag_id,
+                                    ' must be non-empty arrays of asset names or uris,',
+                                    ' {"name"}, {"uri"} or {"alias"} (1 to 512 characters)'), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+
+    -- The consumer's lock row first, as a scheduler pass takes it: every later statement
+    -- runs under it (a new consumer gets its row, already locked, from the trigger on dag).
+    SELECT COUNT(*) INTO v_exists FROM {{ns}}.dag_lock l WHERE l.dag_id = p_dag_id FOR UPDATE;
+
+    -- Resolve every distinct member, creating the missing assets (undeclared) and aliases,
+    -- one at a time: plain reads and keyed inserts only. An INSERT ... SELECT from asset
+    -- would, at REPEATABLE READ, take shared gap locks on asset's indexes and deadlock
+    -- concurrent declarations. A concurrent declaration may create one after our read: the
+    -- duplicate key then hands back its id.
+    INSERT INTO {{ns}}._assetq_declare_name (kind, value)
+    SELECT DISTINCT m.kind, m.value FROM {{ns}}._assetq_declare_member m ORDER BY m.kind, m.value;
+    name_loop: LOOP
+        SET v_name = NULL;
+        SELECT n.pos, n.kind, n.value INTO v_pos, v_kind, v_name
+          FROM {{ns}}._assetq_declare_name n WHERE n.pos > v_pos ORDER BY n.pos LIMIT 1;
+        IF v_name IS NULL THEN
+            LEAVE name_loop;
+        END IF;
+        SET v_id = NULL;
+        IF v_kind = 'alias' THEN
+            SELECT al.id INTO v_id FROM {{ns}}.asset_alias al WHERE al.name = v_name;
+            IF v_id IS NULL THEN
+                INSERT INTO {{ns}}.asset_alias (name) VALUES (v_name)
+                ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id);
+                SET v_id = LAST_INSERT_ID();
+            END IF;
+        ELSE
+            IF v_kind IN ('any', 'name') THEN
+                SELECT a.id INTO v_id FROM {{ns}}.asset a WHERE a.name = v_name;
+            END IF;
+            IF v_id IS NULL AND v_kind IN ('any', 'uri') THEN
+                SELECT a.id INTO v_id FROM {{ns}}.asset a WHERE a.uri = v_name;
+            END IF;
+            IF v_id IS NULL AND v_kind = 'uri' THEN
+                SELECT a.id INTO v_id FROM {{ns}}.asset a WHERE a.name = v_name;
+            END IF;
+            IF v_id IS NULL THEN
+                INSERT INTO {{ns}}.asset (name, uri, declared)
+                VALUES (v_name, IF(v_kind = 'uri', v_name, NULL), FALSE)
+                ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id);
+                SET v_id = LAST_INSERT_ID();
+            END IF;
+        END IF;
+        UPDATE {{ns}}._assetq_declare_name SET target_id = v_id WHERE pos = v_pos;
+    END LOOP;
+
+    -- The rows the fan-out reads: the references (kind 1, by asset) and alias clauses (kind 2,
+    -- by alias, clause), the current ones read with shared locks (they see the latest
+    -- committed rows, and a producer's shared locks do not conflict with them), the new ones
+    -- from the members. Only rows that change are touched.
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_declare_row;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_declare_row (
+        kind      TINYINT NOT NULL,
+        key_id    BIGINT NOT NULL,
+        clause_no INT NOT NULL,
+        old_row   BOOLEAN NOT NULL DEFAULT FALSE,
+        new_row   BOOLEAN NOT NULL DEFAULT FALSE,
+        PRIMARY KEY (kind, key_id, clause_no)
+    ) ENGINE = InnoDB;
+    IF v_exists > 0 THEN
+        -- By the dag_id index: on a small table the optimizer would rather scan the primary
+        -- key, locking the references of every consumer.
+        INSERT INTO {{ns}}._assetq_declare_row (kind, key_id, clause_no, old_row)
+        SELECT 1, r.asset_id, 0, TRUE
+          FROM {{ns}}.dag_schedule_asset_reference r
+               FORCE INDEX (dag_schedule_asset_reference_dag_idx)
+         WHERE r.dag_id = p_dag_id
+          LOCK IN SHARE MODE;
+        INSERT INTO {{ns}}._assetq_declare_row (kind, key_id, clause_no, old_row)
+        SELECT 2, ca.alias_id, ca.clause_no, TRUE
+          FROM {{ns}}.dag_condition_alias ca
+         WHERE ca.dag_id = p_dag_id
+          LOCK IN SHARE MODE;
+    END IF;
+    INSERT INTO {{ns}}._assetq_declare_row (kind, key_id, clause_no, new_row)
+    SELECT DISTINCT IF(m.kind = 'alias', 2, 1), n.target_id, IF(m.kind = 'alias', m.clause_no, 0), TRUE
+      FROM {{ns}}._assetq_declare_member m
+      JOIN {{ns}}._assetq_declare_name n ON n.kind = m.kind AND n.value = m.value
+    ON DUPLICATE KEY UPDATE new_row = TRUE;
+
+    -- A new consumer's row first: the rows below refer to it. Nobody queues for it yet.
+    IF v_exists = 0 THEN
+        INSERT INTO {{ns}}.dag (dag_id, `condition`, is_paused, max_active_runs,
+                                max_events_per_run, queue_while_paused, max_attempts,
+                                retry_delay_seconds, max_retry_delay_seconds)
+        VALUES (p_dag_id, p_condition, COALESCE(p_paused, FALSE), p_max_active_runs,
+                p_max_events_per_run, COALESCE(p_queue_while_paused, FALSE),
+                COALESCE(p_max_attempts, 1), COALESCE(p_retry_delay_seconds, 0),
+                p_max_retry_delay_seconds)
+        ON DUPLICATE KEY UPDATE `condition` = p_condition,
+                                is_paused = COALESCE(p_paused, is_paused),
+                                max_active_runs = p_max_active_runs,
+                                max_events_per_run = p_max_events_per_run,
+                                queue_while_paused = COALESCE(p_queue_while_paused, FALSE),
+                                max_attempts = COALESCE(p_max_attempts, 1),
+                                retry_delay_seconds = COALESCE(p_retry_delay_seconds, 0),
+                                max_retry_delay_seconds = p_max_retry_delay_seconds,
+                                updated_at = UTC_TIMESTAMP(6);
+    END IF;
+
+    -- One keyed statement per changed row, in the order a producer's fan-out reads them:
+    -- references by asset, then alias clauses by alias. A producer waits at most at one of
+    -- them, holding only locks that come before it, which this loop has passed already.
+    SET v_pos = 0;
+    row_loop: LOOP
+        SET v_row = NULL;
+        SELECT w.kind, w.key_id, w.clause_no, w.new_row INTO v_row, v_id, v_clause, v_new
+          FROM {{ns}}._assetq_declare_row w
+         WHERE w.old_row <> w.new_row
+           AND (w.kind > v_pos_kind
+                OR (w.kind = v_pos_kind AND w.key_id > v_pos_key)
+                OR (w.kind = v_pos_kind AND w.key_id = v_pos_key AND w.clause_no > v_pos_clause))
+         ORDER BY w.kind, w.key_id, w.clause_no
+         LIMIT 1;
+        IF v_row IS NULL THEN
+            LEAVE row_loop;
+        END IF;
+        SET v_pos_kind = v_row, v_pos_key = v_id, v_pos_clause = v_clause;
+        IF v_row = 1 AND v_new THEN
+            INSERT INTO {{ns}}.dag_schedule_asset_reference (asset_id, dag_id) VALUES (v_id, p_dag_id);
+        ELSEIF v_row = 1 THEN
+            DELETE FROM {{ns}}.dag_schedule_asset_reference WHERE asset_id = v_id AND dag_id = p_dag_id;
+        ELSEIF v_new THEN
+            INSERT INTO {{ns}}.dag_condition_alias (dag_id, clause_no, alias_id)
+            VALUES (p_dag_id, v_clause, v_id);
+        ELSE
+            DELETE FROM {{ns}}.dag_condition_alias
+             WHERE dag_id = p_dag_id AND clause_no = v_clause AND alias_id = v_id;
+        END IF;
+    END LOOP;
+
+    -- An existing consumer's row last: it waits for the producers in flight for it, which
+    -- by now wait for nothing this declaration holds.
+    IF v_exists > 0 THEN
+        UPDATE {{ns}}.dag
+           SET `condition` = p_condition,
+               is_paused = COALESCE(p_paused, is_paused),
+               max_active_runs = p_max_active_runs,
+               max_events_per_run = p_max_events_per_run,
+               queue_while_paused = COALESCE(p_queue_while_paused, FALSE),
+               max_attempts = COALESCE(p_max_attempts, 1),
+               retry_delay_seconds = COALESCE(p_retry_delay_seconds, 0),
+               max_retry_delay_seconds = p_max_retry_delay_seconds,
+               updated_at = UTC_TIMESTAMP(6)
+         WHERE dag_id = p_dag_id;
+        DELETE FROM {{ns}}.dag_condition_clause WHERE dag_id = p_dag_id;
+    END IF;
+    INSERT INTO {{ns}}.dag_condition_clause (dag_id, clause_no, asset_id)
+    SELECT DISTINCT p_dag_id, m.clause_no, n.target_id
+      FROM {{ns}}._assetq_declare_member m
+      JOIN {{ns}}._assetq_declare_name n ON n.kind = m.kind AND n.value = m.value
+     WHERE m.kind <> 'alias';
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_declare_member, {{ns}}._assetq_declare_name,
+                                   {{ns}}._assetq_declare_row;
+
+    -- Rows queued for assets the consumer no longer depends on (neither a member nor resolved
+    -- by one of its aliases) would never count towards its condition: they go. The alias test
+    -- is a point lookup per row, so it waits only on a resolution of that very asset. A
+    -- producer of a dropped asset has finished (the loop waited for it) or will not queue.
+    IF v_exists > 0 THEN
+        DELETE FROM {{ns}}.asset_dag_run_queue
+         WHERE target_dag_id = p_dag_id
+           AND asset_id NOT IN (SELECT r.asset_id FROM {{ns}}.dag_condition_clause r
+                                 WHERE r.dag_id = p_dag_id)
+           AND NOT EXISTS (SELECT 1
+                             FROM {{ns}}.dag_condition_alias ca
+                             JOIN {{ns}}.asset_alias_asset aa
+                               ON aa.alias_id = ca.alias_id
+                              AND aa.asset_id = {{ns}}.asset_dag_run_queue.asset_id
+                            WHERE ca.dag_id = p_dag_id);
+    END IF;
+END $$
+
+-- One scheduler pass (I3-I6). Takes at most p_limit unpaused consumers with queued rows,
+-- least recently examined first, each by its lock row FOR UPDATE SKIP LOCKED, and for each:
+-- skips it while it has max_active_runs active runs (queued or running: its queue is left
+-- whole); claims its committed queue rows (all of them, or with max_events_per_run the
+-- oldest that satisfy the condition, see below), evaluates the condition on exactly those
+-- rows, and when it holds creates one run, links exactly the claimed events and deletes
+-- exactly the claimed rows by key. Returns one result set, one row per run created
+-- (dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids as a JSON array,
+-- triggering_event_id: the newest claimed row, state).
+--
+-- A clause holds when a claimed row's asset is one of its asset members or has been resolved
+-- by one of its alias members; an alias that has resolved to nothing yet satisfies nothing,
+-- and its clause still counts.
+--
+-- max_events_per_run = N with more than N rows queued: if the whole queue does not satisfy
+-- the condition, no run. Otherwise the claim is built so the consumer is never starved: for
+-- each clause in order not yet hit, the queued member asset whose oldest row is oldest
+-- (greedy); then each chosen asset, newest choice first, is dropped if the others still hit
+-- every clause; the claim is the oldest row of each chosen asset plus the oldest other rows,
+-- N in all (more only if the chosen assets alone are more than N). When the oldest N rows
+-- satisfy the condition, that is exactly them.
+--
+-- A capped run costs what it consumes (migration 0007_capped_claim): the pass reads the
+-- N + 1 oldest rows through asset_dag_run_queue_order_idx and, only when the N oldest do not
+-- satisfy the condition, each member asset's oldest row through asset_dag_run_queue_asset_idx;
+-- never the backlog behind them (tests/test_capped_claim.py counts it). The claims are those
+-- of 0006, row for row.
+--
+-- Run it at READ COMMITTED, in a transaction of its own (assetq.schedule does). At READ
+-- COMMITTED every plain read below takes a fresh snapshot, after the lock, and locks nothing.
+-- At REPEATABLE READ the snapshot can be older than the lock: a pass would claim rows another
+-- pass consumed meanwhile (measured: 2,804 duplicate links in 5,000 events). The check after
+-- the lock refuses such a pass with AQ900 instead; its INSERT ... SELECT reads would also
+-- take shared gap locks that hold producers back. AQ900 (claim guard) means the pass was
+-- rolled back and is safe to retry.
+--
+-- Workers (migration 0006_work_queue): a new run is claimable by claim_runs at once
+-- (not_before = its creation). Before a consumer with max_active_runs is counted against its
+-- cap, its running runs whose last attempt's lease expired are failed (I10: a worker that
+-- died on its last attempt must not hold the cap for good; claim_runs does the same). Rows a
+-- worker is completing right now are skipped, not waited for. Since 0007_capped_claim every
+-- pass first fails up to 100 such runs of any consumer, oldest lease first ("the next time
+-- anyone claims or passes", docs/workers.md), found through dag_run_lease_idx.
+DROP PROCEDURE IF EXISTS {{ns}}.schedule_pass $$
+CREATE PROCEDURE {{ns}}.schedule_pass(IN p_limit INT)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_pos        BIGINT DEFAULT 0;
+    DECLARE v_taken      INT DEFAULT 0;
+    DECLARE v_dag_id     VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_locked_seq BIGINT;
+    DECLARE v_seen_seq   BIGINT;
+    DECLARE v_paused     BOOLEAN;
+    DECLARE v_max_active BIGINT;
+    DECLARE v_max_events BIGINT;
+    DECLARE v_max_attempts INT;
+    DECLARE v_expired    BIGINT;
+    DECLARE v_reaping    BOOLEAN DEFAULT FALSE;
+    DECLARE v_aliased    BOOLEAN;
+    DECLARE v_members    BOOLEAN;
+    DECLARE v_temps      BOOLEAN DEFAULT FALSE;
+    DECLARE v_active     BIGINT;
+    DECLARE v_queued     BIGINT;
+    DECLARE v_take       BIGINT;
+    DECLARE v_clause     INT;
+    DECLARE v_next       INT;
+    DECLARE v_hit        BIGINT;
+    DECLARE v_pick       BIGINT;
+    DECLARE v_pick_id    BIGINT;
+    DECLARE v_pick_time  DATETIME(6);
+    DECLARE v_pick_no    BIGINT;
+    DECLARE v_asset      BIGINT;
+    DECLARE v_missing    BOOLEAN;
+    DECLARE v_claimed    BIGINT;
+    DECLARE v_deleted    BIGINT;
+    DECLARE v_run_after  DATETIME(6);
+    DECLARE v_oldest     DATETIME(6);
+    DECLARE v_newest_id  BIGINT;
+    DECLARE v_trigger    BIGINT;
+    DECLARE v_clauses    BIGINT;
+    DECLARE v_met        BIGINT;
+    DECLARE v_now        DATETIME(6);
+    DECLARE v_run_pk     BIGINT;
+    DECLARE v_run_id     VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_event_ids  LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_message    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_saved_gcl  BIGINT UNSIGNED DEFAULT @@SESSION.group_concat_max_len;
+
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        SET v_message = CONCAT('[AQ002] limit must be a positive integer, got ',
+                               COALESCE(p_limit, 'NULL'));
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+
+    -- Session temporary tables: the claimed ids are held in a table, never in a
+    -- GROUP_CONCAT / JSON_ARRAYAGG string, which is silently cut at group_concat_max_len.
+    -- Temporary tables do not end the caller's transaction. InnoDB, not MEMORY: a consumer
+    -- with a huge backlog must not hit max_heap_table_size. Tables left by a failed pass on
+    -- this connection are dropped here. Created only once a consumer with alias members or
+    -- max_events_per_run needs them (a pass over consumers with neither creates none):
+    --   _assetq_member  the consumer's clause members (clause_no, asset_id); an alias member
+    --                   that has resolved to nothing gives asset_id NULL, so its clause counts
+    --   _assetq_queue   with max_events_per_run = N: the consumer's N + 1 oldest rows, by
+    --                   position in queue order (1: the oldest), witness rows marked
+    --   _assetq_oldest  with max_events_per_run, in the witness search: each member asset's
+    --                   oldest queued row (none for an asset with no row queued)
+    --   _assetq_chosen  with max_events_per_run: the witness assets, in the order chosen,
+    --                   with their oldest rows
+    -- and only once a run whose last attempt's lease expired is found:
+    --   _assetq_reap    those runs, with their consumers' max_attempts,
+    --   _assetq_reaped  and those of them locked, with their errors
+    -- MySQL 8 / MariaDB: MySQL cannot open one temporary table twice in a statement, so no
+    -- statement below names the same temporary table twice.
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_candidate, {{ns}}._assetq_claim, {{ns}}._assetq_run,
+                                   {{ns}}._assetq_member, {{ns}}._assetq_queue, {{ns}}._assetq_oldest,
+                                   {{ns}}._assetq_chosen, {{ns}}._assetq_reap, {{ns}}._assetq_reaped;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_candidate (
+        pos    BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        dag_id VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
+    ) ENGINE = InnoDB;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_claim (
+        asset_event_id BIGINT NOT NULL PRIMARY KEY,
+        asset_id       BIGINT NOT NULL,
+        created_at     DATETIME(6) NOT NULL
+    ) ENGINE = InnoDB;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_run (
+        dag_run_id          BIGINT NOT NULL PRIMARY KEY,
+        dag_id              VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        run_id              VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        seq                 BIGINT NOT NULL,
+        run_after           DATETIME(6) NOT NULL,
+        created_at          DATETIME(6) NOT NULL,
+        event_ids           LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        triggering_event_id BIGINT NOT NULL,
+        state               VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
+    ) ENGINE = InnoDB;
+
+    -- I10: a run whose last attempt's lease expired is failed by the next pass (and by the
+    -- next claim), whatever its consumer's state: at most 100 per pass, oldest lease first.
+    -- As the check at the cap below and claim_runs do it: a plain read of the candidates
+    -- through dag_run_lease_idx (running runs by the end of their lease; the usual answer is
+    -- none, and costs no temporary table), then those rows locked by primary key SKIP LOCKED
+    -- and tested again as locked (a worker completing or renewing one now keeps it), each
+    -- error written from the row as locked, and failed by key. Not one locking read: through
+    -- a secondary index it would keep every row it read and refused locked to the end of the
+    -- pass, live leases included, even at READ COMMITTED. The consumers' max_attempts are
+    -- read plainly: a dag row is never locked (see dag_lock).
+    SET v_now = UTC_TIMESTAMP(6);
+    SELECT COUNT(*) INTO v_expired
+      FROM (SELECT r.id
+              FROM {{ns}}.dag_run r FORCE INDEX (dag_run_lease_idx)
+              STRAIGHT_JOIN {{ns}}.dag d FORCE INDEX (PRIMARY) ON d.dag_id = r.dag_id
+             WHERE r.state = 'running' AND r.not_before <= v_now AND r.attempt >= d.max_attempts
+             LIMIT 1) x;
+    IF v_expired > 0 THEN
+        CREATE TEMPORARY TABLE {{ns}}._assetq_reap (
+            id           BIGINT NOT NULL PRIMARY KEY,
+            max_attempts INT NOT NULL
+        ) ENGINE = InnoDB;
+        CREATE TEMPORARY TABLE {{ns}}._assetq_reaped (
+            id    BIGINT NOT NULL PRIMARY KEY,
+            error TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
+        ) ENGINE = InnoDB;
+        SET v_reaping = TRUE;
+        INSERT INTO {{ns}}._assetq_reap (id, max_attempts)
+        SELECT r.id, d.max_attempts
+          FROM {{ns}}.dag_run r FORCE INDEX (dag_run_lease_idx)
+          STRAIGHT_JOIN {{ns}}.dag d FORCE INDEX (PRIMARY) ON d.dag_id = r.dag_id
+         WHERE r.state = 'running' AND r.not_before <= v_now AND r.attempt >= d.max_attempts
+         ORDER BY r.not_before
+         LIMIT 100;
+        INSERT INTO {{ns}}._assetq_reaped (id, error)
+        SELECT r.id,
+               CONCAT('the lease of attempt ', r.attempt, ' (worker ', COALESCE(r.worker, ''),
+                      ') expired at ',
+                      COALESCE(DATE_FORMAT(r.lease_until, '%Y-%m-%d %H:%i:%s.%f'), ''),
+                      '+00 and no attempt is left (max_attempts ', k.max_attempts, ')')
+          FROM {{ns}}._assetq_reap k FORCE INDEX (PRIMARY)
+          STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
+         WHERE r.state = 'running' AND r.not_before <= v_now AND r.attempt >= k.max_attempts
+           FOR UPDATE SKIP LOCKED;
+        UPDATE {{ns}}._assetq_reaped k
+          STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
+           SET r.state = 'failed', r.ended_at = v_now, r.updated_at = v_now,
+               r.not_before = NULL, r.lease_until = NULL, r.error = k.error;
+    END IF;
+
+    -- Candidates: unpaused consumers with queued rows, least recently examined first (NULL
+    -- sorts first in MySQL's ascending order). A plain read that locks nothing; each
+    -- candidate is locked on its own below. One locking statement with ORDER BY ... LIMIT
+    -- could lock every candidate before sorting and keep the ones past the limit locked.
+    -- MySQL 8 / MariaDB: MariaDB has no FOR UPDATE OF <table>, so a locking join would
+    -- lock the dag rows too; the lock statement below reads dag_lock alone.
+    -- Whether a consumer has queued rows is one probe of the queue's primary key by consumer
+    -- (migration 0007_capped_claim), a scalar subquery. MySQL 8 / MariaDB: both may flatten
+    -- an EXISTS into a semi-join, and MariaDB 10.11 answered this one, as a SELECT, by
+    -- materializing every queued row's consumer: the whole backlog read (measured: 100,020
+    -- index entries for 1,001 consumers over 100,000 queued rows). A scalar subquery is
+    -- never flattened, and its LIMIT 1 stops at the first row (tests/test_capped_claim.py).
+    INSERT INTO {{ns}}._assetq_candidate (dag_id)
+    SELECT l.dag_id
+      FROM {{ns}}.dag_lock l
+      JOIN {{ns}}.dag d ON d.dag_id = l.dag_id
+     WHERE NOT d.is_paused
+       AND (SELECT q.target_dag_id
+              FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (PRIMARY)
+             WHERE q.target_dag_id = l.dag_id
+             LIMIT 1) IS NOT NULL
+     ORDER BY l.last_scheduled_at, l.dag_id;
+
+    candidate_loop: WHILE v_taken < p_limit DO
+        SET v_dag_id = NULL;
+        SELECT c.pos, c.dag_id INTO v_pos, v_dag_id
+          FROM {{ns}}._assetq_candidate c WHERE c.pos > v_pos ORDER BY c.pos LIMIT 1;
+        IF v_dag_id IS NULL THEN
+            LEAVE candidate_loop;
+        END IF;
+
+        -- The consumer's lock row; SKIP LOCKED: concurrent passes split the consumers
+        -- between them instead of waiting (I5). The dag row is never locked (see dag_lock).
+        SET v_locked_seq = NULL;
+        SELECT l.last_run_seq INTO v_locked_seq
+          FROM {{ns}}.dag_lock l WHERE l.dag_id = v_dag_id
+           FOR UPDATE SKIP LOCKED;
+        IF v_locked_seq IS NULL THEN
+            ITERATE candidate_loop;
+        END IF;
+        SET v_taken = v_taken + 1;
+
+        -- Our snapshot must not predate the last run created for this consumer: a pass that
+        -- commits a run bumps last_run_seq with the deletion of the rows it consumed. A plain
+        -- read here (a fresh snapshot at READ COMMITTED) sees the locked value; at REPEATABLE
+        -- READ it may see an older one, and the claim would hold rows already consumed.
+        SELECT l.last_run_seq INTO v_seen_seq FROM {{ns}}.dag_lock l WHERE l.dag_id = v_dag_id;
+        IF v_seen_seq <> v_locked_seq THEN
+            SET v_message = LEFT(CONCAT('[AQ900] claim guard: snapshot of dag ', v_dag_id,
+                                        ' predates its lock; run the pass at READ COMMITTED'), 128);
+            SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+        END IF;
+
+        -- A consumer deleted since the candidate read has no lock row: skipped above. Whether
+        -- it has alias members comes with its row (a plain read: its condition changes only
+        -- under the lock this pass holds).
+        SELECT d.is_paused, d.max_active_runs, d.max_events_per_run, d.max_attempts,
+               EXISTS (SELECT 1 FROM {{ns}}.dag_condition_alias ca WHERE ca.dag_id = d.dag_id)
+          INTO v_paused, v_max_active, v_max_events, v_max_attempts, v_aliased
+          FROM {{ns}}.dag d WHERE d.dag_id = v_dag_id;
+        IF v_paused THEN
+            -- Paused since the candidate read: like a consumer another pass holds.
+            SET v_taken = v_taken - 1;
+            ITERATE candidate_loop;
+        END IF;
+        SET v_now = UTC_TIMESTAMP(6);
+
+        -- At its cap: no run, the queue stays whole. Runs become active only in a pass holding
+        -- this lock, so the count can only be too high (a run finishing meanwhile), never too
+        -- low: the next pass sees it. First, its runs whose last attempt's lease expired are
+        -- failed: a plain read of them (the usual answer is none, and costs no temporary
+        -- table), then those rows locked by key SKIP LOCKED and tested again as locked (a
+        -- worker completing or renewing one now keeps it), each error written from the row as
+        -- locked, and failed by key. Not a locking read of the consumer's running runs: it
+        -- would keep every one it read locked to the end of the pass, live leases included
+        -- (see claim_runs). MySQL 8 / MariaDB: an UPDATE cannot read its own table in a
+        -- subquery, and MySQL cannot open one temporary table twice in a statement.
+        IF v_max_active IS NOT NULL THEN
+            SELECT COUNT(*) INTO v_expired
+              FROM {{ns}}.dag_run r
+             WHERE r.dag_id = v_dag_id AND r.state = 'running' AND r.not_before <= v_now
+               AND r.attempt >= v_max_attempts;
+            IF v_expired > 0 THEN
+                IF NOT v_reaping THEN
+                    CREATE TEMPORARY TABLE {{ns}}._assetq_reap (
+                        id           BIGINT NOT NULL PRIMARY KEY,
+                        max_attempts INT NOT NULL
+                    ) ENGINE = InnoDB;
+                    CREATE TEMPORARY TABLE {{ns}}._assetq_reaped (
+                        id    BIGINT NOT NULL PRIMARY KEY,
+                        error TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
+                    ) ENGINE = InnoDB;
+                    SET v_reaping = TRUE;
+                END IF;
+                DELETE FROM {{ns}}._assetq_reap;
+                DELETE FROM {{ns}}._assetq_reaped;
+                INSERT INTO {{ns}}._assetq_reap (id, max_attempts)
+                SELECT r.id, v_max_attempts
+                  FROM {{ns}}.dag_run r
+                 WHERE r.dag_id = v_dag_id AND r.state = 'running' AND r.not_before <= v_now
+                   AND r.attempt >= v_max_attempts;
+                INSERT INTO {{ns}}._assetq_reaped (id, error)
+                SELECT r.id,
+                       CONCAT('the lease of attempt ', r.attempt, ' (worker ', COALESCE(r.worker, ''),
+                              ') expired at ',
+                              COALESCE(DATE_FORMAT(r.lease_until, '%Y-%m-%d %H:%i:%s.%f'), ''),
+                              '+00 and no attempt is left (max_attempts ', k.max_attempts, ')')
+                  FROM {{ns}}._assetq_reap k FORCE INDEX (PRIMARY)
+                  STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
+                 WHERE r.state = 'running' AND r.not_before <= v_now AND r.attempt >= k.max_attempts
+                   FOR UPDATE SKIP LOCKED;
+                UPDATE {{ns}}._assetq_reaped k
+                  STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
+                   SET r.state = 'failed', r.ended_at = v_now, r.updated_at = v_now,
+                       r.not_before = NULL, r.lease_until = NULL, r.error = k.error;
+            END IF;
+            SELECT COUNT(*) INTO v_active
+              FROM {{ns}}.dag_run r
+             WHERE r.dag_id = v_dag_id AND r.state IN ('queued', 'running');
+            IF v_active >= v_max_active THEN
+                UPDATE {{ns}}.dag_lock SET last_scheduled_at = v_now WHERE dag_id = v_dag_id;
+                ITERATE candidate_loop;
+            END IF;
+        END IF;
+
+        -- The condition's members, read once for this consumer into _assetq_member when it
+        -- has alias members or max_events_per_run. Otherwise (the usual case) its clauses are
+        -- its asset members alone, counted and matched in dag_condition_clause directly.
+        SET v_members = v_aliased OR v_max_events IS NOT NULL;
+        IF v_members THEN
+            IF NOT v_temps THEN
+                CREATE TEMPORARY TABLE {{ns}}._assetq_member (
+                    clause_no INT NOT NULL,
+                    asset_id  BIGINT NULL,
+                    KEY (asset_id),
+                    KEY (clause_no)
+                ) ENGINE = InnoDB;
+                CREATE TEMPORARY TABLE {{ns}}._assetq_queue (
+                    pos            BIGINT NOT NULL PRIMARY KEY,
+                    asset_event_id BIGINT NOT NULL,
+                    asset_id       BIGINT NOT NULL,
+                    created_at     DATETIME(6) NOT NULL,
+                    witness        BOOLEAN NOT NULL DEFAULT FALSE,
+                    UNIQUE KEY (asset_event_id)
+                ) ENGINE = InnoDB;
+                CREATE TEMPORARY TABLE {{ns}}._assetq_oldest (
+                    asset_id       BIGINT NOT NULL PRIMARY KEY,
+                    asset_event_id BIGINT NOT NULL,
+                    created_at     DATETIME(6) NOT NULL
+                ) ENGINE = InnoDB;
+                CREATE TEMPORARY TABLE {{ns}}._assetq_chosen (
+                    pick_no        BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+                    asset_id       BIGINT NOT NULL,
+                    asset_event_id BIGINT NOT NULL,
+                    created_at     DATETIME(6) NOT NULL,
+                    UNIQUE KEY (asset_id),
+                    UNIQUE KEY (asset_event_id)
+                ) ENGINE = InnoDB;
+                SET v_temps = TRUE;
+            END IF;
+            DELETE FROM {{ns}}._assetq_member;
+            INSERT INTO {{ns}}._assetq_member (clause_no, asset_id)
+            SELECT c.clause_no, c.asset_id
+              FROM {{ns}}.dag_condition_clause c
+             WHERE c.dag_id = v_dag_id
+            UNION ALL
+            SELECT ca.clause_no, aa.asset_id
+              FROM {{ns}}.dag_condition_alias ca
+              LEFT JOIN {{ns}}.asset_alias_asset aa ON aa.alias_id = ca.alias_id
+             WHERE ca.dag_id = v_dag_id;
+            SELECT COUNT(DISTINCT m.clause_no) INTO v_clauses FROM {{ns}}._assetq_member m;
+        ELSE
+            SELECT COUNT(DISTINCT c.clause_no) INTO v_clauses
+              FROM {{ns}}.dag_condition_clause c WHERE c.dag_id = v_dag_id;
+        END IF;
+
+        -- The claim: a plain read of the consumer's committed queue rows, taken after the
+        -- lock, so it sees every row committed so far, including the deletions of a pass that
+        -- held this consumer a moment ago. A row committed after this read is not in the
+        -- claim and waits for the next pass: selection is by reference, never by time (I3).
+        -- An uncommitted producer row is neither read nor waited for.
+        DELETE FROM {{ns}}._assetq_claim;
+        IF v_max_events IS NULL THEN
+            INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
+            SELECT q.asset_event_id, q.asset_id, q.created_at
+              FROM {{ns}}.asset_dag_run_queue q
+             WHERE q.target_dag_id = v_dag_id;
+        ELSE
+            -- Capped at N = max_events_per_run: the N + 1 oldest rows only, in queue order
+            -- (created_at, asset_event_id) through asset_dag_run_queue_order_idx, which holds
+            -- every column read: a capped run costs what it consumes, never the backlog
+            -- behind it (issue 16). Numbered in that order; the selection below works on this
+            -- copy, and on each member asset's oldest row if it must (the witness search).
+            -- MySQL 8 / MariaDB: LIMIT takes a routine variable, not an expression.
+            DELETE FROM {{ns}}._assetq_queue;
+            DELETE FROM {{ns}}._assetq_oldest;
+            DELETE FROM {{ns}}._assetq_chosen;
+            SET v_take = v_max_events + 1;
+            INSERT INTO {{ns}}._assetq_queue (pos, asset_event_id, asset_id, created_at)
+            SELECT ROW_NUMBER() OVER (ORDER BY o.created_at, o.asset_event_id),
+                   o.asset_event_id, o.asset_id, o.created_at
+              FROM (SELECT q.asset_event_id, q.asset_id, q.created_at
+                      FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (asset_dag_run_queue_order_idx)
+                     WHERE q.target_dag_id = v_dag_id
+                     ORDER BY q.created_at, q.asset_event_id
+                     LIMIT v_take) o;
+            SELECT COUNT(*) INTO v_queued FROM {{ns}}._assetq_queue;
+            SET v_met = 0;
+            IF v_queued > v_max_events THEN
+                SELECT COUNT(DISTINCT m.clause_no) INTO v_met
+                  FROM {{ns}}._assetq_member m
+                 WHERE m.asset_id IN (SELECT q.asset_id FROM {{ns}}._assetq_queue q
+                                       WHERE q.pos <= v_max_events);
+            END IF;
+            IF v_queued <= v_max_events THEN
+                -- At most N queued: the whole queue.
+                INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
+                SELECT q.asset_event_id, q.asset_id, q.created_at FROM {{ns}}._assetq_queue q;
+            ELSEIF v_clauses > 0 AND v_met = v_clauses THEN
+                -- The N oldest rows satisfy the condition: they are the claim.
+                INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
+                SELECT q.asset_event_id, q.asset_id, q.created_at
+                  FROM {{ns}}._assetq_queue q
+                 WHERE q.pos <= v_max_events;
+            ELSEIF v_clauses > 0 THEN
+                -- The N oldest rows do not satisfy the condition. Greedy witnesses over the
+                -- whole queue, by index: first each member asset's oldest queued row, one
+                -- probe of asset_dag_run_queue_asset_idx each, its id and timestamp read
+                -- together. MySQL 8 / MariaDB: MariaDB has no LATERAL join, hence the loop.
+                SET v_asset = 0;
+                asset_loop: LOOP
+                    SELECT MIN(m.asset_id) INTO v_asset
+                      FROM {{ns}}._assetq_member m WHERE m.asset_id > v_asset;
+                    IF v_asset IS NULL THEN
+                        LEAVE asset_loop;
+                    END IF;
+                    SET v_pick_id = NULL;
+                    SELECT q.asset_event_id, q.created_at INTO v_pick_id, v_pick_time
+                      FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (asset_dag_run_queue_asset_idx)
+                     WHERE q.target_dag_id = v_dag_id AND q.asset_id = v_asset
+                     ORDER BY q.created_at, q.asset_event_id
+                     LIMIT 1;
+                    IF v_pick_id IS NOT NULL THEN
+                        INSERT INTO {{ns}}._assetq_oldest (asset_id, asset_event_id, created_at)
+                        VALUES (v_asset, v_pick_id, v_pick_time);
+                    END IF;
+                END LOOP;
+                -- Then, for each clause not yet hit, the member asset whose oldest row is the
+                -- oldest, and that row. A clause with no queued member: the whole queue does
+                -- not satisfy the condition, no run.
+                SET v_clause = 0;
+                SET v_missing = FALSE;
+                clause_loop: LOOP
+                    SET v_next = NULL;
+                    SELECT MIN(m.clause_no) INTO v_next
+                      FROM {{ns}}._assetq_member m WHERE m.clause_no > v_clause;
+                    IF v_next IS NULL THEN
+                        LEAVE clause_loop;
+                    END IF;
+                    SET v_clause = v_next;
+                    SELECT COUNT(*) INTO v_hit
+                      FROM {{ns}}._assetq_chosen c
+                      JOIN {{ns}}._assetq_member m ON m.asset_id = c.asset_id
+                     WHERE m.clause_no = v_clause;
+                    IF v_hit = 0 THEN
+                        SET v_pick = NULL;
+                        SELECT o.asset_id, o.asset_event_id, o.created_at
+                          INTO v_pick, v_pick_id, v_pick_time
+                          FROM {{ns}}._assetq_oldest o
+                          JOIN {{ns}}._assetq_member m ON m.asset_id = o.asset_id
+                         WHERE m.clause_no = v_clause
+                         ORDER BY o.created_at, o.asset_event_id
+                         LIMIT 1;
+                        IF v_pick IS NULL THEN
+                            SET v_missing = TRUE;
+                            LEAVE clause_loop;
+                        END IF;
+                        INSERT INTO {{ns}}._assetq_chosen (asset_id, asset_event_id, created_at)
+                        VALUES (v_pick, v_pick_id, v_pick_time);
+                    END IF;
+                END LOOP;
+                IF NOT v_missing THEN
+                    -- Prune, newest choice first: what is left is a minimal set of assets.
+                    SELECT MAX(c.pick_no) + 1 INTO v_pick_no FROM {{ns}}._assetq_chosen c;
+                    prune_loop: LOOP
+                        SET v_pick = NULL;
+                        SELECT c.pick_no, c.asset_id INTO v_pick_no, v_pick
+                          FROM {{ns}}._assetq_chosen c
+                         WHERE c.pick_no < v_pick_no
+                         ORDER BY c.pick_no DESC
+                         LIMIT 1;
+                        IF v_pick IS NULL THEN
+                            LEAVE prune_loop;
+                        END IF;
+                        SELECT COUNT(DISTINCT m.clause_no) INTO v_met
+                          FROM {{ns}}._assetq_chosen c
+                          JOIN {{ns}}._assetq_member m ON m.asset_id = c.asset_id
+                         WHERE c.asset_id <> v_pick;
+                        IF v_met = v_clauses THEN
+                            DELETE FROM {{ns}}._assetq_chosen WHERE asset_id = v_pick;
+                        END IF;
+                    END LOOP;
+                    -- The witness rows, then the oldest others, N in all (more only if the
+                    -- witnesses alone are more). The others come from the N + 1 oldest rows
+                    -- read above: at most N minus the witnesses are needed, and that many
+                    -- are among them.
+                    UPDATE {{ns}}._assetq_queue q
+                      JOIN {{ns}}._assetq_chosen c ON c.asset_event_id = q.asset_event_id
+                       SET q.witness = TRUE;
+                    INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
+                    SELECT c.asset_event_id, c.asset_id, c.created_at FROM {{ns}}._assetq_chosen c;
+                    SELECT GREATEST(v_max_events - COUNT(*), 0) INTO v_take
+                      FROM {{ns}}._assetq_chosen;
+                    INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
+                    SELECT q.asset_event_id, q.asset_id, q.created_at
+                      FROM {{ns}}._assetq_queue q
+                     WHERE NOT q.witness
+                     ORDER BY q.pos
+                     LIMIT v_take;
+                END IF;
+            END IF;
+        END IF;
+        SELECT COUNT(*), MAX(k.created_at), MIN(k.created_at), MAX(k.asset_event_id)
+          INTO v_claimed, v_run_after, v_oldest, v_newest_id
+          FROM {{ns}}._assetq_claim k;
+
+        -- I6: every clause of the condition needs an asset among the claimed rows.
+        IF v_members THEN
+            SELECT COUNT(DISTINCT m.clause_no) INTO v_met
+              FROM {{ns}}._assetq_member m
+             WHERE m.asset_id IN (SELECT k.asset_id FROM {{ns}}._assetq_claim k);
+        ELSE
+            SELECT COUNT(DISTINCT c.clause_no) INTO v_met
+              FROM {{ns}}.dag_condition_clause c
+             WHERE c.dag_id = v_dag_id
+               AND c.asset_id IN (SELECT k.asset_id FROM {{ns}}._assetq_claim k);
+        END IF;
+
+        IF v_claimed = 0 OR v_clauses = 0 OR v_met < v_clauses THEN
+            UPDATE {{ns}}.dag_lock SET last_scheduled_at = v_now WHERE dag_id = v_dag_id;
+        ELSE
+            UPDATE {{ns}}.dag_lock
+               SET last_run_seq = v_locked_seq + 1, last_scheduled_at = v_now
+             WHERE dag_id = v_dag_id;
+            -- The triggering event: the newest claimed row (created_at, then id). When every
+            -- claimed row has one timestamp (a single row, or one batch) that is the highest
+            -- id, counted above; otherwise it is looked up.
+            IF v_oldest = v_run_after THEN
+                SET v_trigger = v_newest_id;
+            ELSE
+                SELECT k.asset_event_id INTO v_trigger
+                  FROM {{ns}}._assetq_claim k
+                 ORDER BY k.created_at DESC, k.asset_event_id DESC
+                 LIMIT 1;
+            END IF;
+            SET v_run_id = CONCAT('asset_triggered__',
+                                  DATE_FORMAT(v_run_after, '%Y-%m-%dT%H:%i:%s.%f'),
+                                  '+00:00__', v_locked_seq + 1);
+            -- not_before: claimable by workers (claim_runs) from now on.
+            INSERT INTO {{ns}}.dag_run (dag_id, run_id, seq, run_after, created_at,
+                                        triggering_event_id, event_count, not_before)
+            VALUES (v_dag_id, v_run_id, v_locked_seq + 1, v_run_after, v_now, v_trigger, v_claimed,
+                    v_now);
+            -- MySQL 8 / MariaDB: no RETURNING on MySQL.
+            SET v_run_pk = LAST_INSERT_ID();
+
+            -- Delete exactly the claimed rows (I3), one primary-key lookup per claimed id:
+            -- STRAIGHT_JOIN makes the claim table drive the join. A plan that range-scans the
+            -- consumer's queue instead waits on producers' uncommitted rows, even at READ
+            -- COMMITTED. FORCE INDEX (PRIMARY) since 0007_capped_claim: with the queue's indexes
+            -- by consumer, MariaDB 10.11 chose a ref scan of asset_dag_run_queue_order_idx over
+            -- the consumer's rows (index only, which it costs below the primary key's eq_ref)
+            -- for a consumer with few queued rows, and the pass waited for producers.
+            -- The claim guard (I4): if any claimed row is gone, someone else
+            -- consumed it (or delete_asset deleted it with its event); abort the whole pass.
+            -- Before the links: once the rows are held, delete_asset waits for this pass
+            -- before it deletes their events, so a link never meets a deleted event.
+            DELETE q
+              FROM {{ns}}._assetq_claim k
+              STRAIGHT_JOIN {{ns}}.asset_dag_run_queue q FORCE INDEX (PRIMARY)
+                ON q.target_dag_id = v_dag_id AND q.asset_event_id = k.asset_event_id;
+            SET v_deleted = ROW_COUNT();
+            IF v_deleted <> v_claimed THEN
+                SET v_message = LEFT(CONCAT('[AQ900] claim guard: dag ', v_dag_id, ' claimed ',
+                                            v_claimed, ' queue rows but deleted ', v_deleted), 128);
+                SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+            END IF;
+
+            INSERT INTO {{ns}}.dagrun_asset_event (dag_run_id, asset_event_id, dag_id)
+            SELECT v_run_pk, k.asset_event_id, v_dag_id FROM {{ns}}._assetq_claim k;
+
+            -- The run's ids as JSON text for the result. GROUP_CONCAT is cut silently at
+            -- group_concat_max_len (1024 by default on MySQL): raised for this one statement
+            -- to 1 GiB, the largest value both engines accept in strict mode and the most a
+            -- packet can carry anyway, and the result is checked against the claim all the same.
+            -- MySQL 8 / MariaDB: JSON_ARRAYAGG takes no ORDER BY on MySQL and is cut at
+            -- group_concat_max_len on MariaDB; GROUP_CONCAT behaves the same on both.
+            SET SESSION group_concat_max_len = 1073741824;
+            SELECT CONCAT('[', GROUP_CONCAT(k.asset_event_id ORDER BY k.asset_event_id SEPARATOR ','), ']')
+              INTO v_event_ids
+              FROM {{ns}}._assetq_claim k;
+            SET SESSION group_concat_max_len = v_saved_gcl;
+            IF NOT (JSON_LENGTH(v_event_ids) <=> v_claimed) THEN
+                SET v_message = LEFT(CONCAT('[AQ900] claim guard: event ids of dag ', v_dag_id,
+                                            ' were truncated'), 128);
+                SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+            END IF;
+
+            INSERT INTO {{ns}}._assetq_run
+                   (dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids,
+                    triggering_event_id, state)
+            VALUES (v_run_pk, v_dag_id, v_run_id, v_locked_seq + 1, v_run_after, v_now, v_event_ids,
+                    v_trigger, 'queued');
+        END IF;
+    END WHILE candidate_loop;
+
+    SELECT r.dag_run_id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at, r.event_ids,
+           r.triggering_event_id, r.state
+      FROM {{ns}}._assetq_run r
+     ORDER BY r.dag_run_id;
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_candidate, {{ns}}._assetq_claim, {{ns}}._assetq_run,
+                                   {{ns}}._assetq_member, {{ns}}._assetq_queue, {{ns}}._assetq_oldest,
+                                   {{ns}}._assetq_chosen, {{ns}}._assetq_reap, {{ns}}._assetq_reaped;
+END $$
+
+-- Moves run p_run_id of consumer p_dag_id to state p_state and returns it as one result set
+-- (the get_run columns). Allowed: queued -> running, success or failed; running -> success
+-- or failed. Moving a run to the state it is in changes nothing (a retry is harmless).
+-- Anything else, or a state that is none of the four, raises AQ008; an unknown run AQ006.
+-- started_at is set on entering running, ended_at on entering success or failed, updated_at
+-- on every change. A run in success or failed no longer counts against max_active_runs.
+-- It locks the run row only: never the consumer, so it never waits for a scheduler pass.
+--
+-- Workers (migration 0006_work_queue): the result has the run's attempt, worker, lease,
+-- not_before and error too. A run a worker holds (claimed by claim_runs: running under a
+-- lease) is finished by that worker's complete_run, fenced by its attempt (I8): moving it
+-- here raises AQ008 (if the worker died, the run is claimed again when its lease expires). A
+-- run moved out of queued by hand is no longer claimable (not_before NULL) and has no lease,
+-- so it is not held, whatever worker and attempt it kept from an earlier attempt.
+DROP PROCEDURE IF EXISTS {{ns}}.set_run_state $$
+CREATE PROCEDURE {{ns}}.set_run_state(
+    IN p_dag_id TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_run_id TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_state  TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
+)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_id      BIGINT;
+    DECLARE v_old     VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_worker  VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_attempt INT;
+    DECLARE v_lease   DATETIME(6);
+    DECLARE v_now     DATETIME(6);
+    DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+
+    -- NOT LIKE '% ': the PAD SPACE collation would take 'queued ' for 'queued'.
+    IF p_state IS NULL OR p_state NOT IN ('queued', 'running', 'success', 'failed')
+       OR p_state LIKE '% ' THEN
+        SET v_message = LEFT(CONCAT('[AQ008] unknown run state ', COALESCE(QUOTE(LEFT(p_state, 40)), 'NULL'),
+                                    ': use queued, running, success or failed'), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    -- A locking read: it sees the run whatever the caller's snapshot, and holds it.
+    SELECT r.id, r.state, r.worker, r.attempt, r.lease_until
+      INTO v_id, v_old, v_worker, v_attempt, v_lease
+      FROM {{ns}}.dag_run r
+     WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
+       FOR UPDATE;
+    IF v_id IS NULL THEN
+        SET v_message = LEFT(CONCAT('[AQ006] unknown run ', COALESCE(QUOTE(LEFT(p_run_id, 60)), 'NULL'),
+                                    ' of dag ', COALESCE(QUOTE(LEFT(p_dag_id, 40)), 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    IF v_old = 'running' AND v_lease IS NOT NULL AND v_old <> p_state THEN
+        SET v_message = LEFT(CONCAT('[AQ008] run ', QUOTE(LEFT(p_run_id, 60)), ' is held by worker ',
+                                    QUOTE(LEFT(v_worker, 40)), ' (attempt ', v_attempt,
+                                    '): its worker completes it (assetq.complete_run)'), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    IF v_old <> p_state THEN
+        IF NOT ((v_old = 'queued' AND p_state IN ('running', 'success', 'failed'))
+                OR (v_old = 'running' AND p_state IN ('success', 'failed'))) THEN
+            SET v_message = LEFT(CONCAT('[AQ008] run ', QUOTE(LEFT(p_run_id, 60)), ' is ', v_old,
+                                        ': it cannot move to ', p_state), 128);
+            SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+        END IF;
+        SET v_now = UTC_TIMESTAMP(6);
+        UPDATE {{ns}}.dag_run
+           SET state = p_state,
+               started_at = IF(p_state = 'running', v_now, started_at),
+               ended_at = IF(p_state IN ('success', 'failed'), v_now, ended_at),
+               updated_at = v_now,
+               -- Leaving queued by hand: no worker may claim it any more.
+               not_before = NULL,
+               lease_until = NULL
+         WHERE id = v_id;
+    END IF;
+    SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
+           r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
+           r.lease_until, r.not_before, r.error
+      FROM {{ns}}.dag_run r
+     WHERE r.id = v_id;
+END $$
+
+-- Claims at most p_limit runs for worker p_worker (oldest not_before first; within the
+-- consumers p_dag_ids, a JSON array, or all when NULL) and returns them as one result set
+-- (dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids as a JSON array,
+-- triggering_event_id, state, attempt, worker, lease_until, started_at), running, with a
+-- lease of p_lease_seconds on the database's clock. Run it in a short transaction of its own
+-- at READ COMMITTED (assetq.claim_runs does): there the plain reads below lock nothing and see
+-- what is committed. A running run whose lease expired on its last attempt is failed here
+-- instead of claimed (I10), and the search goes on for the limit. AQ002 for bad arguments.
+--
+-- The search runs in two steps, repeated until the limit is reached or no candidate is
+-- left: a plain read of the next candidates in not_before order, through the claim index
+-- (with the consumer filter), then one statement that locks them by primary key, in that
+-- order, FOR UPDATE SKIP LOCKED, up to the limit, testing each again as locked (another
+-- claimer may have taken it and committed meanwhile). Concurrent claimers take different
+-- runs and never wait for each other; a row locked by a pass or a completion is simply not
+-- taken now. Not one locking statement over the claim index, as on PostgreSQL: MySQL 8 /
+-- MariaDB: a locking read through a secondary index keeps every row it read locked to the
+-- end of the transaction, even at READ COMMITTED and also the rows its WHERE then refused,
+-- so a claim for some consumers would hold the older runs of every other consumer it passed,
+-- and their workers would skip them. Rows read by primary key and refused are unlocked at
+-- once (tests/test_mysql_facts.py). FORCE INDEX keeps both steps in that order: a plan that
+-- sorted would lock every candidate before the sort. Every join from a temporary table into
+-- dag_run forces its primary key too: on a small table the optimizer would rather scan
+-- dag_run through a join buffer, and an UPDATE or a locking read that scans locks every run,
+-- those other workers hold included (it would wait for them). MariaDB has no FOR UPDATE OF,
+-- and the locking statement reads dag_run alone: a join with dag would lock the dag rows too,
+-- and skip the runs of every consumer a producer is registering for.
+DROP PROCEDURE IF EXISTS {{ns}}.claim_runs $$
+CREATE PROCEDURE {{ns}}.claim_runs(
+    IN p_worker        TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_limit         INT,
+    IN p_lease_seconds DOUBLE,
+    IN p_dag_ids       JSON
+)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_now       DATETIME(6);
+    DECLARE v_until     DATETIME(6);
+    DECLARE v_want      INT;
+    DECLARE v_batch     INT;
+    DECLARE v_read      BIGINT;
+    DECLARE v_pos       BIGINT DEFAULT 0;
+    DECLARE v_last_pos  BIGINT DEFAULT 0;
+    DECLARE v_after_nb  DATETIME(6) DEFAULT NULL;
+    DECLARE v_after_id  BIGINT DEFAULT 0;
+    DECLARE v_taken     INT DEFAULT 0;
+    DECLARE v_locked    BIGINT;
+    DECLARE v_expired   BIGINT;
+    DECLARE v_failed    BIGINT;
+    DECLARE v_bad       BIGINT DEFAULT 0;
+    DECLARE v_kind      VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_message   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_saved_gcl BIGINT UNSIGNED DEFAULT @@SESSION.group_concat_max_len;
+
+    IF p_worker IS NULL OR CHAR_LENGTH(p_worker) = 0 OR CHAR_LENGTH(p_worker) > 250 THEN
+        SET v_message = LEFT(CONCAT('[AQ002] worker must be a name of 1 to 250 characters, got ',
+                                    COALESCE(QUOTE(LEFT(p_worker, 60)), 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
+        SET v_message = CONCAT('[AQ002] limit must be 1 to 1000, got ', COALESCE(p_limit, 'NULL'));
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    IF p_lease_seconds IS NULL OR NOT (p_lease_seconds > 0 AND p_lease_seconds <= 604800) THEN
+        SET v_message = LEFT(CONCAT('[AQ002] lease must be above 0 and at most 604800 seconds, got ',
+                                    COALESCE(p_lease_seconds, 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    -- IFs, not one condition: MariaDB may evaluate JSON_TYPE of invalid text and fail
+    -- (see register_events).
+    IF p_dag_ids IS NOT NULL THEN
+        SET v_kind = 'invalid JSON';
+        IF JSON_VALID(p_dag_ids) THEN
+            SET v_kind = JSON_TYPE(p_dag_ids);
+        END IF;
+        IF v_kind = 'ARRAY' THEN
+            SELECT COUNT(*) INTO v_bad
+              FROM JSON_TABLE(p_dag_ids, '$[*]' COLUMNS (item JSON PATH '$')) AS j
+             WHERE COALESCE(JSON_TYPE(j.item), 'NULL') <> 'STRING';
+        END IF;
+        IF v_kind <> 'ARRAY' OR v_bad > 0 THEN
+            SET v_message = '[AQ002] dag_ids must be a JSON array of dag ids or NULL';
+            SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+        END IF;
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    SET v_until = v_now + INTERVAL CAST(ROUND(p_lease_seconds * 1000000) AS SIGNED) MICROSECOND;
+
+    -- Session temporary tables (a failed call's are dropped by the next):
+    --   _assetq_claim_candidate  the candidates of the current batch, in claim order
+    --   _assetq_claim_lock       the runs one round locked, with what the expired-lease test
+    --                            needs, read from the rows as locked
+    --   _assetq_claim_cap        max_attempts of the consumers of those expired leases
+    --   _assetq_claimed          the runs claimed, as returned
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_claim_candidate, {{ns}}._assetq_claim_lock,
+                                   {{ns}}._assetq_claim_cap, {{ns}}._assetq_claimed;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_claim_candidate (
+        pos        BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        id         BIGINT NOT NULL,
+        not_before DATETIME(6) NOT NULL
+    ) ENGINE = InnoDB;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_claim_lock (
+        id           BIGINT NOT NULL PRIMARY KEY,
+        pos          BIGINT NOT NULL,
+        dag_id       VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        state        VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        attempt      INT NOT NULL,
+        worker       VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        lease_until  DATETIME(6) NULL,
+        max_attempts INT NULL,
+        fail         BOOLEAN NOT NULL DEFAULT FALSE
+    ) ENGINE = InnoDB;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_claim_cap (
+        dag_id       VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY,
+        max_attempts INT NOT NULL
+    ) ENGINE = InnoDB;
+    CREATE TEMPORARY TABLE {{ns}}._assetq_claimed (
+        dag_run_id          BIGINT NOT NULL PRIMARY KEY,
+        dag_id              VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        run_id              VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        seq                 BIGINT NOT NULL,
+        run_after           DATETIME(6) NOT NULL,
+        created_at          DATETIME(6) NOT NULL,
+        event_ids           LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        links               BIGINT NOT NULL,
+        triggering_event_id BIGINT NULL,
+        state               VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        attempt             INT NOT NULL,
+        worker              VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        lease_until         DATETIME(6) NULL,
+        started_at          DATETIME(6) NULL
+    ) ENGINE = InnoDB;
+
+    -- The event ids of each claimed run, as JSON text: GROUP_CONCAT is cut silently at
+    -- group_concat_max_len, raised for this call (as in schedule_pass) and checked below.
+    SET SESSION group_concat_max_len = 1073741824;
+    search_loop: WHILE v_taken < p_limit DO
+        SET v_want = p_limit - v_taken;
+        -- The next batch of candidates once this one is used up: a plain read, after the
+        -- last candidate of the previous batch ((not_before, id) spelled out, the form both
+        -- optimizers turn into a range of the index). Some spare ones for the runs other
+        -- claimers hold.
+        IF v_pos >= v_last_pos THEN
+            SET v_batch = LEAST(2 * v_want + 16, 2000);
+            DELETE FROM {{ns}}._assetq_claim_candidate;
+            INSERT INTO {{ns}}._assetq_claim_candidate (id, not_before)
+            SELECT r.id, r.not_before
+              FROM {{ns}}.dag_run r FORCE INDEX (dag_run_claim_idx)
+             WHERE r.not_before <= v_now
+               AND (v_after_nb IS NULL OR r.not_before > v_after_nb
+                    OR (r.not_before = v_after_nb AND r.id > v_after_id))
+               AND (p_dag_ids IS NULL OR JSON_CONTAINS(p_dag_ids, JSON_QUOTE(r.dag_id)))
+             ORDER BY r.not_before, r.id
+             LIMIT v_batch;
+            SET v_read = ROW_COUNT();
+            IF v_read = 0 THEN
+                LEAVE search_loop;
+            END IF;
+            -- Every new position is above v_pos (the last of the previous batch): a DELETE
+            -- does not reset AUTO_INCREMENT.
+            SELECT c.pos, c.not_before, c.id INTO v_last_pos, v_after_nb, v_after_id
+              FROM {{ns}}._assetq_claim_candidate c ORDER BY c.pos DESC LIMIT 1;
+        END IF;
+
+        -- Lock the next candidates, by key, as they are now.
+        DELETE FROM {{ns}}._assetq_claim_lock;
+        INSERT INTO {{ns}}._assetq_claim_lock (id, pos, dag_id, state, attempt, worker, lease_until)
+        SELECT r.id, c.pos, r.dag_id, r.state, r.attempt, r.worker, r.lease_until
+          FROM {{ns}}._assetq_claim_candidate c FORCE INDEX (PRIMARY)
+          STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = c.id
+         WHERE c.pos > v_pos AND r.not_before <= v_now
+         ORDER BY c.pos
+         LIMIT v_want
+           FOR UPDATE SKIP LOCKED;
+        SET v_locked = ROW_COUNT();
+        SET v_failed = 0;
+        IF v_locked > 0 THEN
+            -- Expired leases on their last attempt: failed, not claimed. The consumers'
+            -- options by a plain read (INSERT ... SELECT reads without locks at READ
+            -- COMMITTED; an UPDATE joined with dag would wait for a declare_dag in flight).
+            SELECT COUNT(*) INTO v_expired FROM {{ns}}._assetq_claim_lock k WHERE k.state = 'running';
+            IF v_expired > 0 THEN
+                DELETE FROM {{ns}}._assetq_claim_cap;
+                INSERT INTO {{ns}}._assetq_claim_cap (dag_id, max_attempts)
+                SELECT d.dag_id, d.max_attempts
+                  FROM {{ns}}.dag d
+                 WHERE d.dag_id IN (SELECT k.dag_id FROM {{ns}}._assetq_claim_lock k
+                                     WHERE k.state = 'running');
+                UPDATE {{ns}}._assetq_claim_lock k
+                  STRAIGHT_JOIN {{ns}}._assetq_claim_cap c ON c.dag_id = k.dag_id
+                   SET k.max_attempts = c.max_attempts,
+                       k.fail = (k.state = 'running' AND k.attempt >= c.max_attempts);
+                SELECT COUNT(*) INTO v_failed FROM {{ns}}._assetq_claim_lock k WHERE k.fail;
+                IF v_failed > 0 THEN
+                    UPDATE {{ns}}._assetq_claim_lock k
+                      STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
+                       SET r.state = 'failed', r.ended_at = v_now, r.updated_at = v_now,
+                           r.not_before = NULL, r.lease_until = NULL,
+                           r.error = CONCAT('the lease of attempt ', k.attempt, ' (worker ',
+                                            COALESCE(k.worker, ''), ') expired at ',
+                                            COALESCE(DATE_FORMAT(k.lease_until, '%Y-%m-%d %H:%i:%s.%f'), ''),
+                                            '+00 and no attempt is left (max_attempts ',
+                                            k.max_attempts, ')')
+                     WHERE k.fail;
+                END IF;
+            END IF;
+
+            -- The claim: a new attempt, held until v_until.
+            UPDATE {{ns}}._assetq_claim_lock k
+              STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
+               SET r.state = 'running', r.attempt = r.attempt + 1, r.worker = p_worker,
+                   r.lease_until = v_until, r.not_before = v_until, r.started_at = v_now,
+                   r.updated_at = v_now
+             WHERE NOT k.fail;
+            INSERT INTO {{ns}}._assetq_claimed
+                   (dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids, links,
+                    triggering_event_id, state, attempt, worker, lease_until, started_at)
+            SELECT r.id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at,
+                   (SELECT CONCAT('[', COALESCE(GROUP_CONCAT(l.asset_event_id ORDER BY l.asset_event_id
+                                                             SEPARATOR ','), ''), ']')
+                      FROM {{ns}}.dagrun_asset_event l WHERE l.dag_run_id = r.id),
+                   (SELECT COUNT(*) FROM {{ns}}.dagrun_asset_event l WHERE l.dag_run_id = r.id),
+                   r.triggering_event_id, r.state, r.attempt, r.worker, r.lease_until, r.started_at
+              FROM {{ns}}._assetq_claim_lock k
+              STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
+             WHERE NOT k.fail;
+            SET v_taken = v_taken + ROW_COUNT();
+        END IF;
+        -- Where the next round goes on: after the whole batch, or, when the limit stopped the
+        -- lock and failed runs left room, after the last candidate locked.
+        IF v_locked < v_want THEN
+            SET v_pos = v_last_pos;
+        ELSEIF v_failed > 0 THEN
+            SELECT MAX(k.pos) INTO v_pos FROM {{ns}}._assetq_claim_lock k;
+        END IF;
+    END WHILE search_loop;
+    SET SESSION group_concat_max_len = v_saved_gcl;
+
+    SELECT COUNT(*) INTO v_bad
+      FROM {{ns}}._assetq_claimed c WHERE NOT (JSON_LENGTH(c.event_ids) <=> c.links);
+    IF v_bad > 0 THEN
+        SET v_message = '[AQ900] claim guard: the event ids of a claimed run were truncated';
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    SELECT c.dag_run_id, c.dag_id, c.run_id, c.seq, c.run_after, c.created_at, c.event_ids,
+           c.triggering_event_id, c.state, c.attempt, c.worker, c.lease_until, c.started_at
+      FROM {{ns}}._assetq_claimed c
+     ORDER BY c.dag_run_id;
+    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_claim_candidate, {{ns}}._assetq_claim_lock,
+                                   {{ns}}._assetq_claim_cap, {{ns}}._assetq_claimed;
+END $$
+
+-- Finishes attempt p_attempt of run p_run_id of consumer p_dag_id, in the caller's
+-- transaction (I9): with p_state 'success' the run succeeds and the events p_events (a JSON
+-- array, as register_events takes it, or NULL) are registered and fanned out, so the caller's
+-- own writes, the success and the output events commit together or not at all. With
+-- 'failed' the error p_error is recorded (its first 4000 characters); while the consumer's
+-- max_attempts has attempts left the run is queued again, claimable after the retry delay
+-- (retry_delay_seconds, doubled for each attempt already failed when max_retry_delay_seconds
+-- is set, up to it), otherwise it fails for good. Success and a final failure free a place
+-- under max_active_runs. Returns one result set: the run (the set_run_state columns) with
+-- output_event_ids, the ids of the output events in input order as a JSON array. AQ010
+-- (lease lost, nothing written) unless the run is running at that attempt; AQ008 for another
+-- state; AQ002 for events with a failure; register_events' own errors for bad events.
+--
+-- The events go through insert_event_batch, the body of register_events: a CALL of
+-- register_events itself would send its result set to the client as a second one. The run
+-- row is locked first (a locking read: the caller's snapshot may be older than the claim),
+-- then the events are inserted, then the run is updated.
+--
+-- A failed call leaves the caller's transaction as it was (migration 0007_capped_claim):
+-- its work runs under a savepoint, rolled back to before the error is raised again, so a
+-- caller that commits anyway after an error (an output event refused after others were
+-- inserted) commits no output event without the run's success (I9). PostgreSQL aborts the
+-- caller's transaction instead, which comes to the same. A deadlock (1213) has already rolled
+-- the whole transaction back, savepoint included: ROLLBACK TO SAVEPOINT then fails with 1305,
+-- which is ignored, so the caller gets the deadlock, which it retries, not 1305
+-- (tests/test_work_outputs.py). Under autocommit, with no transaction, every statement
+-- commits on its own and there is no savepoint to go back to (the Python layer opens a
+-- transaction for the call).
+DROP PROCEDURE IF EXISTS {{ns}}.complete_run $$
+CREATE PROCEDURE {{ns}}.complete_run(
+    IN p_dag_id  TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_run_id  TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_attempt INT,
+    IN p_state   TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_error   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_events  JSON
+)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_id        BIGINT;
+    DECLARE v_state     VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_attempt   INT;
+    DECLARE v_lease     DATETIME(6);
+    DECLARE v_max       INT;
+    DECLARE v_delay     DOUBLE;
+    DECLARE v_cap       DOUBLE;
+    DECLARE v_now       DATETIME(6);
+    DECLARE v_events    BOOLEAN DEFAULT FALSE;
+    DECLARE v_count     BIGINT;
+    DECLARE v_first_id  BIGINT;
+    DECLARE v_timestamp DATETIME(6);
+    DECLARE v_out       LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT '[]';
+    DECLARE v_message   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_saved_gcl BIGINT UNSIGNED DEFAULT @@SESSION.group_concat_max_len;
+    -- RESIGNAL raises the error that started the handler, whatever the statements before it
+    -- did; group_concat_max_len is not left raised on the connection.
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+    BEGIN
+        BEGIN
+            DECLARE CONTINUE HANDLER FOR 1305 BEGIN END;
+            ROLLBACK TO SAVEPOINT assetq_complete_run;
+            RELEASE SAVEPOINT assetq_complete_run;
+        END;
+        SET SESSION group_concat_max_len = v_saved_gcl;
+        RESIGNAL;
+    END;
+
+    -- First, before anything that can fail: the handler rolls back to this point only.
+    SAVEPOINT assetq_complete_run;
+    -- NOT LIKE '% ': the PAD SPACE collation would take 'success ' for 'success'.
+    IF p_state IS NULL OR p_state NOT IN ('success', 'failed') OR p_state LIKE '% ' THEN
+        SET v_message = LEFT(CONCAT('[AQ008] a run is completed as success or failed, got ',
+                                    COALESCE(QUOTE(LEFT(p_state, 40)), 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    -- Events unless NULL or an empty array; anything else is register_events' to judge.
+    -- IFs, not one condition: MariaDB may evaluate JSON_TYPE of invalid text and fail.
+    IF p_events IS NOT NULL THEN
+        SET v_events = TRUE;
+        IF JSON_VALID(p_events) THEN
+            IF JSON_TYPE(p_events) = 'ARRAY' THEN
+                SET v_events = JSON_LENGTH(p_events) > 0;
+            END IF;
+        END IF;
+    END IF;
+    IF p_state = 'failed' AND v_events THEN
+        SET v_message = '[AQ002] a failed run produces no events';
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    SELECT r.id, r.state, r.attempt, r.lease_until INTO v_id, v_state, v_attempt, v_lease
+      FROM {{ns}}.dag_run r
+     WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
+       FOR UPDATE;
+    IF v_id IS NULL THEN
+        SET v_message = LEFT(CONCAT('[AQ006] unknown run ', COALESCE(QUOTE(LEFT(p_run_id, 60)), 'NULL'),
+                                    ' of dag ', COALESCE(QUOTE(LEFT(p_dag_id, 40)), 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    -- Held means running under a lease at this attempt (see heartbeat_run).
+    IF v_state <> 'running' OR NOT (v_attempt <=> p_attempt) OR v_lease IS NULL THEN
+        SET v_message = LEFT(CONCAT('[AQ010] lease lost: the run is ', v_state,
+                                    IF(v_state = 'running' AND v_lease IS NULL, ' with no lease', ''),
+                                    ' at attempt ', v_attempt,
+                                    ', not running at attempt ', COALESCE(p_attempt, 'NULL'),
+                                    '; roll back: nothing was written for run ', QUOTE(LEFT(p_run_id, 60)),
+                                    ' of dag ', QUOTE(LEFT(p_dag_id, 40))), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    IF p_state = 'success' THEN
+        IF v_events THEN
+            CALL {{ns}}.insert_event_batch(p_events, v_first_id, v_timestamp);
+            SELECT COUNT(*) INTO v_count FROM {{ns}}._assetq_batch;
+            SET SESSION group_concat_max_len = 1073741824;
+            IF v_first_id IS NULL THEN
+                SELECT CONCAT('[', GROUP_CONCAT(b.event_id ORDER BY b.item_no SEPARATOR ','), ']')
+                  INTO v_out
+                  FROM {{ns}}._assetq_batch b;
+            ELSE
+                SELECT CONCAT('[', GROUP_CONCAT(v_first_id + b.item_no - 1 ORDER BY b.item_no SEPARATOR ','), ']')
+                  INTO v_out
+                  FROM {{ns}}._assetq_batch b;
+            END IF;
+            SET SESSION group_concat_max_len = v_saved_gcl;
+            DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_batch;
+            IF NOT (JSON_LENGTH(v_out) <=> v_count) THEN
+                SET v_message = '[AQ900] claim guard: the output event ids were truncated';
+                SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+            END IF;
+        END IF;
+        UPDATE {{ns}}.dag_run
+           SET state = 'success', ended_at = v_now, updated_at = v_now, lease_until = NULL,
+               not_before = NULL
+         WHERE id = v_id;
+    ELSE
+        -- The consumer's retry options: a plain read (see above: never the dag row's lock).
+        SELECT d.max_attempts, d.retry_delay_seconds, d.max_retry_delay_seconds
+          INTO v_max, v_delay, v_cap
+          FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id;
+        IF v_attempt < v_max THEN
+            IF v_cap IS NOT NULL THEN
+                SET v_delay = LEAST(v_delay * POW(2, LEAST(v_attempt - 1, 60)), v_cap);
+            END IF;
+            UPDATE {{ns}}.dag_run
+               SET state = 'queued', updated_at = v_now, lease_until = NULL,
+                   not_before = v_now + INTERVAL CAST(ROUND(v_delay * 1000000) AS SIGNED) MICROSECOND,
+                   error = LEFT(p_error, 4000)
+             WHERE id = v_id;
+        ELSE
+            UPDATE {{ns}}.dag_run
+               SET state = 'failed', ended_at = v_now, updated_at = v_now, lease_until = NULL,
+                   not_before = NULL, error = LEFT(p_error, 4000)
+             WHERE id = v_id;
+        END IF;
+    END IF;
+    BEGIN
+        -- 1305 under autocommit: the savepoint ended with its own statement.
+        DECLARE CONTINUE HANDLER FOR 1305 BEGIN END;
+        RELEASE SAVEPOINT assetq_complete_run;
+    END;
+    SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
+           r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
+           r.lease_until, r.not_before, r.error, v_out AS output_event_ids
+      FROM {{ns}}.dag_run r
+     WHERE r.id = v_id;
+END $$
+
+-- Puts failed run p_run_id of consumer p_dag_id back in the queue, claimable now, with the
+-- same events and run id; its next claim is the next attempt (the count goes on), and it is
+-- given one more attempt whatever max_attempts says. AQ008 unless the run is failed, AQ006
+-- for an unknown run. It may put the consumer one run over max_active_runs. Returns one
+-- result set: the run (the complete_run columns, no output events).
+DROP PROCEDURE IF EXISTS {{ns}}.retry_run $$
+CREATE PROCEDURE {{ns}}.retry_run(
+    IN p_dag_id TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_run_id TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
+)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_id      BIGINT;
+    DECLARE v_state   VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_now     DATETIME(6);
+    DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+
+    SELECT r.id, r.state INTO v_id, v_state
+      FROM {{ns}}.dag_run r
+     WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
+       FOR UPDATE;
+    IF v_id IS NULL THEN
+        SET v_message = LEFT(CONCAT('[AQ006] unknown run ', COALESCE(QUOTE(LEFT(p_run_id, 60)), 'NULL'),
+                                    ' of dag ', COALESCE(QUOTE(LEFT(p_dag_id, 40)), 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    IF v_state <> 'failed' THEN
+        SET v_message = LEFT(CONCAT('[AQ008] run ', QUOTE(LEFT(p_run_id, 60)), ' is ', v_state,
+                                    ': only a failed run can be retried'), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    UPDATE {{ns}}.dag_run
+       SET state = 'queued', ended_at = NULL, lease_until = NULL, not_before = v_now,
+           updated_at = v_now
+     WHERE id = v_id;
+    SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
+           r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
+           r.lease_until, r.not_before, r.error, '[]' AS output_event_ids
+      FROM {{ns}}.dag_run r
+     WHERE r.id = v_id;
+END $$
+
+DROP PROCEDURE IF EXISTS {{ns}}.schedule_partitions $$
+DROP PROCEDURE IF EXISTS {{ns}}.set_dag_partitions $$
+DROP PROCEDURE IF EXISTS {{ns}}.partition_fan_out $$
+DROP PROCEDURE IF EXISTS {{ns}}.partition_map $$
+
+DELIMITER ;
+
+DROP TABLE IF EXISTS {{ns}}.asset_partition_queue, {{ns}}.dag_partition_static_key;
+CALL {{ns}}._assetq_alter_if(TRUE, 'dag_run', 'index', 'dag_run_partition_key',
+                             'DROP INDEX dag_run_partition_key, ALGORITHM=INPLACE, LOCK=NONE');
+CALL {{ns}}._assetq_alter_if(TRUE, 'dag_run', 'column', 'partition_generation',
+                             'DROP COLUMN partition_generation');
+CALL {{ns}}._assetq_alter_if(TRUE, 'dag_run', 'column', 'partition_key',
+                             'DROP COLUMN partition_key');
+CALL {{ns}}._assetq_alter_if(TRUE, 'dag_schedule_asset_reference', 'constraint', 'dag_schedule_asset_reference_require_check',
+                             'DROP CONSTRAINT dag_schedule_asset_reference_require_check');
+CALL {{ns}}._assetq_alter_if(TRUE, 'dag_schedule_asset_reference', 'constraint', 'dag_schedule_asset_reference_mapping_check',
+                             'DROP CONSTRAINT dag_schedule_asset_reference_mapping_check');
+CALL {{ns}}._assetq_alter_if(TRUE, 'dag_schedule_asset_reference', 'column', 'partition_require',
+                             'DROP COLUMN partition_require');
+CALL {{ns}}._assetq_alter_if(TRUE, 'dag_schedule_asset_reference', 'column', 'partition_mapping',
+                             'DROP COLUMN partition_mapping');
+CALL {{ns}}._assetq_alter_if(TRUE, 'dag', 'column', 'partitioning', 'DROP COLUMN partitioning');
+CALL {{ns}}._assetq_alter_if(TRUE, 'asset_event', 'column', 'partition_key', 'DROP COLUMN partition_key');
+
+CALL {{ns}}._assetq_restore_grants();
+DROP TABLE IF EXISTS {{ns}}._assetq_0009_grants;
+DROP PROCEDURE IF EXISTS {{ns}}._assetq_restore_grants;
+DROP PROCEDURE IF EXISTS {{ns}}._assetq_save_grants;
+DROP PROCEDURE IF EXISTS {{ns}}._assetq_alter_if;
+
+SET SESSION sql_mode = @assetq_saved_sql_mode;

@@ -1,0 +1,1047 @@
+-- Migration 0009_partitions (down): the schema of 0008_claim_plans. Partitions, the keys of
+-- events and runs, and the queue rows' keys are dropped (the queue rows themselves stay: an
+-- unpartitioned consumer consumes them whole).
+--
+-- {{ns}} is replaced by the quoted namespace when the file is loaded.
+
+-- The roles that may execute the functions dropped and created again below, saved first
+-- (DROP FUNCTION takes their grants with it).
+CREATE TEMPORARY TABLE _assetq_0009_grants ON COMMIT DROP AS
+SELECT p.proname::text AS routine, pg_catalog.pg_get_userbyid(a.grantee) AS grantee
+  FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+ WHERE p.pronamespace = '{{ns}}'::regnamespace
+   AND p.proname IN ('schedule_pass', 'set_run_state', 'claim_runs', 'complete_run', 'retry_run')
+   AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner AND a.grantee <> 0;
+
+DROP FUNCTION {{ns}}.schedule_pass(integer), {{ns}}.set_run_state(text, text, text), {{ns}}.claim_runs(text, integer, double precision, jsonb), {{ns}}.complete_run(text, text, integer, text, text, jsonb), {{ns}}.retry_run(text, text);
+DROP FUNCTION {{ns}}.partition_map(text, bigint, text, text), {{ns}}.partition_day(text), {{ns}}.partition_required(text, bigint, text, text, text), {{ns}}.set_dag_partitions(text, jsonb), {{ns}}.schedule_partitions(text, integer, integer, timestamptz);
+
+CREATE FUNCTION {{ns}}.schedule_pass(p_limit integer DEFAULT 100)
+RETURNS TABLE (
+    dag_run_id          bigint,
+    dag_id              varchar,
+    run_id              varchar,
+    seq                 bigint,
+    run_after           timestamptz,
+    created_at          timestamptz,
+    event_ids           bigint[],
+    triggering_event_id bigint,
+    state               varchar
+)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_dag       record;
+    v_ids       bigint[];
+    v_assets    bigint[];
+    v_times     timestamptz[];
+    v_claim     integer[];
+    v_chosen    bigint[];
+    v_wids      bigint[];
+    v_wtimes    timestamptz[];
+    v_pick_id   bigint;
+    v_pick_time timestamptz;
+    v_cap       integer;
+    v_try       bigint[];
+    v_pick      bigint;
+    v_clause    integer;
+    v_events    bigint[];
+    v_run_after timestamptz;
+    v_trigger   bigint;
+    v_seq       bigint;
+    v_deleted   bigint;
+    v_now       timestamptz;
+    v_run_pk    bigint;
+    v_n         integer;
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 THEN
+        RAISE EXCEPTION 'limit must be a positive integer, got %', quote_nullable(p_limit)
+            USING ERRCODE = 'AQ002';
+    END IF;
+
+    -- I10: a run whose last attempt's lease expired is failed by the next pass (and by the
+    -- next claim), whatever its consumer's state: at most 100 per pass, oldest lease first,
+    -- found through dag_run_lease_idx (running runs only); rows a worker is completing right
+    -- now are skipped, not waited for.
+    -- = ANY (ARRAY(...)), not IN (...): as a join, planning the statement probed the ends of
+    -- dag_run's id index (the planner's estimate of a merge join), reads of the run history
+    -- that varied with its visibility map (migration 0008_claim_plans).
+    UPDATE {{ns}}.dag_run r
+       SET state = 'failed', ended_at = clock_timestamp(), updated_at = clock_timestamp(),
+           not_before = NULL, lease_until = NULL,
+           error = format('the lease of attempt %s (worker %s) expired at %s and no attempt is left (max_attempts %s)',
+                          r.attempt, r.worker, r.lease_until, d.max_attempts)
+      FROM {{ns}}.dag d
+     WHERE d.dag_id = r.dag_id
+       AND r.id = ANY (ARRAY(SELECT x.id
+                               FROM {{ns}}.dag_run x
+                               JOIN {{ns}}.dag xd ON xd.dag_id = x.dag_id
+                              WHERE x.state = 'running' AND x.not_before <= clock_timestamp()
+                                AND x.attempt >= xd.max_attempts
+                              ORDER BY x.not_before
+                              LIMIT 100
+                                FOR NO KEY UPDATE OF x SKIP LOCKED));
+
+    -- FOR NO KEY UPDATE, not FOR UPDATE: every in-flight producer holds a KEY SHARE lock on
+    -- the consumer row through the queue's foreign key. FOR UPDATE conflicts with it, so the
+    -- pass would skip every busy consumer (measured: p99 latency 40 ms -> 2.7 s).
+    -- SKIP LOCKED: concurrent passes split the consumers between them instead of waiting (I5).
+    FOR v_dag IN
+        SELECT d.dag_id, d.max_active_runs, d.max_events_per_run, d.max_attempts
+          FROM {{ns}}.dag d
+         WHERE NOT d.is_paused
+           -- A probe of each consumer's queue by key. OFFSET 0 keeps the planner from
+           -- turning it into a join, which read the whole queue (a hash of every queued
+           -- row) on every pass: a pass must not cost the backlog (issue 16).
+           AND EXISTS (SELECT 1 FROM {{ns}}.asset_dag_run_queue q
+                        WHERE q.target_dag_id = d.dag_id OFFSET 0)
+         ORDER BY d.last_scheduled_at NULLS FIRST, d.dag_id
+         LIMIT p_limit
+           FOR NO KEY UPDATE OF d SKIP LOCKED
+    LOOP
+        v_now := clock_timestamp();
+
+        -- At its cap: no run, the queue stays whole. Runs become active only in a pass holding
+        -- this lock, so the count can only be too high (a run finishing meanwhile), never too low.
+        -- First, a run whose last attempt's lease expired is failed (I10: a worker that died on
+        -- its last attempt must not hold the cap for good; claim_runs does the same). Rows a
+        -- worker is completing right now are skipped, not waited for.
+        IF v_dag.max_active_runs IS NOT NULL THEN
+            UPDATE {{ns}}.dag_run r
+               SET state = 'failed', ended_at = v_now, updated_at = v_now, not_before = NULL,
+                   lease_until = NULL,
+                   error = format('the lease of attempt %s (worker %s) expired at %s and no attempt is left (max_attempts %s)',
+                                  r.attempt, r.worker, r.lease_until, v_dag.max_attempts)
+             WHERE r.id = ANY (ARRAY(SELECT x.id FROM {{ns}}.dag_run x
+                                      WHERE x.dag_id = v_dag.dag_id AND x.state = 'running'
+                                        AND x.not_before <= v_now AND x.attempt >= v_dag.max_attempts
+                                        FOR NO KEY UPDATE SKIP LOCKED));
+        END IF;
+        IF v_dag.max_active_runs IS NOT NULL
+           AND (SELECT count(*) FROM {{ns}}.dag_run r
+                 WHERE r.dag_id = v_dag.dag_id AND r.state IN ('queued', 'running'))
+               >= v_dag.max_active_runs
+        THEN
+            UPDATE {{ns}}.dag d SET last_scheduled_at = v_now WHERE d.dag_id = v_dag.dag_id;
+            CONTINUE;
+        END IF;
+
+        -- The claim. This statement's snapshot is taken after the lock above, so it sees
+        -- every row committed so far, including those of a pass that held this consumer a
+        -- moment ago (and deleted its rows). A row committed after this read is simply not
+        -- in the claim and waits for the next pass: selection is by reference, never by time.
+        -- Uncapped, the claim is the whole queue. Capped at N = max_events_per_run, only the
+        -- N + 1 oldest rows are read, in queue order through asset_dag_run_queue_order_idx:
+        -- a capped run costs what it consumes, never the backlog behind it (issue 16).
+        v_cap := v_dag.max_events_per_run;
+        IF v_cap IS NULL THEN
+            SELECT array_agg(q.asset_event_id ORDER BY q.created_at, q.asset_event_id),
+                   array_agg(q.asset_id ORDER BY q.created_at, q.asset_event_id),
+                   array_agg(q.created_at ORDER BY q.created_at, q.asset_event_id)
+              INTO v_ids, v_assets, v_times
+              FROM {{ns}}.asset_dag_run_queue q
+             WHERE q.target_dag_id = v_dag.dag_id;
+        ELSE
+            SELECT array_agg(o.asset_event_id ORDER BY o.created_at, o.asset_event_id),
+                   array_agg(o.asset_id ORDER BY o.created_at, o.asset_event_id),
+                   array_agg(o.created_at ORDER BY o.created_at, o.asset_event_id)
+              INTO v_ids, v_assets, v_times
+              FROM (SELECT q.asset_event_id, q.asset_id, q.created_at
+                      FROM {{ns}}.asset_dag_run_queue q
+                     WHERE q.target_dag_id = v_dag.dag_id
+                     ORDER BY q.created_at, q.asset_event_id
+                     LIMIT v_cap + 1) o;
+        END IF;
+        v_n := coalesce(cardinality(v_ids), 0);
+
+        -- Nothing queued, or no clause to satisfy: no run.
+        IF v_n = 0
+           OR NOT EXISTS (SELECT 1 FROM {{ns}}.dag_condition_clause c WHERE c.dag_id = v_dag.dag_id
+                          UNION ALL
+                          SELECT 1 FROM {{ns}}.dag_condition_alias ca WHERE ca.dag_id = v_dag.dag_id)
+        THEN
+            UPDATE {{ns}}.dag d SET last_scheduled_at = v_now WHERE d.dag_id = v_dag.dag_id;
+            CONTINUE;
+        END IF;
+
+        v_claim := NULL;
+        v_wids := '{}';
+        v_wtimes := '{}';
+        IF v_cap IS NULL OR v_n <= v_cap THEN
+            -- The whole queue. I6: every clause of the condition needs a member among the
+            -- claimed rows' assets. Written out here rather than calling condition_holds:
+            -- PL/pgSQL keeps this plan, a SQL function is planned again on every call, and
+            -- this runs for every consumer.
+            IF EXISTS (SELECT 1
+                         FROM (SELECT c.clause_no, c.asset_id
+                                 FROM {{ns}}.dag_condition_clause c
+                                WHERE c.dag_id = v_dag.dag_id
+                               UNION ALL
+                               SELECT ca.clause_no, aa.asset_id
+                                 FROM {{ns}}.dag_condition_alias ca
+                                 LEFT JOIN {{ns}}.asset_alias_asset aa ON aa.alias_id = ca.alias_id
+                                WHERE ca.dag_id = v_dag.dag_id) m
+                        GROUP BY m.clause_no
+                       HAVING NOT coalesce(bool_or(m.asset_id = ANY (v_assets)), false))
+            THEN
+                UPDATE {{ns}}.dag d SET last_scheduled_at = v_now WHERE d.dag_id = v_dag.dag_id;
+                CONTINUE;
+            END IF;
+        ELSIF {{ns}}.condition_holds(v_dag.dag_id, v_assets[1:v_cap]) THEN
+            v_claim := ARRAY(SELECT generate_series(1, v_cap));  -- the N oldest rows
+        ELSE
+            -- The N oldest rows do not satisfy the condition. Greedy witnesses over the whole
+            -- queue, by index (asset_dag_run_queue_asset_idx): for each clause not yet hit,
+            -- the member asset whose oldest queued row is the oldest, and that row. A clause
+            -- with no queued member: the whole queue does not satisfy the condition, no run.
+            v_chosen := '{}';
+            v_pick := 0;
+            FOR v_clause IN
+                SELECT DISTINCT m.clause_no FROM {{ns}}.dag_clause_members(v_dag.dag_id) m ORDER BY 1
+            LOOP
+                CONTINUE WHEN EXISTS (SELECT 1 FROM {{ns}}.dag_clause_members(v_dag.dag_id) m
+                                       WHERE m.clause_no = v_clause AND m.asset_id = ANY (v_chosen));
+                SELECT m.asset_id, o.asset_event_id, o.created_at INTO v_pick, v_pick_id, v_pick_time
+                  FROM (SELECT DISTINCT x.asset_id
+                          FROM {{ns}}.dag_clause_members(v_dag.dag_id) x
+                         WHERE x.clause_no = v_clause AND x.asset_id IS NOT NULL) m
+                  CROSS JOIN LATERAL (
+                        SELECT q.asset_event_id, q.created_at
+                          FROM {{ns}}.asset_dag_run_queue q
+                         WHERE q.target_dag_id = v_dag.dag_id AND q.asset_id = m.asset_id
+                         ORDER BY q.created_at, q.asset_event_id
+                         LIMIT 1) o
+                 ORDER BY o.created_at, o.asset_event_id
+                 LIMIT 1;
+                EXIT WHEN v_pick IS NULL;
+                v_chosen := v_chosen || v_pick;
+                v_wids := v_wids || v_pick_id;
+                v_wtimes := v_wtimes || v_pick_time;
+            END LOOP;
+            IF v_pick IS NULL THEN
+                UPDATE {{ns}}.dag d SET last_scheduled_at = v_now WHERE d.dag_id = v_dag.dag_id;
+                CONTINUE;
+            END IF;
+            -- Prune, newest choice first: what is left is a minimal set of assets.
+            FOR i IN REVERSE cardinality(v_chosen)..1 LOOP
+                v_try := v_chosen[1:i - 1] || v_chosen[i + 1:];
+                IF {{ns}}.condition_holds(v_dag.dag_id, v_try) THEN
+                    v_chosen := v_try;
+                    v_wids := v_wids[1:i - 1] || v_wids[i + 1:];
+                    v_wtimes := v_wtimes[1:i - 1] || v_wtimes[i + 1:];
+                END IF;
+            END LOOP;
+            -- The witness rows, then the oldest others, N in all (more only if the witnesses
+            -- alone are more). The others come from the N oldest rows read above: at most N
+            -- minus the witnesses are needed, and that many are among them.
+            v_claim := ARRAY(SELECT u.pos
+                               FROM unnest(v_ids) WITH ORDINALITY AS u(id, pos)
+                              WHERE u.id <> ALL (v_wids)
+                              ORDER BY u.pos
+                              LIMIT greatest(v_cap - cardinality(v_wids), 0));
+        END IF;
+
+        -- The claimed rows. The newest (latest timestamp, then highest id) is the triggering
+        -- event; the whole queue and the N oldest rows are in queue order, so it is the last.
+        IF v_claim IS NULL THEN
+            v_events := ARRAY(SELECT u.id FROM unnest(v_ids) AS u(id) ORDER BY u.id);
+            v_run_after := v_times[v_n];
+            v_trigger := v_ids[v_n];
+        ELSIF cardinality(v_wids) = 0 THEN
+            v_events := ARRAY(SELECT v_ids[p] FROM unnest(v_claim) AS p ORDER BY 1);
+            v_run_after := v_times[v_claim[cardinality(v_claim)]];
+            v_trigger := v_ids[v_claim[cardinality(v_claim)]];
+        ELSE
+            SELECT array_agg(c.id ORDER BY c.id),
+                   (array_agg(c.t ORDER BY c.t DESC, c.id DESC))[1],
+                   (array_agg(c.id ORDER BY c.t DESC, c.id DESC))[1]
+              INTO v_events, v_run_after, v_trigger
+              FROM (SELECT v_ids[p] AS id, v_times[p] AS t FROM unnest(v_claim) AS p
+                    UNION
+                    SELECT w.id, w.t FROM unnest(v_wids, v_wtimes) AS w(id, t)) c;
+        END IF;
+
+
+        UPDATE {{ns}}.dag d
+           SET last_run_seq = d.last_run_seq + 1, last_scheduled_at = v_now
+         WHERE d.dag_id = v_dag.dag_id
+        RETURNING d.last_run_seq INTO v_seq;
+
+        -- not_before: claimable by workers (claim_runs) from now on.
+        INSERT INTO {{ns}}.dag_run AS r (dag_id, run_id, seq, run_after, created_at,
+                                         triggering_event_id, event_count, not_before)
+        VALUES (v_dag.dag_id,
+                'asset_triggered__'
+                    || to_char(v_run_after AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
+                    || '+00:00__' || v_seq,
+                v_seq, v_run_after, v_now, v_trigger, cardinality(v_events), v_now)
+        RETURNING r.id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at, r.state
+             INTO v_run_pk, dag_id, run_id, seq, run_after, created_at, state;
+
+        -- Delete exactly the claimed rows, by primary key (I3). The claim guard (I4): if any
+        -- claimed row is gone, someone else consumed it (or delete_asset removed its event);
+        -- abort the whole pass. Before the links: a link to an event deleted meanwhile would
+        -- fail its foreign key, an error no retry is made for; the guard's AQ900 is retried.
+        DELETE FROM {{ns}}.asset_dag_run_queue q
+         WHERE q.target_dag_id = v_dag.dag_id
+           AND q.asset_event_id = ANY (v_events);
+        GET DIAGNOSTICS v_deleted = ROW_COUNT;
+        IF v_deleted <> cardinality(v_events) THEN
+            RAISE EXCEPTION 'claim guard: dag % claimed % queue rows but deleted %',
+                    v_dag.dag_id, cardinality(v_events), v_deleted
+                USING ERRCODE = 'AQ900',
+                      HINT = 'The pass was rolled back; it is safe to run it again.';
+        END IF;
+
+        INSERT INTO {{ns}}.dagrun_asset_event (dag_run_id, asset_event_id, dag_id)
+        SELECT v_run_pk, e, v_dag.dag_id FROM unnest(v_events) AS e;
+
+        dag_run_id := v_run_pk;
+        event_ids := v_events;
+        triggering_event_id := v_trigger;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION {{ns}}.set_run_state(p_dag_id text, p_run_id text, p_state text)
+RETURNS TABLE (
+    dag_run_id          bigint,
+    dag_id              varchar,
+    run_id              varchar,
+    seq                 bigint,
+    state               varchar,
+    run_after           timestamptz,
+    created_at          timestamptz,
+    started_at          timestamptz,
+    ended_at            timestamptz,
+    triggering_event_id bigint,
+    event_count         integer,
+    attempt             integer,
+    worker              varchar,
+    lease_until         timestamptz,
+    not_before          timestamptz,
+    error               text
+)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_id      bigint;
+    v_old     text;
+    v_worker  text;
+    v_attempt integer;
+    v_lease   timestamptz;
+BEGIN
+    IF p_state IS NULL OR p_state NOT IN ('queued', 'running', 'success', 'failed') THEN
+        RAISE EXCEPTION 'unknown run state %: use queued, running, success or failed', quote_nullable(p_state)
+            USING ERRCODE = 'AQ008';
+    END IF;
+    SELECT r.id, r.state, r.worker, r.attempt, r.lease_until
+      INTO v_id, v_old, v_worker, v_attempt, v_lease
+      FROM {{ns}}.dag_run r
+     WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
+       FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown run % of dag %', quote_nullable(p_run_id), quote_nullable(p_dag_id)
+            USING ERRCODE = 'AQ006';
+    END IF;
+    -- A run a worker holds (claimed by claim_runs: running under a lease) is finished by that
+    -- worker's complete_run, fenced by its attempt (I8): moving it here would let a second
+    -- party finish a run someone holds. A run moved to running by hand has no lease.
+    IF v_old = 'running' AND v_lease IS NOT NULL AND v_old <> p_state THEN
+        RAISE EXCEPTION 'run % of dag % is held by worker % (attempt %): its worker completes it (assetq.complete_run)',
+                p_run_id, p_dag_id, quote_literal(v_worker), v_attempt
+            USING ERRCODE = 'AQ008',
+                  HINT = 'If the worker died, the run is claimed again when its lease expires.';
+    END IF;
+    IF v_old <> p_state THEN
+        IF NOT ((v_old = 'queued' AND p_state IN ('running', 'success', 'failed'))
+                OR (v_old = 'running' AND p_state IN ('success', 'failed'))) THEN
+            RAISE EXCEPTION 'run % of dag % is %: it cannot move to %', p_run_id, p_dag_id, v_old, p_state
+                USING ERRCODE = 'AQ008',
+                      HINT = 'Runs move queued -> running -> success or failed; success and failed are final.';
+        END IF;
+        UPDATE {{ns}}.dag_run r
+           SET state = p_state,
+               started_at = CASE WHEN p_state = 'running' THEN clock_timestamp() ELSE r.started_at END,
+               ended_at = CASE WHEN p_state IN ('success', 'failed') THEN clock_timestamp() ELSE r.ended_at END,
+               updated_at = clock_timestamp(),
+               -- Leaving queued by hand: no worker may claim it any more.
+               not_before = NULL,
+               lease_until = NULL
+         WHERE r.id = v_id;
+    END IF;
+    RETURN QUERY
+    SELECT r.id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at, r.started_at,
+           r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker, r.lease_until,
+           r.not_before, r.error
+      FROM {{ns}}.dag_run r
+     WHERE r.id = v_id;
+END
+$$;
+
+CREATE FUNCTION {{ns}}.claim_runs(
+    p_worker        text,
+    p_limit         integer DEFAULT 1,
+    p_lease_seconds double precision DEFAULT 60,
+    p_dag_ids       jsonb DEFAULT NULL
+) RETURNS TABLE (
+    dag_run_id          bigint,
+    dag_id              varchar,
+    run_id              varchar,
+    seq                 bigint,
+    run_after           timestamptz,
+    created_at          timestamptz,
+    event_ids           bigint[],
+    triggering_event_id bigint,
+    state               varchar,
+    attempt             integer,
+    worker              varchar,
+    lease_until         timestamptz,
+    started_at          timestamptz
+)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_now     timestamptz;
+    v_until   timestamptz;
+    v_ids     bigint[];
+    v_taken   integer := 0;
+    v_claimed integer;
+    v_failed  integer;
+    v_running bigint[];
+    v_gone    bigint[];
+BEGIN
+    IF p_worker IS NULL OR p_worker = '' OR length(p_worker) > 250 THEN
+        RAISE EXCEPTION 'worker must be a name of 1 to 250 characters, got %', quote_nullable(left(p_worker, 60))
+            USING ERRCODE = 'AQ002';
+    END IF;
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
+        RAISE EXCEPTION 'limit must be 1 to 1000, got %', quote_nullable(p_limit)
+            USING ERRCODE = 'AQ002';
+    END IF;
+    -- NOT (... > 0): NaN is refused too.
+    IF p_lease_seconds IS NULL OR NOT (p_lease_seconds > 0 AND p_lease_seconds <= 604800) THEN
+        RAISE EXCEPTION 'lease must be above 0 and at most 604800 seconds, got %', quote_nullable(p_lease_seconds)
+            USING ERRCODE = 'AQ002';
+    END IF;
+    IF p_dag_ids IS NOT NULL
+       AND (jsonb_typeof(p_dag_ids) <> 'array'
+            OR EXISTS (SELECT 1 FROM jsonb_array_elements(p_dag_ids) x WHERE jsonb_typeof(x) <> 'string'))
+    THEN
+        RAISE EXCEPTION 'dag_ids must be a JSON array of dag ids or NULL' USING ERRCODE = 'AQ002';
+    END IF;
+    v_now := clock_timestamp();
+    v_until := v_now + make_interval(secs => p_lease_seconds);
+    LOOP
+        SELECT array_agg(x.id), array_agg(x.id) FILTER (WHERE x.state = 'running')
+          INTO v_ids, v_running
+          FROM (SELECT r.id, r.state
+                  FROM {{ns}}.dag_run r
+                 WHERE r.not_before <= v_now
+                   AND (p_dag_ids IS NULL
+                        OR r.dag_id IN (SELECT jsonb_array_elements_text(p_dag_ids)))
+                 ORDER BY r.not_before, r.id
+                 LIMIT p_limit - v_taken
+                   FOR NO KEY UPDATE OF r SKIP LOCKED) x;
+        EXIT WHEN v_ids IS NULL;
+
+        -- Only a running candidate (its lease expired) may be on its last attempt: the
+        -- usual claim, of queued runs only, skips this statement. The candidates are locked,
+        -- so their states are the ones just read; the failed ones leave the claim's ids.
+        v_failed := 0;
+        IF v_running IS NOT NULL THEN
+            WITH f AS (
+                UPDATE {{ns}}.dag_run r
+                   SET state = 'failed', ended_at = v_now, updated_at = v_now, not_before = NULL,
+                       lease_until = NULL,
+                       error = format('the lease of attempt %s (worker %s) expired at %s and no attempt is left (max_attempts %s)',
+                                      r.attempt, r.worker, r.lease_until, d.max_attempts)
+                  FROM {{ns}}.dag d
+                 WHERE r.id = ANY (v_running) AND d.dag_id = r.dag_id
+                   AND r.attempt >= d.max_attempts
+                RETURNING r.id)
+            SELECT array_agg(f.id) INTO v_gone FROM f;
+            IF v_gone IS NOT NULL THEN
+                v_failed := cardinality(v_gone);
+                v_ids := ARRAY(SELECT i FROM unnest(v_ids) AS i WHERE i <> ALL (v_gone));
+            END IF;
+        END IF;
+
+        -- By id alone: a condition on state here let the planner read the runs through
+        -- dag_run_dag_state_idx instead, every queued and running run for each claim
+        -- (PostgreSQL 18, whose skip scan makes that index look cheap; migration
+        -- 0008_claim_plans).
+        RETURN QUERY
+        WITH c AS (
+            UPDATE {{ns}}.dag_run r
+               SET state = 'running', attempt = r.attempt + 1, worker = p_worker,
+                   lease_until = v_until, not_before = v_until, started_at = v_now,
+                   updated_at = v_now
+             WHERE r.id = ANY (v_ids)
+            RETURNING r.id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at,
+                      r.triggering_event_id, r.state, r.attempt, r.worker, r.lease_until,
+                      r.started_at)
+        SELECT c.id, c.dag_id, c.run_id, c.seq, c.run_after, c.created_at,
+               ARRAY(SELECT l.asset_event_id FROM {{ns}}.dagrun_asset_event l
+                      WHERE l.dag_run_id = c.id ORDER BY 1),
+               c.triggering_event_id, c.state, c.attempt, c.worker, c.lease_until, c.started_at
+          FROM c
+         ORDER BY c.id;
+        GET DIAGNOSTICS v_claimed = ROW_COUNT;
+        v_taken := v_taken + v_claimed;
+        EXIT WHEN v_failed = 0 OR v_taken >= p_limit;
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION {{ns}}.complete_run(
+    p_dag_id  text,
+    p_run_id  text,
+    p_attempt integer,
+    p_state   text,
+    p_error   text DEFAULT NULL,
+    p_events  jsonb DEFAULT NULL
+) RETURNS TABLE (
+    dag_run_id          bigint,
+    dag_id              varchar,
+    run_id              varchar,
+    seq                 bigint,
+    state               varchar,
+    run_after           timestamptz,
+    created_at          timestamptz,
+    started_at          timestamptz,
+    ended_at            timestamptz,
+    triggering_event_id bigint,
+    event_count         integer,
+    attempt             integer,
+    worker              varchar,
+    lease_until         timestamptz,
+    not_before          timestamptz,
+    error               text,
+    output_event_ids    bigint[]
+)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_id        bigint;
+    v_state     text;
+    v_attempt   integer;
+    v_lease     timestamptz;
+    v_max       integer;
+    v_delay     double precision;
+    v_cap       double precision;
+    v_now       timestamptz;
+    v_out       bigint[];
+BEGIN
+    IF p_state IS NULL OR p_state NOT IN ('success', 'failed') THEN
+        RAISE EXCEPTION 'a run is completed as success or failed, got %', quote_nullable(p_state)
+            USING ERRCODE = 'AQ008';
+    END IF;
+    IF p_state = 'failed' AND p_events IS NOT NULL AND p_events <> '[]'::jsonb THEN
+        RAISE EXCEPTION 'a failed run produces no events' USING ERRCODE = 'AQ002';
+    END IF;
+    SELECT r.id, r.state, r.attempt, r.lease_until, d.max_attempts, d.retry_delay_seconds,
+           d.max_retry_delay_seconds
+      INTO v_id, v_state, v_attempt, v_lease, v_max, v_delay, v_cap
+      FROM {{ns}}.dag_run r
+      JOIN {{ns}}.dag d ON d.dag_id = r.dag_id
+     WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
+       FOR NO KEY UPDATE OF r;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown run % of dag %', quote_nullable(p_run_id), quote_nullable(p_dag_id)
+            USING ERRCODE = 'AQ006';
+    END IF;
+    IF v_state <> 'running' OR v_attempt IS DISTINCT FROM p_attempt OR v_lease IS NULL THEN
+        RAISE EXCEPTION 'lease lost: run % of dag % is % at attempt %, not running at attempt %',
+                p_run_id, p_dag_id, v_state, v_attempt, coalesce(CAST(p_attempt AS text), 'NULL')
+            USING ERRCODE = 'AQ010',
+                  HINT = 'Roll back: another worker holds it now, or it was finished; nothing was written.';
+    END IF;
+    v_now := clock_timestamp();
+    IF p_state = 'success' THEN
+        IF p_events IS NOT NULL AND p_events <> '[]'::jsonb THEN
+            SELECT array_agg(e.event_id ORDER BY e.item_no) INTO v_out
+              FROM {{ns}}.register_events(p_events) e;
+        END IF;
+        UPDATE {{ns}}.dag_run r
+           SET state = 'success', ended_at = v_now, updated_at = v_now, lease_until = NULL,
+               not_before = NULL
+         WHERE r.id = v_id;
+    ELSIF v_attempt < v_max THEN
+        IF v_cap IS NOT NULL THEN
+            v_delay := least(v_delay * power(2::double precision, least(v_attempt - 1, 60)), v_cap);
+        END IF;
+        UPDATE {{ns}}.dag_run r
+           SET state = 'queued', updated_at = v_now, lease_until = NULL,
+               not_before = v_now + make_interval(secs => v_delay), error = left(p_error, 4000)
+         WHERE r.id = v_id;
+    ELSE
+        UPDATE {{ns}}.dag_run r
+           SET state = 'failed', ended_at = v_now, updated_at = v_now, lease_until = NULL,
+               not_before = NULL, error = left(p_error, 4000)
+         WHERE r.id = v_id;
+    END IF;
+    RETURN QUERY
+    SELECT r.id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at, r.started_at,
+           r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker, r.lease_until,
+           r.not_before, r.error, coalesce(v_out, '{}')
+      FROM {{ns}}.dag_run r
+     WHERE r.id = v_id;
+END
+$$;
+
+CREATE FUNCTION {{ns}}.retry_run(p_dag_id text, p_run_id text)
+RETURNS TABLE (
+    dag_run_id          bigint,
+    dag_id              varchar,
+    run_id              varchar,
+    seq                 bigint,
+    state               varchar,
+    run_after           timestamptz,
+    created_at          timestamptz,
+    started_at          timestamptz,
+    ended_at            timestamptz,
+    triggering_event_id bigint,
+    event_count         integer,
+    attempt             integer,
+    worker              varchar,
+    lease_until         timestamptz,
+    not_before          timestamptz,
+    error               text,
+    output_event_ids    bigint[]
+)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_id    bigint;
+    v_state text;
+BEGIN
+    SELECT r.id, r.state INTO v_id, v_state
+      FROM {{ns}}.dag_run r
+     WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
+       FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown run % of dag %', quote_nullable(p_run_id), quote_nullable(p_dag_id)
+            USING ERRCODE = 'AQ006';
+    END IF;
+    IF v_state <> 'failed' THEN
+        RAISE EXCEPTION 'run % of dag % is %: only a failed run can be retried', p_run_id, p_dag_id, v_state
+            USING ERRCODE = 'AQ008';
+    END IF;
+    UPDATE {{ns}}.dag_run r
+       SET state = 'queued', ended_at = NULL, lease_until = NULL, not_before = clock_timestamp(),
+           updated_at = clock_timestamp()
+     WHERE r.id = v_id;
+    RETURN QUERY
+    SELECT r.id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at, r.started_at,
+           r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker, r.lease_until,
+           r.not_before, r.error, CAST('{}' AS bigint[])
+      FROM {{ns}}.dag_run r
+     WHERE r.id = v_id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION {{ns}}.asset_event_fan_out() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO {{ns}}.asset_dag_run_queue (target_dag_id, asset_event_id, asset_id, created_at)
+    SELECT d.dag_id, e.id, e.asset_id, e."timestamp"
+      FROM new_events e
+      JOIN {{ns}}.dag_schedule_asset_reference r ON r.asset_id = e.asset_id
+      JOIN {{ns}}.dag d ON d.dag_id = r.dag_id
+     WHERE NOT d.is_paused OR d.queue_while_paused
+       FOR KEY SHARE OF d, r;
+
+    -- Through aliases: usually no alias has resolved to these assets and this is one index
+    -- probe. A consumer with the alias in two clauses, or that also references the asset
+    -- directly, already has its row: ON CONFLICT skips the second.
+    IF EXISTS (SELECT 1 FROM new_events e
+                 JOIN {{ns}}.asset_alias_asset aa ON aa.asset_id = e.asset_id) THEN
+        INSERT INTO {{ns}}.asset_dag_run_queue (target_dag_id, asset_event_id, asset_id, created_at)
+        SELECT d.dag_id, e.id, e.asset_id, e."timestamp"
+          FROM new_events e
+          JOIN {{ns}}.asset_alias_asset aa ON aa.asset_id = e.asset_id
+          JOIN {{ns}}.dag_condition_alias ca ON ca.alias_id = aa.alias_id
+          JOIN {{ns}}.dag d ON d.dag_id = ca.dag_id
+         WHERE NOT d.is_paused OR d.queue_while_paused
+           FOR KEY SHARE OF d, ca
+        ON CONFLICT DO NOTHING;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION {{ns}}.register_events(p_events jsonb)
+RETURNS TABLE (
+    item_no         integer,
+    event_id        bigint,
+    asset_id        bigint,
+    event_timestamp timestamptz,
+    created         boolean
+)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_count     integer;
+    v_now       timestamptz;
+    v_ids       bigint[];
+    v_assets    text[];
+    v_asset_ids bigint[];
+    v_extras    jsonb[];
+    v_dag_ids   text[];
+    v_task_ids  text[];
+    v_run_ids   text[];
+    v_indexes   integer[];
+    v_keys      text[];
+    v_aliases   jsonb[];
+    v_bad       record;
+BEGIN
+    IF jsonb_typeof(p_events) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'events must be a JSON array, got %', coalesce(jsonb_typeof(p_events), 'NULL')
+            USING ERRCODE = 'AQ002';
+    END IF;
+    v_count := jsonb_array_length(p_events);
+    IF v_count > 10000 THEN
+        RAISE EXCEPTION 'a batch holds at most 10000 events, got %', v_count
+            USING ERRCODE = 'AQ002',
+                  HINT = 'Split it: several calls in one transaction are atomic together.';
+    END IF;
+    IF v_count = 0 THEN
+        RETURN;
+    END IF;
+
+    SELECT i.ord, jsonb_typeof(i.item) AS item_type, jsonb_typeof(i.item -> 'extra') AS extra_type
+      INTO v_bad
+      FROM jsonb_array_elements(p_events) WITH ORDINALITY AS i(item, ord)
+     WHERE jsonb_typeof(i.item) <> 'object'
+        OR jsonb_typeof(i.item -> 'extra') NOT IN ('object', 'null')
+     ORDER BY i.ord
+     LIMIT 1;
+    IF FOUND THEN
+        IF v_bad.item_type <> 'object' THEN
+            RAISE EXCEPTION 'event % of the batch must be a JSON object, got %', v_bad.ord, v_bad.item_type
+                USING ERRCODE = 'AQ002';
+        END IF;
+        RAISE EXCEPTION 'event extra must be a JSON object, got % (event % of the batch)',
+                v_bad.extra_type, v_bad.ord
+            USING ERRCODE = 'AQ002';
+    END IF;
+
+    SELECT i.ord INTO v_bad
+      FROM jsonb_array_elements(p_events) WITH ORDINALITY AS i(item, ord)
+     WHERE jsonb_typeof(i.item -> 'aliases') <> 'null'
+       AND (jsonb_typeof(i.item -> 'aliases') <> 'array'
+            OR jsonb_array_length(i.item -> 'aliases') NOT BETWEEN 1 AND 100
+            OR EXISTS (SELECT 1 FROM jsonb_array_elements(i.item -> 'aliases') x
+                        WHERE jsonb_typeof(x) <> 'string' OR x #>> '{}' = ''
+                           OR length(x #>> '{}') > 512))
+     ORDER BY i.ord
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'aliases must be a JSON array of 1 to 100 alias names of 1 to 512 characters (event % of the batch)',
+                v_bad.ord
+            USING ERRCODE = 'AQ002';
+    END IF;
+
+    SELECT array_agg(i.item ->> 'asset' ORDER BY i.ord),
+           array_agg(coalesce(nullif(i.item -> 'extra', 'null'::jsonb), '{}'::jsonb) ORDER BY i.ord),
+           array_agg(i.item ->> 'source_dag_id' ORDER BY i.ord),
+           array_agg(i.item ->> 'source_task_id' ORDER BY i.ord),
+           array_agg(i.item ->> 'source_run_id' ORDER BY i.ord),
+           array_agg(coalesce((i.item ->> 'source_map_index')::integer, -1) ORDER BY i.ord),
+           array_agg(i.item ->> 'idempotency_key' ORDER BY i.ord),
+           array_agg(nullif(i.item -> 'aliases', 'null'::jsonb) ORDER BY i.ord)
+      INTO v_assets, v_extras, v_dag_ids, v_task_ids, v_run_ids, v_indexes, v_keys, v_aliases
+      FROM jsonb_array_elements(p_events) WITH ORDINALITY AS i(item, ord);
+
+    -- Each distinct asset is looked up once: by name, then by uri, as resolve_asset does.
+    SELECT array_agg(r.id ORDER BY n.ord)
+      INTO v_asset_ids
+      FROM unnest(v_assets) WITH ORDINALITY AS n(asset, ord)
+      LEFT JOIN (
+            SELECT d.asset,
+                   coalesce((SELECT a.id FROM {{ns}}.asset a WHERE a.name = d.asset),
+                            (SELECT a.id FROM {{ns}}.asset a WHERE a.uri = d.asset)) AS id
+              FROM (SELECT DISTINCT u.asset FROM unnest(v_assets) AS u(asset)) d
+           ) r ON r.asset = n.asset;
+
+    SELECT n.ord, n.asset INTO v_bad
+      FROM unnest(v_assets, v_asset_ids) WITH ORDINALITY AS n(asset, id, ord)
+     WHERE n.id IS NULL
+     ORDER BY n.ord
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'unknown asset % (event % of the batch)', quote_nullable(v_bad.asset), v_bad.ord
+            USING ERRCODE = 'AQ001',
+                  HINT = 'Declare the asset first (assetq.declare_asset) or name it in a consumer condition.';
+    END IF;
+
+    -- Aliases: created if new and resolved to their item's asset before the insert, so that
+    -- the fan-out below sees the resolution. Sorted, so concurrent batches lock in one order.
+    IF EXISTS (SELECT 1 FROM unnest(v_aliases) AS x(a) WHERE x.a IS NOT NULL) THEN
+        INSERT INTO {{ns}}.asset_alias (name)
+        SELECT DISTINCT n
+          FROM unnest(v_aliases) AS x(a), jsonb_array_elements_text(x.a) n
+         ORDER BY n
+        ON CONFLICT (name) DO NOTHING;
+        INSERT INTO {{ns}}.asset_alias_asset (alias_id, asset_id)
+        SELECT DISTINCT al.id, t.asset_id
+          FROM unnest(v_asset_ids, v_aliases) AS t(asset_id, a),
+               jsonb_array_elements_text(t.a) n
+          JOIN {{ns}}.asset_alias al ON al.name = n
+         ORDER BY 1, 2
+        ON CONFLICT DO NOTHING;
+    END IF;
+
+    -- asset_event_id_seq is the identity sequence of asset_event.id (PostgreSQL's name for it).
+    v_ids := ARRAY(SELECT nextval('{{ns}}.asset_event_id_seq') FROM generate_series(1, v_count) ORDER BY 1);
+    v_now := clock_timestamp();
+
+    INSERT INTO {{ns}}.asset_event AS e
+           (id, asset_id, extra, source_dag_id, source_task_id, source_run_id, source_map_index,
+            idempotency_key, "timestamp")
+    SELECT t.id, t.asset_id, t.extra, t.dag_id, t.task_id, t.run_id, t.map_index, t.key, v_now
+      FROM unnest(v_ids, v_asset_ids, v_extras, v_dag_ids, v_task_ids, v_run_ids, v_indexes, v_keys)
+           WITH ORDINALITY AS t(id, asset_id, extra, dag_id, task_id, run_id, map_index, key, ord)
+     ORDER BY t.ord
+    ON CONFLICT (asset_id, idempotency_key) DO NOTHING;
+
+    -- An item whose own id was not inserted met an event with its key: a committed one (ON
+    -- CONFLICT waited for its transaction) or an earlier item of this batch.
+    SELECT t.ord, t.key, e.id INTO v_bad
+      FROM unnest(v_ids, v_asset_ids, v_extras, v_keys) WITH ORDINALITY AS t(id, asset_id, extra, key, ord)
+      JOIN {{ns}}.asset_event e ON e.asset_id = t.asset_id AND e.idempotency_key = t.key
+     WHERE e.id <> t.id AND e.extra IS DISTINCT FROM t.extra
+     ORDER BY t.ord
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'idempotency key % was already used for event % of this asset with a different extra (event % of the batch)',
+                quote_literal(v_bad.key), v_bad.id, v_bad.ord
+            USING ERRCODE = 'AQ005',
+                  HINT = 'Reuse a key only to retry the very same registration.';
+    END IF;
+
+    -- The aliases of the events this call created (an item's own id exists only if it was).
+    IF EXISTS (SELECT 1 FROM unnest(v_aliases) AS x(a) WHERE x.a IS NOT NULL) THEN
+        INSERT INTO {{ns}}.asset_event_alias (asset_event_id, alias_id)
+        SELECT DISTINCT e.id, al.id
+          FROM unnest(v_ids, v_aliases) AS t(id, a)
+          JOIN {{ns}}.asset_event e ON e.id = t.id,
+               jsonb_array_elements_text(t.a) n
+          JOIN {{ns}}.asset_alias al ON al.name = n
+        ON CONFLICT DO NOTHING;
+    END IF;
+
+    RETURN QUERY
+    SELECT t.ord::integer, e.id, e.asset_id, e."timestamp", e.id = t.id
+      FROM unnest(v_ids, v_asset_ids, v_keys) WITH ORDINALITY AS t(id, asset_id, key, ord)
+      JOIN {{ns}}.asset_event e
+        ON e.id = CASE WHEN t.key IS NULL THEN t.id
+                       ELSE (SELECT k.id FROM {{ns}}.asset_event k
+                              WHERE k.asset_id = t.asset_id AND k.idempotency_key = t.key) END
+     ORDER BY t.ord;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION {{ns}}.declare_dag(
+    p_dag_id             text,
+    p_condition          jsonb,
+    p_clauses            jsonb,
+    p_paused             boolean DEFAULT NULL,
+    p_max_active_runs    integer DEFAULT NULL,
+    p_max_events_per_run integer DEFAULT NULL,
+    p_queue_while_paused boolean DEFAULT NULL,
+    p_max_attempts       integer DEFAULT NULL,
+    p_retry_delay_seconds     double precision DEFAULT NULL,
+    p_max_retry_delay_seconds double precision DEFAULT NULL
+) RETURNS void
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_clause_nos integer[];
+    v_kinds      text[];
+    v_values     text[];
+BEGIN
+    IF p_dag_id IS NULL OR p_dag_id !~ '^[A-Za-z0-9_.-]+$' OR length(p_dag_id) > 250 THEN
+        RAISE EXCEPTION 'invalid dag id %: use 1 to 250 letters, digits, "_", "." or "-"',
+                quote_nullable(p_dag_id)
+            USING ERRCODE = 'AQ002';
+    END IF;
+    IF p_max_active_runs < 1 OR p_max_events_per_run < 1 THEN
+        RAISE EXCEPTION 'max_active_runs and max_events_per_run must be positive or NULL, got % and %',
+                quote_nullable(p_max_active_runs), quote_nullable(p_max_events_per_run)
+            USING ERRCODE = 'AQ002';
+    END IF;
+    -- Retries (migration 0006_work_queue): NULL means the default, one attempt and no delay.
+    -- NOT (x >= 0) also refuses NaN.
+    IF p_max_attempts < 1 OR p_max_attempts > 1000
+       OR NOT (coalesce(p_retry_delay_seconds, 0) >= 0 AND coalesce(p_retry_delay_seconds, 0) <= 604800)
+       OR NOT (coalesce(p_max_retry_delay_seconds, 1) > 0 AND coalesce(p_max_retry_delay_seconds, 1) <= 604800)
+       OR p_max_retry_delay_seconds < p_retry_delay_seconds
+    THEN
+        RAISE EXCEPTION 'max_attempts must be 1 to 1000, retry_delay 0 to 604800 seconds and max_retry_delay above 0, at least retry_delay and at most 604800 seconds; got %, % and %',
+                quote_nullable(p_max_attempts), quote_nullable(p_retry_delay_seconds),
+                quote_nullable(p_max_retry_delay_seconds)
+            USING ERRCODE = 'AQ002';
+    END IF;
+    IF p_condition IS NULL THEN
+        RAISE EXCEPTION 'condition of dag % is missing', p_dag_id USING ERRCODE = 'AQ004';
+    END IF;
+    IF jsonb_typeof(p_clauses) IS DISTINCT FROM 'array' OR jsonb_array_length(p_clauses) = 0
+       OR EXISTS (SELECT 1 FROM jsonb_array_elements(p_clauses) c
+                   WHERE jsonb_typeof(c) <> 'array' OR jsonb_array_length(c) = 0)
+    THEN
+        RAISE EXCEPTION 'condition clauses of dag % must be a non-empty array of non-empty arrays', p_dag_id
+            USING ERRCODE = 'AQ004';
+    END IF;
+
+    -- Members as (clause, kind, value); kind 'any' for a plain string.
+    SELECT array_agg(c.ord::integer ORDER BY c.ord),
+           array_agg(CASE jsonb_typeof(n)
+                         WHEN 'string' THEN 'any'
+                         WHEN 'object' THEN (SELECT min(k) FROM jsonb_object_keys(n) k)
+                     END ORDER BY c.ord),
+           array_agg(CASE jsonb_typeof(n)
+                         WHEN 'string' THEN n #>> '{}'
+                         WHEN 'object' THEN (SELECT min(v.value) FROM jsonb_each_text(n) v)
+                     END ORDER BY c.ord)
+      INTO v_clause_nos, v_kinds, v_values
+      FROM jsonb_array_elements(p_clauses) WITH ORDINALITY AS c(clause, ord),
+           jsonb_array_elements(c.clause) n
+     WHERE jsonb_typeof(n) <> 'object' OR (SELECT count(*) FROM jsonb_object_keys(n)) = 1;
+    IF coalesce(cardinality(v_kinds), 0) <> (SELECT sum(jsonb_array_length(c)) FROM jsonb_array_elements(p_clauses) c)
+       OR EXISTS (SELECT 1 FROM unnest(v_kinds, v_values) AS m(kind, value)
+                   WHERE m.kind IS NULL OR m.kind NOT IN ('any', 'name', 'uri', 'alias')
+                      OR m.value IS NULL OR m.value = '' OR length(m.value) > 512)
+    THEN
+        RAISE EXCEPTION 'condition clauses of dag % may hold only asset names or uris (1 to 512 characters), {"name": ...}, {"uri": ...} or {"alias": ...}', p_dag_id
+            USING ERRCODE = 'AQ004';
+    END IF;
+
+    -- Lock (or create) the consumer row first: every later statement runs under it.
+    INSERT INTO {{ns}}.dag AS d (dag_id, condition, is_paused, max_active_runs,
+                                 max_events_per_run, queue_while_paused, max_attempts,
+                                 retry_delay_seconds, max_retry_delay_seconds)
+    VALUES (p_dag_id, p_condition, coalesce(p_paused, false), p_max_active_runs,
+            p_max_events_per_run, coalesce(p_queue_while_paused, false),
+            coalesce(p_max_attempts, 1), coalesce(p_retry_delay_seconds, 0),
+            p_max_retry_delay_seconds)
+    ON CONFLICT (dag_id) DO UPDATE
+       SET condition = EXCLUDED.condition,
+           is_paused = coalesce(p_paused, d.is_paused),
+           max_active_runs = EXCLUDED.max_active_runs,
+           max_events_per_run = EXCLUDED.max_events_per_run,
+           queue_while_paused = EXCLUDED.queue_while_paused,
+           max_attempts = EXCLUDED.max_attempts,
+           retry_delay_seconds = EXCLUDED.retry_delay_seconds,
+           max_retry_delay_seconds = EXCLUDED.max_retry_delay_seconds,
+           updated_at = clock_timestamp();
+
+    -- Create what does not exist yet, sorted, so concurrent declarations lock in one order.
+    INSERT INTO {{ns}}.asset (name, uri, declared)
+    SELECT DISTINCT m.value, CASE WHEN m.kind = 'uri' THEN m.value END, false
+      FROM unnest(v_kinds, v_values) AS m(kind, value)
+     WHERE m.kind <> 'alias'
+       AND NOT EXISTS (SELECT 1 FROM {{ns}}.asset a
+                        WHERE (m.kind IN ('any', 'name') AND a.name = m.value)
+                           OR (m.kind IN ('any', 'uri') AND a.uri = m.value)
+                           OR (m.kind = 'uri' AND a.name = m.value))
+     ORDER BY 1
+    ON CONFLICT DO NOTHING;
+    INSERT INTO {{ns}}.asset_alias (name)
+    SELECT DISTINCT m.value
+      FROM unnest(v_kinds, v_values) AS m(kind, value)
+     WHERE m.kind = 'alias'
+     ORDER BY 1
+    ON CONFLICT (name) DO NOTHING;
+
+    DELETE FROM {{ns}}.dag_condition_clause WHERE dag_id = p_dag_id;
+    DELETE FROM {{ns}}.dag_condition_alias WHERE dag_id = p_dag_id;
+    -- Resolution: "x" by name then uri; {"name"} by name; {"uri"} by uri then by name (the
+    -- asset created above for it is named by the uri).
+    INSERT INTO {{ns}}.dag_condition_clause (dag_id, clause_no, asset_id)
+    SELECT DISTINCT p_dag_id, m.clause_no,
+           CASE m.kind
+               WHEN 'any' THEN {{ns}}.resolve_asset(m.value)
+               WHEN 'name' THEN (SELECT a.id FROM {{ns}}.asset a WHERE a.name = m.value)
+               ELSE coalesce((SELECT a.id FROM {{ns}}.asset a WHERE a.uri = m.value),
+                             (SELECT a.id FROM {{ns}}.asset a WHERE a.name = m.value))
+           END
+      FROM unnest(v_clause_nos, v_kinds, v_values) AS m(clause_no, kind, value)
+     WHERE m.kind <> 'alias';
+    INSERT INTO {{ns}}.dag_condition_alias (dag_id, clause_no, alias_id)
+    SELECT DISTINCT p_dag_id, m.clause_no, al.id
+      FROM unnest(v_clause_nos, v_kinds, v_values) AS m(clause_no, kind, value)
+      JOIN {{ns}}.asset_alias al ON al.name = m.value
+     WHERE m.kind = 'alias';
+
+    DELETE FROM {{ns}}.dag_schedule_asset_reference r
+     WHERE r.dag_id = p_dag_id
+       AND NOT EXISTS (SELECT 1 FROM {{ns}}.dag_condition_clause c
+                        WHERE c.dag_id = p_dag_id AND c.asset_id = r.asset_id);
+    INSERT INTO {{ns}}.dag_schedule_asset_reference (asset_id, dag_id)
+    SELECT DISTINCT c.asset_id, p_dag_id
+      FROM {{ns}}.dag_condition_clause c
+     WHERE c.dag_id = p_dag_id
+    ON CONFLICT DO NOTHING;
+
+    -- Rows queued for assets the consumer no longer depends on would never count towards its
+    -- condition: they go. (A producer whose statement read the old references before this
+    -- commits may still queue one; the next run consumes it with the others.)
+    DELETE FROM {{ns}}.asset_dag_run_queue q
+     WHERE q.target_dag_id = p_dag_id
+       AND NOT EXISTS (SELECT 1 FROM {{ns}}.dag_clause_members(p_dag_id) m
+                        WHERE m.asset_id = q.asset_id);
+END
+$$;
+
+ALTER FUNCTION {{ns}}.schedule_pass(integer)
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION {{ns}}.set_run_state(text, text, text)
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION {{ns}}.claim_runs(text, integer, double precision, jsonb)
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION {{ns}}.complete_run(text, text, integer, text, text, jsonb)
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION {{ns}}.retry_run(text, text)
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION {{ns}}.register_events(jsonb)
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION {{ns}}.claim_runs(text, integer, double precision, jsonb)
+    SET plan_cache_mode = force_generic_plan;
+
+REVOKE EXECUTE ON FUNCTION
+    {{ns}}.schedule_pass(integer),
+    {{ns}}.set_run_state(text, text, text),
+    {{ns}}.claim_runs(text, integer, double precision, jsonb),
+    {{ns}}.complete_run(text, text, integer, text, text, jsonb),
+    {{ns}}.retry_run(text, text)
+    FROM PUBLIC;
+
+-- Only the owner, and the roles given access, may execute them; those roles get their grants
+-- back.
+DO $$
+DECLARE
+    v_grant record;
+BEGIN
+    FOR v_grant IN SELECT g.routine, g.grantee FROM pg_temp._assetq_0009_grants g LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I',
+                       CASE v_grant.routine
+            WHEN 'schedule_pass' THEN '{{ns}}.schedule_pass(integer)'
+            WHEN 'set_run_state' THEN '{{ns}}.set_run_state(text, text, text)'
+            WHEN 'claim_runs' THEN '{{ns}}.claim_runs(text, integer, double precision, jsonb)'
+            WHEN 'complete_run' THEN '{{ns}}.complete_run(text, text, integer, text, text, jsonb)'
+            WHEN 'retry_run' THEN '{{ns}}.retry_run(text, text)'
+                       END, v_grant.grantee);
+    END LOOP;
+END
+$$;
+
+DROP TABLE {{ns}}.asset_partition_queue, {{ns}}.dag_partition_static_key;
+DROP INDEX {{ns}}.dag_schedule_asset_reference_partitioned_idx;
+ALTER TABLE {{ns}}.dag_run DROP COLUMN partition_key, DROP COLUMN partition_generation;
+ALTER TABLE {{ns}}.dag_schedule_asset_reference
+    DROP COLUMN partition_mapping, DROP COLUMN partition_require;
+ALTER TABLE {{ns}}.dag DROP COLUMN partitioning;
+ALTER TABLE {{ns}}.asset_event DROP COLUMN partition_key;
