@@ -8,6 +8,7 @@ with the driver's own OperationalError, as a stopped server refuses it."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
@@ -18,9 +19,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import Connection, event
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 import assetq
-from assetq import api
+from assetq import aio, api
 from dbs import TestDatabase
 
 
@@ -189,3 +191,55 @@ def test_an_unexpected_error_of_a_pass_is_logged_with_its_traceback(
     (record,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert record.levelno == logging.ERROR
     assert record.exc_info is not None and "a bug, not an outage" in str(record.exc_info[1])
+
+
+def test_the_asyncio_worker_that_loses_the_database_warns_once_and_recovers(
+    db: TestDatabase, captured: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(api, "CONNECTION_ATTEMPTS", 2)
+    with db.engine.begin() as conn:
+        assetq.declare_dag(conn, "report", "orders")
+    engine = create_async_engine(aio.async_url(db.url))
+    outage = Outage(db, engine.sync_engine)
+    done: list[str] = []
+
+    async def handler(claim: assetq.Claim, conn: AsyncConnection) -> None:
+        return None
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        worker = asyncio.create_task(
+            aio.run_worker(
+                engine,
+                {"report": handler},
+                stop=stop,
+                poll_interval=0.1,
+                backoff_max=0.2,
+                on_complete=lambda claim, run, outcome: done.append(outcome),
+            )
+        )
+        try:
+            while not outage.sessions:
+                await asyncio.sleep(0.02)
+            await asyncio.to_thread(outage.start)
+            await asyncio.sleep(1.0)
+            outage.end()
+            await asyncio.to_thread(_one_run, db)
+            for _ in range(750):
+                if done:
+                    break
+                await asyncio.sleep(0.02)
+        finally:
+            stop.set()
+            await worker
+            await engine.dispose()
+
+    asyncio.run(main())
+    assert done == ["success"]
+    _assert_quiet(captured, "claim failed: lost the connection to the database")
+
+
+def _one_run(db: TestDatabase) -> None:
+    with db.engine.begin() as conn:
+        assetq.register_event(conn, "orders")
+    assert len(assetq.schedule(db.engine)) == 1

@@ -253,11 +253,18 @@ async def _retrying(
     to ``max_attempts`` times, with the sync API's jittered exponential backoff, awaited.
     ``engine``: the sync engine it runs on (a lost connection is a WARNING once per outage)."""
     check_int(max_attempts, "max_attempts", 1, 100)
+    lost = 0
     for attempt in range(1, max_attempts + 1):
         try:
             return await greenlet_spawn(attempt_once)
         except errors.AssetqError as exc:
-            if not _retryable(exc) or attempt == max_attempts:
+            retry = _retryable(exc)
+            # As the sync calls: a server that is gone gets at most CONNECTION_ATTEMPTS
+            # attempts, whatever the conflict budget; the caller's loop backs off from it.
+            if isinstance(exc, errors.ConnectionLost):
+                lost += 1
+                retry = retry and lost < api.CONNECTION_ATTEMPTS
+            if not retry or attempt == max_attempts:
                 raise
             delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
             log.log(
