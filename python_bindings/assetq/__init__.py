@@ -68,7 +68,6 @@ from .errors import (
 from .handles import Handle
 from .metrics import Metrics
 from .migrate import DEFAULT_NAMESPACE, current_revision, head_revision, install, uninstall
-from .partitions import PartitionMapping, Partitioned, Rollup, StaticPartitions
 from .ops import (
     Check,
     DagStatus,
@@ -80,6 +79,7 @@ from .ops import (
     revoke_roles,
     status,
 )
+from .partitions import Partitioned, PartitionMapping, Rollup, StaticPartitions
 from .scheduler import SchedulerStats, run_scheduler
 from .validation import BATCH_MAX_BYTES, BATCH_MAX_EVENTS
 from .worker import Handler, WorkerStats, run_worker
