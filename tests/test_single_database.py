@@ -9,11 +9,13 @@ it was. docs/operations.md, "MySQL single-database installs"."""
 
 from __future__ import annotations
 
+import pymysql
 import pytest
 import sqlalchemy as sa
 
 import assetq
-from assetq import cli
+from assetq import cli, sqlfiles
+from assetq.dialects import MYSQL, Dialect
 from dbs import MYSQL_APP_DATABASE, TestDatabase
 
 pytestmark = pytest.mark.engines("mysql")
@@ -139,3 +141,35 @@ def test_an_upgrade_that_would_replace_an_applications_procedure_is_refused(
     assert _state(empty_db) == before
     with empty_db.engine.connect() as conn:
         assert assetq.current_revision(conn, NS) == "0005_wakeup_on_demand"
+
+
+def test_a_retried_upgrade_takes_what_its_failed_attempt_created_for_assetqs(
+    empty_db: TestDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each DDL statement commits on MySQL: an upgrade step that meets a lock timeout after
+    creating claim_runs leaves it behind, and its retry (here the install's own, on 1205) must
+    not refuse it as the application's. The step marks the schema "upgrading to 0006" first."""
+    assetq.install(empty_db.engine, NS, revision="0005_wakeup_on_demand")
+    run_script = type(MYSQL).run_script
+    failed: list[str] = []
+
+    def times_out_once(self: Dialect, conn: sa.Connection, script: str, namespace: str) -> None:
+        if failed or "claim_runs" not in script:
+            return run_script(self, conn, script, namespace)
+        failed.append(namespace)
+        statements = sqlfiles.split_script(sqlfiles.render(script, self.quote_ns(namespace)))
+        made = next(
+            i
+            for i, s in enumerate(statements)
+            if s.startswith("CREATE PROCEDURE") and ".claim_runs(" in s.split("\n")[0]
+        )
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        for statement in statements[: made + 1]:
+            cursor.execute(statement)
+            while cursor.nextset():
+                pass
+        raise pymysql.err.OperationalError(1205, "Lock wait timeout exceeded (injected)")
+
+    monkeypatch.setattr(type(MYSQL), "run_script", times_out_once)
+    assert assetq.install(empty_db.engine, NS) == assetq.head_revision()
+    assert failed == [NS]
