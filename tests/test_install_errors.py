@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 import assetq
-from assetq import cli
+from assetq import cli, migrate
 from dbs import TestDatabase, made_logins
 from schema_snapshot import snapshot
 
@@ -157,3 +157,37 @@ def test_install_on_a_connection_is_part_of_the_callers_transaction(
         conn.rollback()
     with empty_db.engine.connect() as conn:
         assert assetq.current_revision(conn) is None
+
+
+@pytest.mark.engines("mysql")
+def test_an_install_lock_a_killed_galera_installer_left_is_named_with_the_fix(
+    empty_db: TestDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Galera an install's lock is a table (migrate._take_cluster_lock; the race itself is
+    in tests/test_deploy_galera.py). A table left by an installer killed inside it is not
+    released with its session, as GET_LOCK is: the next install waits, then gives up naming
+    the holder and what to drop (AQ123), with nothing done. Here a plain server plays the
+    cluster (the lock only needs wsrep_on to be taken) and the wait is 0.3 s, not 600."""
+    db = empty_db
+    monkeypatch.setattr(migrate, "_on_galera", lambda conn: True)
+    monkeypatch.setattr(migrate, "CLUSTER_LOCK_WAIT", 0.3)
+    with db.engine.begin() as conn:
+        db.dialect.execute(conn, "create_namespace", db.namespace)
+        conn.execute(
+            sa.text(
+                db.sql(
+                    "CREATE TABLE {ns}.assetq_install_lock (holder INT PRIMARY KEY)"
+                    " COMMENT = 'node node2 connection 41 at 2026-12-01 09:00:00'"
+                )
+            )
+        )
+    with pytest.raises(assetq.InstallRefused) as refused:
+        assetq.install(db.engine)
+    assert refused.value.code == "AQ123"
+    message = str(refused.value)
+    assert "held by node node2 connection 41 at 2026-12-01 09:00:00" in message
+    assert f"DROP TABLE {db.dialect.quote_ns(db.namespace)}.assetq_install_lock" in message
+    assert _user_objects(db) == ["table assetq_install_lock"]
+    db.execute("DROP TABLE {ns}.assetq_install_lock")  # what the message says
+    assert assetq.install(db.engine) == assetq.head_revision()
+    assert "table assetq_install_lock" not in _user_objects(db)  # released
