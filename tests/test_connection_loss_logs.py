@@ -11,6 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 import assetq
 from assetq import aio, api
 from dbs import TestDatabase
+from servers import TcpForwarder
 
 
 class Outage:
@@ -243,3 +248,46 @@ def _one_run(db: TestDatabase) -> None:
     with db.engine.begin() as conn:
         assetq.register_event(conn, "orders")
     assert len(assetq.schedule(db.engine)) == 1
+
+
+@pytest.mark.engines("postgresql")  # the suite's MySQL servers listen on unix sockets only
+def test_the_scheduler_command_prints_no_traceback_when_the_database_goes_away(
+    db: TestDatabase,
+) -> None:
+    """`assetq scheduler` through a TCP forwarder that cuts every connection and refuses new
+    ones for 3.5 s (longer than a pass's own retries): its stderr has WARNING lines, no
+    ERROR, no traceback, and it stops with exit code 0."""
+    backend: Any = db.backend
+    forwarder = TcpForwarder(backend.host, backend.port)
+    forwarder.start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSETQ_")}
+    env["ASSETQ_DATABASE_URL"] = db.url.set(host="127.0.0.1", port=forwarder.port).render_as_string(
+        hide_password=False
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "assetq", "scheduler", "--poll-interval", "0.2"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stderr or ()), daemon=True)
+    reader.start()
+    try:
+        _until(lambda: any("started on namespace" in line for line in lines), "the start")
+        time.sleep(0.5)
+        forwarder.stop()
+        time.sleep(3.5)
+        forwarder.start()
+        _until(lambda: any("recovered after" in line for line in lines), "the recovery")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=60)
+        reader.join(timeout=10)
+        forwarder.stop()
+    err = "".join(lines)
+    assert code == 0, err
+    assert "Traceback" not in err and " ERROR " not in err, err
+    assert " WARNING assetq.scheduler assetq scheduler: pass failed: lost the connection" in err
