@@ -173,3 +173,26 @@ def test_a_retried_upgrade_takes_what_its_failed_attempt_created_for_assetqs(
     monkeypatch.setattr(type(MYSQL), "run_script", times_out_once)
     assert assetq.install(empty_db.engine, NS) == assetq.head_revision()
     assert failed == [NS]
+
+
+def test_a_failed_install_removes_what_it_created_and_not_what_the_application_did_meanwhile(
+    empty_db: TestDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clean-up of a failed install dropped everything new in the namespace since it
+    started: here the application's own table created while the install ran."""
+
+    def fails_half_way(self: Dialect, conn: sa.Connection, script: str, namespace: str) -> None:
+        _app(empty_db, "CREATE TABLE orders_meanwhile (id int PRIMARY KEY)")
+        statements = sqlfiles.split_script(sqlfiles.render(script, self.quote_ns(namespace)))
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        for statement in statements[:5]:  # the first of assetq's tables
+            cursor.execute(statement)
+        raise pymysql.err.OperationalError(1370, "execute command denied (injected)")
+
+    monkeypatch.setattr(type(MYSQL), "run_script", fails_half_way)
+    with pytest.raises(assetq.MigrationFailed) as failed:
+        assetq.install(empty_db.engine, NS)
+    assert failed.value.code == "1370"
+    assert [k for k in _state(empty_db) if not k.startswith("rows ")] == [
+        "BASE TABLE orders_meanwhile"
+    ]
