@@ -334,7 +334,11 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_partition_static_key (
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- The queue rows of partitioned consumers, with their keys: one row beside each of their
--- asset_dag_run_queue rows, written by the same fan-out and deleted with it (the cascade).
+-- asset_dag_run_queue rows, written by the same fan-out and deleted by whoever deletes the
+-- queue row (the pass, declare_dag, delete_asset, delete_dag's cascade). Not a foreign key to
+-- the queue, as on PostgreSQL: its check would cost every queue row any pass deletes. A row
+-- whose queue row is gone is never claimed: the pass reads a key's rows with their queue rows,
+-- and drops those it finds alone.
 -- partition_key is the consumer's key the event maps to, source_key the event's own key as
 -- its mapping counts it (an hour of a day, a day of a week). examined: a pass has evaluated
 -- the row's key since the row arrived and found its condition not met; a pass evaluates only
@@ -352,8 +356,8 @@ CREATE TABLE IF NOT EXISTS {{ns}}.asset_partition_queue (
     PRIMARY KEY (target_dag_id, asset_event_id),
     KEY asset_partition_queue_key_idx (target_dag_id, partition_key, created_at, asset_event_id),
     KEY asset_partition_queue_new_idx (target_dag_id, examined, asset_event_id),
-    CONSTRAINT asset_partition_queue_queue_fkey FOREIGN KEY (target_dag_id, asset_event_id)
-        REFERENCES {{ns}}.asset_dag_run_queue (target_dag_id, asset_event_id) ON DELETE CASCADE
+    CONSTRAINT asset_partition_queue_dag_fkey FOREIGN KEY (target_dag_id)
+        REFERENCES {{ns}}.dag (dag_id) ON DELETE CASCADE
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 
@@ -1527,6 +1531,12 @@ BEGIN
                                ON aa.alias_id = ca.alias_id
                               AND aa.asset_id = {{ns}}.asset_dag_run_queue.asset_id
                             WHERE ca.dag_id = p_dag_id);
+        -- And their partition rows (migration 0009_partitions).
+        DELETE p
+          FROM {{ns}}.asset_partition_queue p
+          LEFT JOIN {{ns}}.asset_dag_run_queue q
+                 ON q.target_dag_id = p.target_dag_id AND q.asset_event_id = p.asset_event_id
+         WHERE p.target_dag_id = p_dag_id AND q.asset_event_id IS NULL;
     END IF;
 END $$
 
@@ -1806,7 +1816,8 @@ BEGIN
         asset_event_id BIGINT NOT NULL,
         asset_id       BIGINT NOT NULL,
         source_key     VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-        created_at     DATETIME(6) NOT NULL
+        created_at     DATETIME(6) NOT NULL,
+        queued         BOOLEAN NOT NULL DEFAULT TRUE
     ) ENGINE = InnoDB;
     CREATE TEMPORARY TABLE IF NOT EXISTS {{ns}}._assetq_present (
         asset_id BIGINT NOT NULL PRIMARY KEY
@@ -1842,16 +1853,31 @@ BEGIN
             LEAVE key_loop;
         END IF;
 
-        -- The key's rows in queue order: all of them, or the N + 1 oldest.
-        DELETE FROM {{ns}}._assetq_prow;
-        INSERT INTO {{ns}}._assetq_prow (pos, asset_event_id, asset_id, source_key, created_at)
-        SELECT ROW_NUMBER() OVER (ORDER BY o.created_at, o.asset_event_id),
-               o.asset_event_id, o.asset_id, o.source_key, o.created_at
-          FROM (SELECT p.asset_event_id, p.asset_id, p.source_key, p.created_at
-                  FROM {{ns}}.asset_partition_queue p FORCE INDEX (asset_partition_queue_key_idx)
-                 WHERE p.target_dag_id = p_dag_id AND p.partition_key = v_key
-                 ORDER BY p.created_at, p.asset_event_id
-                 LIMIT v_limit) o;
+        -- The key's rows in queue order: all of them, or the N + 1 oldest, each with whether
+        -- its queue row is there. One whose queue row is gone (delete_asset, a
+        -- re-declaration, committed meanwhile) is dropped, by key, and the key read again.
+        read_loop: LOOP
+            DELETE FROM {{ns}}._assetq_prow;
+            INSERT INTO {{ns}}._assetq_prow (pos, asset_event_id, asset_id, source_key, created_at, queued)
+            SELECT ROW_NUMBER() OVER (ORDER BY o.created_at, o.asset_event_id),
+                   o.asset_event_id, o.asset_id, o.source_key, o.created_at,
+                   (SELECT COUNT(*) FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (PRIMARY)
+                     WHERE q.target_dag_id = p_dag_id AND q.asset_event_id = o.asset_event_id) > 0
+              FROM (SELECT p.asset_event_id, p.asset_id, p.source_key, p.created_at
+                      FROM {{ns}}.asset_partition_queue p FORCE INDEX (asset_partition_queue_key_idx)
+                     WHERE p.target_dag_id = p_dag_id AND p.partition_key = v_key
+                     ORDER BY p.created_at, p.asset_event_id
+                     LIMIT v_limit) o;
+            SELECT COUNT(*) INTO v_n FROM {{ns}}._assetq_prow r WHERE NOT r.queued;
+            IF v_n = 0 THEN
+                LEAVE read_loop;
+            END IF;
+            DELETE p
+              FROM {{ns}}._assetq_prow r
+              STRAIGHT_JOIN {{ns}}.asset_partition_queue p FORCE INDEX (PRIMARY)
+                ON p.target_dag_id = p_dag_id AND p.asset_event_id = r.asset_event_id
+             WHERE NOT r.queued;
+        END LOOP;
         SELECT COUNT(*) INTO v_n FROM {{ns}}._assetq_prow;
         IF v_n > 0 THEN
             SET v_take = LEAST(v_n, COALESCE(p_max_events, v_n));
@@ -1937,8 +1963,8 @@ BEGIN
                         v_key, v_gen);
                 SET v_run_pk = LAST_INSERT_ID();
 
-                -- Exactly the claimed rows, by primary key, with the claim guard (I3, I4);
-                -- their asset_partition_queue rows go with them (the cascade).
+                -- Exactly the claimed rows, by primary key, with the claim guard (I3, I4), and
+                -- their asset_partition_queue rows.
                 DELETE q
                   FROM {{ns}}._assetq_prow k
                   STRAIGHT_JOIN {{ns}}.asset_dag_run_queue q FORCE INDEX (PRIMARY)
@@ -1950,6 +1976,11 @@ BEGIN
                                                 ' queue rows of a partition but deleted ', v_deleted), 128);
                     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
                 END IF;
+                DELETE p
+                  FROM {{ns}}._assetq_prow k
+                  STRAIGHT_JOIN {{ns}}.asset_partition_queue p FORCE INDEX (PRIMARY)
+                    ON p.target_dag_id = p_dag_id AND p.asset_event_id = k.asset_event_id
+                 WHERE k.pos <= v_take;
                 INSERT INTO {{ns}}.dagrun_asset_event (dag_run_id, asset_event_id, dag_id)
                 SELECT v_run_pk, k.asset_event_id, p_dag_id FROM {{ns}}._assetq_prow k WHERE k.pos <= v_take;
 
@@ -2786,6 +2817,14 @@ BEGIN
     -- keep the optimizer from scanning a small table by its primary key, which would lock
     -- (and wait for) the rows producers are inserting. MySQL 8 / MariaDB: MySQL takes no
     -- index hint in a single-table DELETE; the multiple-table form takes one on both.
+    -- First the partition rows of those queue rows (migration 0009_partitions), the same way.
+    DELETE p
+      FROM {{ns}}.asset_event e FORCE INDEX (asset_event_idempotency_key)
+      STRAIGHT_JOIN {{ns}}.asset_dag_run_queue q FORCE INDEX (asset_dag_run_queue_event_idx)
+         ON q.asset_event_id = e.id
+      STRAIGHT_JOIN {{ns}}.asset_partition_queue p FORCE INDEX (PRIMARY)
+         ON p.target_dag_id = q.target_dag_id AND p.asset_event_id = q.asset_event_id
+     WHERE e.asset_id = v_id;
     DELETE q
       FROM {{ns}}.asset_event e FORCE INDEX (asset_event_idempotency_key)
       STRAIGHT_JOIN {{ns}}.asset_dag_run_queue q FORCE INDEX (asset_dag_run_queue_event_idx)

@@ -996,6 +996,33 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION {{ns}}.delete_asset(p_asset text)
+RETURNS TABLE (deleted_events bigint)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_id   bigint;
+    v_dags text;
+BEGIN
+    v_id := {{ns}}.resolve_asset(p_asset);
+    PERFORM 1 FROM {{ns}}.asset a WHERE a.id = v_id FOR UPDATE;
+    SELECT string_agg(quote_literal(x.dag_id), ', ' ORDER BY x.dag_id) INTO v_dags
+      FROM (SELECT DISTINCT c.dag_id FROM {{ns}}.dag_condition_clause c
+             WHERE c.asset_id = v_id ORDER BY c.dag_id LIMIT 5) x;
+    IF v_dags IS NOT NULL THEN
+        RAISE EXCEPTION 'asset % is in the condition of dag %', quote_literal(p_asset), v_dags
+            USING ERRCODE = 'AQ007',
+                  HINT = 'Re-declare (or delete) those consumers without it first.';
+    END IF;
+    DELETE FROM {{ns}}.asset_dag_run_queue q WHERE q.asset_id = v_id;
+    DELETE FROM {{ns}}.asset_event e WHERE e.asset_id = v_id;
+    GET DIAGNOSTICS deleted_events = ROW_COUNT;
+    -- No reference row names it either: references are the conditions' assets, checked above.
+    DELETE FROM {{ns}}.asset a WHERE a.id = v_id;
+    RETURN NEXT;
+END
+$$;
+
 ALTER FUNCTION {{ns}}.schedule_pass(integer)
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 ALTER FUNCTION {{ns}}.set_run_state(text, text, text)
