@@ -21,6 +21,7 @@ from dbs import (
     BackendUnavailable,
     PostgresBackend,
     TestDatabase,
+    _mysql_binaries,
     backend_for,
     check_db_prefix,
     resolve_postgres,
@@ -76,6 +77,83 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "engines(*names): an engine-specific fact; run the test on these engines only",
     )
+    if _distributed(config) and _shared_mysql(config):
+        raise pytest.UsageError(
+            f"--mysql={config.getoption('--mysql')}: the workers of pytest-xdist would share"
+            " that server, and each one empties it between its tests; run with -n 0 (the"
+            " default -n auto does so by itself) or with --mysql=private"
+        )
+    if _distributed(config) and not config.option.help:
+        _check_before_the_workers_start(config)
+
+
+# -- pytest-xdist ----------------------------------------------------------------------------
+# The suite runs in worker processes (pyproject.toml: -n auto). Each worker is a run of its own
+# as far as the servers are concerned: its own pid in the names of the PostgreSQL databases it
+# creates, its own advisory lock, its own template, its own throw-away MySQL servers. What a
+# worker learns about the servers (an engine not run, leftovers dropped) is sent back to the
+# controller, which prints it once at the end of the run.
+
+
+def _distributed(config: pytest.Config) -> bool:
+    """This process is the controller of pytest-xdist workers."""
+    return bool(getattr(config.option, "tx", None)) and config.getoption("dist", "no") != "no"
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _check_before_the_workers_start(config: pytest.Config) -> None:
+    """A server that cannot be had stops the run here, with its one line, before the workers
+    start (in a worker it would be an INTERNALERROR). The controller reaches the PostgreSQL
+    server itself (unless embedded: each worker starts its own), which also drops what
+    interrupted runs left there once; it runs no test."""
+    engines = _engines(config)
+    if (
+        "postgresql" in engines
+        and _choice("postgresql", config)[0] != "embedded"
+        and _reach("postgresql", config) is None
+    ):
+        raise pytest.UsageError(f"PostgreSQL: {_unavailable['postgresql']}")
+    if "mysql" in engines and _required("mysql") and not _shared_mysql(config):
+        try:
+            _mysql_binaries()
+        except BackendUnavailable as exc:
+            raise pytest.UsageError(f"ASSETQ_REQUIRE_MYSQL is set but {exc}") from None
+
+
+def _shared_mysql(config: pytest.Config) -> bool:
+    """The MySQL tests run, on a server the run does not own (local or a URL)."""
+    return "mysql" in _engines(config) and str(config.getoption("--mysql")) != "private"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """-n auto: no workers on a shared MySQL server (see pytest_configure); otherwise
+    pytest-xdist's own choice (the number of cores, or PYTEST_XDIST_AUTO_NUM_WORKERS)."""
+    return 0 if _shared_mysql(config) else None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """A worker's lines for the terminal summary (see pytest_sessionfinish)."""
+    output = getattr(node, "workeroutput", {})
+    for line in output.get("assetq_summary", []):
+        if line not in _worker_lines:
+            _worker_lines.append(line)
+
+
+#: Modules whose tests start clusters of throw-away servers (3 Galera nodes, a primary and a
+#: standby, a binlog server for the whole module): with --dist loadgroup they all run on one
+#: worker, one at a time as without workers, so two clusters never compete for the 2 cores
+#: and the memory of the machine while the other workers run the rest of the suite.
+_ONE_WORKER_MODULES = frozenset(
+    {"test_deploy_galera.py", "test_deploy_failover.py", "test_deploy_binlog.py"}
+)
+
+#: The summary lines the workers sent, each once.
+_worker_lines: list[tuple[str, bool]] = []
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -153,6 +231,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """An engine whose server cannot be had loses its tests here, all at once, with one loud
     line at the end of the run (pytest would print one skip line per test); with
     ASSETQ_REQUIRE_MYSQL=1 (CI) the run stops with an error instead."""
+    for item in items:
+        if item.path.name in _ONE_WORKER_MODULES:
+            item.add_marker(pytest.mark.xdist_group("throw-away clusters"))
     if config.option.collectonly:
         return
     by_engine: dict[str, list[pytest.Item]] = {}
@@ -175,16 +256,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=engine_items)
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    for description, names in _dropped:
-        terminalreporter.write_line(
+def _summary_lines() -> list[tuple[str, bool]]:
+    """(line, loud) for the end of the run: what this process learnt about the servers."""
+    lines = [
+        (
             f"assetq: dropped {len(names)} databases that interrupted runs had left on"
-            f" {description}: {', '.join(names)}"
+            f" {description}: {', '.join(names)}",
+            False,
         )
-    for engine_name, reason in _unavailable.items():
-        terminalreporter.write_line(
-            f"assetq: the {engine_name} tests were NOT run: {reason}", red=True, bold=True
-        )
+        for description, names in _dropped
+    ]
+    lines += [
+        (f"assetq: the {engine_name} tests were NOT run: {reason}", True)
+        for engine_name, reason in _unavailable.items()
+    ]
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for line, loud in [*_summary_lines(), *_worker_lines]:
+        terminalreporter.write_line(line, red=loud, bold=loud)
 
 
 @pytest.fixture(scope="session")
@@ -197,6 +288,8 @@ def backend(engine_name: str, pytestconfig: pytest.Config) -> Iterator[Backend]:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _is_worker(session.config):
+        session.config.workeroutput["assetq_summary"] = _summary_lines()  # type: ignore[attr-defined]
     while _backends:
         _, b = _backends.popitem()
         b.close()
