@@ -15,6 +15,7 @@ from .api import (
     NewEvent,
     Run,
     RunInfo,
+    RunState,
     Source,
     claim_runs,
     complete_run,
@@ -25,6 +26,7 @@ from .api import (
     delete_dag,
     get_run,
     heartbeat,
+    is_run_state,
     pause_dag,
     queued_events,
     register_event,
@@ -66,7 +68,7 @@ from .errors import (
     UnsupportedServerSetting,
 )
 from .handles import Handle
-from .metrics import Metrics
+from .metrics import AttemptOutcome, Metrics, WaitOutcome
 from .migrate import DEFAULT_NAMESPACE, current_revision, head_revision, install, uninstall
 from .ops import (
     Check,
@@ -96,6 +98,7 @@ __all__ = [
     "AnyOf",
     "AssetInUse",
     "AssetqError",
+    "AttemptOutcome",
     "Check",
     "Claim",
     "ClaimGuardAbort",
@@ -131,6 +134,7 @@ __all__ = [
     "Rollup",
     "Run",
     "RunInfo",
+    "RunState",
     "SchedulerStats",
     "SchemaTooNew",
     "SchemaTooOld",
@@ -143,6 +147,7 @@ __all__ = [
     "UnknownRun",
     "UnmappablePartition",
     "UnsupportedServerSetting",
+    "WaitOutcome",
     "WorkerStats",
     "alias",
     "all_of",
@@ -163,6 +168,7 @@ __all__ = [
     "head_revision",
     "heartbeat",
     "install",
+    "is_run_state",
     "pause_dag",
     "purge",
     "queued_events",

@@ -55,6 +55,7 @@ from .api import Claim, NewEvent, RunInfo
 from .dialects import dialect_of
 from .handles import WRONG_HANDLE_CODE
 from .logs import close_detached, connection_lost, first_line, log_retried, retry_level
+from .metrics import AttemptOutcome
 from .migrate import DEFAULT_NAMESPACE
 from .scheduler import (
     ARMED,
@@ -591,7 +592,7 @@ async def run_worker(
     listen: bool = True,
     heartbeat_interval: float | None = None,
     max_runs: int | None = None,
-    on_complete: Callable[[Claim, RunInfo | None, str], None] | None = None,
+    on_complete: Callable[[Claim, RunInfo | None, AttemptOutcome], None] | None = None,
     backoff_max: float = 30.0,
 ) -> WorkerStats:
     """Async version of :func:`assetq.run_worker`: claim and execute runs of the consumers in
@@ -639,7 +640,8 @@ async def run_worker(
     async def execute(slot_name: str, claim: Claim) -> None:
         handler: Any = table[claim.dag_id]
         held[claim.id] = claim
-        outcome, info = "lost", None
+        outcome: AttemptOutcome = "lost"
+        info: RunInfo | None = None
         try:
             try:
                 async with engine.connect() as conn, conn.begin():

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard, cast, get_args
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -92,9 +92,28 @@ class NewEvent:
     partition_key: str | None = None
 
 
+#: A run's state: ``queued`` (created, waiting for a worker), ``running`` (claimed, or moved
+#: there by :func:`set_run_state`), ``success`` or ``failed`` (finished).
+RunState = Literal["queued", "running", "success", "failed"]
+
+#: The states of a run, and those that count against ``max_active_runs``.
+RUN_STATES: tuple[RunState, ...] = get_args(RunState)
+ACTIVE_RUN_STATES: tuple[RunState, ...] = ("queued", "running")
+
+
+def is_run_state(value: object) -> TypeGuard[RunState]:
+    """Whether ``value`` is one of :data:`RUN_STATES`; narrows a ``str`` (read from a form, a
+    command line) to :data:`RunState` for a type checker."""
+    return isinstance(value, str) and value in RUN_STATES
+
+
 @dataclass(frozen=True)
 class Run:
-    """A consumer run created by the scheduler."""
+    """A consumer run as the scheduler's pass creates it (:func:`schedule`).
+
+    Every field but ``event_ids`` is a field of :class:`RunInfo` (the run as stored) with the
+    same name, type and meaning; ``event_ids`` are the consumed events themselves, which
+    RunInfo counts (``event_count``, a property here)."""
 
     id: int
     dag_id: str
@@ -110,17 +129,24 @@ class Run:
     #: The newest consumed event (latest timestamp, then highest id): what triggered the run.
     triggering_event_id: int | None = None
     #: ``queued`` when the scheduler creates it; see :func:`set_run_state`.
-    state: str = "queued"
+    state: RunState = "queued"
     #: The partition key a partitioned consumer's run is for (None: unpartitioned).
     partition_key: str | None = None
+
+    @property
+    def event_count(self) -> int:
+        """How many events the run consumed: ``len(event_ids)``, RunInfo's ``event_count``."""
+        return len(self.event_ids)
 
 
 @dataclass(frozen=True)
 class Claim(Run):
     """A run claimed by a worker (:func:`claim_runs`): what :class:`Run` carries, and the
-    claim. Every later call about the run (:func:`heartbeat`, :func:`complete_run`) names
-    this ``attempt``; once another worker holds the run, or it is finished, those calls raise
-    :class:`~assetq.LeaseLost` and write nothing."""
+    claim: ``attempt``, ``worker``, ``lease_until`` and ``started_at`` are RunInfo's fields of
+    those names (``worker`` always set), ``lease`` the claim's own. Every later call about
+    the run (:func:`heartbeat`, :func:`complete_run`) names this ``attempt``; once another
+    worker holds the run, or it is finished, those calls raise :class:`~assetq.LeaseLost`
+    and write nothing."""
 
     #: 1 for the first claim of the run, 2 for the next, ... (retries and expired leases).
     attempt: int = 0
@@ -134,20 +160,17 @@ class Claim(Run):
     started_at: datetime | None = None
 
 
-#: The states of a run, and those that count against ``max_active_runs``.
-RUN_STATES = ("queued", "running", "success", "failed")
-ACTIVE_RUN_STATES = ("queued", "running")
-
-
 @dataclass(frozen=True)
 class RunInfo:
-    """A run as stored: what :func:`runs`, :func:`get_run` and :func:`set_run_state` return."""
+    """A run as stored: what :func:`runs`, :func:`get_run`, :func:`set_run_state`,
+    :func:`complete_run` and :func:`retry_run` return. :class:`Run` and :class:`Claim` carry
+    a subset of its fields, with the same names, types and meanings."""
 
     id: int
     dag_id: str
     run_id: str
     seq: int
-    state: str
+    state: RunState
     run_after: datetime
     #: When the scheduler claimed its events.
     created_at: datetime
@@ -781,7 +804,7 @@ def schedule(
             triggering_event_id=None
             if row.triggering_event_id is None
             else int(row.triggering_event_id),
-            state=str(row.state),
+            state=_run_state(row.state),
             partition_key=row.partition_key,
         )
         for row in rows
@@ -807,7 +830,7 @@ def _run_info(row: Any) -> RunInfo:
         dag_id=str(row.dag_id),
         run_id=str(row.run_id),
         seq=int(row.seq),
-        state=str(row.state),
+        state=_run_state(row.state),
         run_after=_utc(row.run_after),
         created_at=_utc(row.created_at),
         started_at=_utc_or_none(row.started_at),
@@ -855,10 +878,18 @@ def _event_record(row: Any) -> EventRecord:
 
 
 def _check_state(state: object) -> None:
-    if state not in RUN_STATES:
+    # Still checked at run time: a type checker does not see every caller (a str from a form).
+    if not is_run_state(state):
         raise errors.InvalidRunState(
             f"unknown run state {state!r}: use one of {', '.join(RUN_STATES)}", code="AQ008"
         )
+
+
+def _run_state(value: object) -> RunState:
+    """A state the database returned, as the Literal type: its check constraint holds it to
+    RUN_STATES. Not refused otherwise: a newer schema inside the compatibility window must
+    not make this package's reads fail."""
+    return cast(RunState, str(value))
 
 
 def _run_key(dag_id: object, run_id: object) -> tuple[str, str]:
@@ -869,7 +900,7 @@ def set_run_state(
     conn: Handle,
     dag_id: str,
     run_id: str,
-    state: str,
+    state: RunState,
     *,
     savepoint: bool = True,
     namespace: str = DEFAULT_NAMESPACE,
@@ -956,7 +987,7 @@ def runs(
     conn: Handle,
     dag_id: str | None = None,
     *,
-    state: str | None = None,
+    state: RunState | None = None,
     limit: int = 100,
     before: RunInfo | None = None,
     namespace: str = DEFAULT_NAMESPACE,
@@ -998,7 +1029,7 @@ def _check_before(before: object) -> None:
 
 
 def _all_runs(
-    conn: Connection, state: str | None, limit: int, before: RunInfo | None, namespace: str
+    conn: Connection, state: RunState | None, limit: int, before: RunInfo | None, namespace: str
 ) -> list[RunInfo]:
     if state is not None:
         _check_state(state)
@@ -1093,7 +1124,7 @@ def _db_time(dialect: Dialect, value: datetime) -> datetime:
 
 # -- runs as work (docs/workers.md) -------------------------------------------------------
 
-#: The states :func:`complete_run` finishes an attempt with.
+#: The states :func:`complete_run` finishes an attempt with (a subset of :data:`RunState`).
 CompletionState = Literal["success", "failed"]
 
 
@@ -1109,7 +1140,7 @@ def _claim(row: Any, lease: timedelta) -> Claim:
         triggering_event_id=None
         if row.triggering_event_id is None
         else int(row.triggering_event_id),
-        state=str(row.state),
+        state=_run_state(row.state),
         attempt=int(row.attempt),
         worker=str(row.worker),
         lease_until=_utc(row.lease_until),

@@ -296,7 +296,7 @@ def run_worker(
     listen_engine: Engine | None = None,
     heartbeat_interval: float | None = None,
     max_runs: int | None = None,
-    on_complete: Callable[[api.Claim, api.RunInfo | None, str], None] | None = None,
+    on_complete: Callable[[api.Claim, api.RunInfo | None, AttemptOutcome], None] | None = None,
     backoff_max: float = 30.0,
     metrics: Metrics | None = None,
 ) -> WorkerStats:
