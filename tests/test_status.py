@@ -45,16 +45,21 @@ def test_status_shows_queue_depth_and_the_oldest_queued_event_per_consumer(
     shown = _status(db)
     assert list(shown) == ["idle", "report", "sales"]
     report = shown["report"]
-    assert (report.paused, report.queued_events, report.oldest_queued_at) == (
+    assert (report.is_paused, report.queued_events, report.oldest_queued_at) == (
         False,
         2,
         first.timestamp,
     )
-    assert report.oldest_queued_age is not None and report.oldest_queued_age >= timedelta(0)
+    assert report.oldest_queued_age_seconds is not None and report.oldest_queued_age_seconds >= 0
     assert (report.runs_last_hour, report.runs_total, report.last_run_at) == (0, 0, None)
     assert shown["sales"].queued_events == 2
     idle = shown["idle"]
-    assert (idle.paused, idle.queued_events, idle.oldest_queued_at, idle.oldest_queued_age) == (
+    assert (
+        idle.is_paused,
+        idle.queued_events,
+        idle.oldest_queued_at,
+        idle.oldest_queued_age_seconds,
+    ) == (
         True,
         0,
         None,

@@ -639,6 +639,8 @@ def _run_json(run: Any) -> str:
             "run_after": run.run_after.isoformat(),
             "created_at": run.created_at.isoformat(),
             "event_ids": list(run.event_ids),
+            "triggering_event_id": run.triggering_event_id,
+            "state": run.state,
             "partition_key": run.partition_key,
         }
     )
@@ -892,12 +894,12 @@ def cmd_status(args: argparse.Namespace) -> int:
                     "consumers": [
                         {
                             "dag_id": c.dag_id,
-                            "paused": c.paused,
+                            "is_paused": c.is_paused,
+                            # Deprecated: is_paused, the view's name (CHANGELOG.md).
+                            "paused": c.is_paused,
                             "queued_events": c.queued_events,
                             "oldest_queued_at": _iso(c.oldest_queued_at),
-                            "oldest_queued_age_seconds": None
-                            if c.oldest_queued_age is None
-                            else c.oldest_queued_age.total_seconds(),
+                            "oldest_queued_age_seconds": c.oldest_queued_age_seconds,
                             "runs_last_hour": c.runs_last_hour,
                             "runs_total": c.runs_total,
                             "active_runs": c.active_runs,
@@ -941,9 +943,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     table = [
         (
             c.dag_id,
-            "paused" if c.paused else "active",
+            "paused" if c.is_paused else "active",
             str(c.queued_events),
-            _age(c.oldest_queued_age),
+            _age(
+                None
+                if c.oldest_queued_age_seconds is None
+                else timedelta(seconds=c.oldest_queued_age_seconds)
+            ),
             f"{c.active_runs}/{'-' if c.max_active_runs is None else c.max_active_runs}",
             str(c.running_runs),
             str(c.expired_leases),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -36,16 +37,20 @@ log = logging.getLogger("assetq.ops")
 
 @dataclass(frozen=True)
 class DagStatus:
-    """One consumer as the ``dag_queue_status`` view shows it. Times are UTC."""
+    """One consumer as the ``dag_queue_status`` view shows it: each field is the view's
+    column of the same name, and the key of the same name in ``assetq status --json``.
+    Times are UTC."""
 
     dag_id: str
-    paused: bool
+    #: Paused (:func:`~assetq.pause_dag`): its assets' new events are not queued for it.
+    is_paused: bool
     #: Events queued for the consumer and not consumed yet.
     queued_events: int
     #: Timestamp of the oldest queued event, None when nothing is queued.
     oldest_queued_at: datetime | None
-    #: How long the oldest queued event has waited, by the server's clock.
-    oldest_queued_age: timedelta | None
+    #: How long the oldest queued event has waited, in seconds by the server's clock (None
+    #: when nothing is queued).
+    oldest_queued_age_seconds: float | None
     #: Runs created in the last hour (runs already purged are not counted).
     runs_last_hour: int
     #: When the newest run still in the history was created.
@@ -68,6 +73,28 @@ class DagStatus:
     failed_runs: int = 0
     max_attempts: int = 1
 
+    @property
+    def paused(self) -> bool:
+        """Deprecated: use ``is_paused``, the view's and the JSON's name."""
+        _renamed("DagStatus.paused", "DagStatus.is_paused")
+        return self.is_paused
+
+    @property
+    def oldest_queued_age(self) -> timedelta | None:
+        """Deprecated: use ``oldest_queued_age_seconds`` (a float, the view's and the JSON's
+        name); this is it as a timedelta."""
+        _renamed(
+            "DagStatus.oldest_queued_age",
+            "DagStatus.oldest_queued_age_seconds (seconds, a float; this was a timedelta)",
+        )
+        seconds = self.oldest_queued_age_seconds
+        return None if seconds is None else timedelta(seconds=seconds)
+
+
+def _renamed(old: str, new: str) -> None:
+    # stacklevel 3: the caller's line that read the property.
+    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=3)
+
 
 def _optional_utc(value: datetime | None) -> datetime | None:
     return None if value is None else _utc(value)
@@ -86,12 +113,12 @@ def status(conn: Handle, *, namespace: str = DEFAULT_NAMESPACE) -> list[DagStatu
     return [
         DagStatus(
             dag_id=str(row.dag_id),
-            paused=bool(row.is_paused),
+            is_paused=bool(row.is_paused),
             queued_events=int(row.queued_events),
             oldest_queued_at=_optional_utc(row.oldest_queued_at),
-            oldest_queued_age=None
+            oldest_queued_age_seconds=None
             if row.oldest_queued_age_seconds is None
-            else timedelta(seconds=float(row.oldest_queued_age_seconds)),
+            else float(row.oldest_queued_age_seconds),
             runs_last_hour=int(row.runs_last_hour),
             last_run_at=_optional_utc(row.last_run_at),
             runs_total=int(row.runs_total),
