@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -88,6 +89,9 @@ def test_the_worker_command_runs_the_handler_and_prints_each_attempt_as_json(
     assert (data["dag_id"], data["run_id"], data["attempt"]) == ("report", run.run_id, 1)
     assert (data["outcome"], data["state"]) == ("success", "success")
     assert len(data["output_event_ids"]) == 1
+    # One vocabulary: every key but the attempt's outcome is a Claim's or a RunInfo's field.
+    fields = {f.name for cls in (assetq.Claim, assetq.RunInfo) for f in dataclasses.fields(cls)}
+    assert set(data) - fields == {"outcome"}
     assert db.rows("SELECT run_id, events FROM {ns}.report_rows") == [(run.run_id, 2)]
     (published,) = assetq.schedule(db.engine)
     assert published.event_ids == tuple(data["output_event_ids"])

@@ -741,6 +741,12 @@ def _accepted(db: TestDatabase, items: Sequence[tuple[str, str | None]]) -> bool
         except assetq.UnmappablePartition as exc:
             assert exc.code == "AQ011", items
             conn.commit()
+        except assetq.InvalidArgument as exc:
+            # A key ending with a space is refused for every event, before anything is sent
+            # (MySQL would compare it equal to the key without the space; docs/semantics.md §9).
+            assert exc.code == "AQ002", items
+            assert any(key is not None and key.endswith(" ") for _, key in items), items
+            conn.commit()
         else:
             conn.rollback()
             return True
@@ -839,19 +845,33 @@ def test_a_plain_insert_into_the_event_table_is_mapped_or_refused_the_same_way(
     ]
 
 
-def test_keys_that_differ_only_in_case_or_trailing_spaces_are_different_keys(
+def test_keys_that_differ_only_in_case_are_different_keys_and_a_trailing_space_is_refused(
     db: TestDatabase,
 ) -> None:
-    """A key is a string compared exactly, on every engine (MariaDB's PAD SPACE and
-    case-insensitive collations must not merge keys, nor their generations)."""
+    """A key is a string compared exactly, on every engine: case-insensitive collations must
+    not merge keys, nor their generations. MySQL's binary collation is PAD SPACE ("k " equals
+    "k"), so a key ending with a space is refused everywhere (AQ002 before anything is sent;
+    AQ011 from the fan-out for a raw INSERT) rather than meaning one key on MySQL and two on
+    PostgreSQL."""
     scenario.declare(db, "daily", "orders", partitioned=True)
-    keys = ["k", "k ", "K"]
+    keys = ["k", "K"]
     events = reg(db, *[("orders", k) for k in keys])
     runs = by_key(assetq.schedule(db.engine))
     assert {k: r.event_ids for k, r in runs.items()} == {
         k: (e.id,) for k, e in zip(keys, events, strict=True)
     }
-    assert sorted(generations(db, "daily")) == [("K", 1), ("k", 1), ("k ", 1)]
+    assert sorted(generations(db, "daily")) == [("K", 1), ("k", 1)]
+    before = everything(db)
+    with pytest.raises(assetq.InvalidArgument) as refused:
+        reg(db, ("orders", "k "))
+    assert refused.value.code == "AQ002"
+    asset_id = db.scalar("SELECT id FROM {ns}.asset WHERE name = 'orders'")
+    with pytest.raises(sa.exc.DBAPIError) as raw:
+        db.execute(
+            "INSERT INTO {ns}.asset_event (asset_id, partition_key) VALUES (:a, 'k ')", a=asset_id
+        )
+    assert db.dialect.translate(raw.value).code == "AQ011"
+    assert everything(db) == before
 
 
 def test_a_partition_key_must_be_1_to_250_characters(db: TestDatabase) -> None:
@@ -1027,7 +1047,19 @@ def test_redeclaring_while_a_producer_is_in_flight_maps_its_event_too(
         _wait_until_held_up(db, thread, producer, 30)
         producer.commit()
     thread.join(timeout=60)
-    assert not thread.is_alive() and errors == []
+    assert not thread.is_alive()
+    if isolation is not None and db.engine_name == "postgresql":
+        # Above READ COMMITTED PostgreSQL's snapshot predates the producer the lock waited
+        # for: the change is refused, nothing changed (MySQL's locking reads see the row).
+        (error,) = errors
+        assert isinstance(error, assetq.InvalidArgument) and "READ COMMITTED" in str(error)
+        runs = by_key(assetq.schedule(db.engine))  # still mapped by identity
+        assert {k: r.event_ids for k, r in runs.items()} == {
+            HOURS[1]: (early.id,),
+            HOURS[2]: (late.id,),
+        }
+        return
+    assert errors == []
     unmapped = db.scalar(
         "SELECT count(*) FROM {ns}.asset_dag_run_queue q WHERE q.target_dag_id = 'daily'"
         " AND NOT EXISTS (SELECT 1 FROM {ns}.asset_partition_queue p"
@@ -1196,20 +1228,29 @@ def test_purge_keeps_the_events_an_incomplete_key_still_needs(db: TestDatabase) 
     assert (run.partition_key, run.event_ids) == ("k2", ids([waiting, b2]))
 
 
-def test_a_key_rerun_after_its_runs_were_purged_is_still_a_new_generation(
+def test_a_keys_generation_counts_its_stored_runs_and_restarts_after_a_purge(
     db: TestDatabase,
 ) -> None:
-    """Generation n + 1 means "this key ran n times before": a purge of finished history
-    must not make a re-delivered key's run generation 1 again (the dag keeps its run
-    sequence through purges for the same reason)."""
+    """The generation of a key's run is one more than the highest of the key's runs still
+    stored (docs/semantics.md §9): the unique (consumer, key, generation) holds among the
+    stored runs, and a purge of the key's finished runs restarts it at 1. Keeping it across
+    purges would need a row per key ever seen, never pruned, the growth Airflow's partition
+    rows have. (This test first asserted generation 2 after the purge; that was not the
+    documented design.) The run sequence, which does survive purges, tells the runs apart."""
     scenario.declare(db, "daily", "orders", partitioned=True)
     reg(db, ("orders", "k"))
-    finish(db, assetq.schedule(db.engine))
+    (first,) = assetq.schedule(db.engine)
+    finish(db, [first])
+    reg(db, ("orders", "k"))
+    (second,) = assetq.schedule(db.engine)
+    assert generations(db, "daily") == [("k", 1), ("k", 2)]
+    finish(db, [second])
     assetq.purge(db.engine, older_than=timedelta(0))
     assert generations(db, "daily") == []
     reg(db, ("orders", "k"))
-    assert len(assetq.schedule(db.engine)) == 1
-    assert generations(db, "daily") == [("k", 2)]
+    (third,) = assetq.schedule(db.engine)
+    assert generations(db, "daily") == [("k", 1)]
+    assert third.seq > second.seq > first.seq
 
 
 # -- 9. Scale: a pass costs what arrived, never the pending keys ----------------------------------

@@ -573,7 +573,11 @@ def _batch_item(item: object) -> tuple[str, tuple[str, ...], str | None, str]:
     extra_text = extra_json(new.extra)
     src = _source(new.source)
     key = check_optional_name(new.idempotency_key, "idempotency_key", IDEMPOTENCY_KEY_MAX)
-    part = check_optional_name(new.partition_key, "partition_key", partitions.PARTITION_KEY_MAX)
+    part = (
+        None
+        if new.partition_key is None
+        else partitions.check_key(new.partition_key, "partition_key")
+    )
     # Built from already serialized parts: extra is not serialized twice, and keys left at
     # their default are not sent at all.
     parts = [f'"asset":{_json_text(asset)}']

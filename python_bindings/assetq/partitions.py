@@ -30,6 +30,15 @@ _ROLLUPS = {
 }
 
 
+def check_key(value: object, what: str) -> str:
+    """A partition key: 1 to 250 characters, not ending with a space (MySQL compares "k " and
+    "k" as equal, PostgreSQL does not: refused on both, so that a key means the same)."""
+    key = check_name(value, what, PARTITION_KEY_MAX)
+    if key.endswith(" "):
+        raise errors.InvalidArgument(f"{what} {key!r} must not end with a space")
+    return key
+
+
 def _require(value: object) -> Require:
     if value == "all":
         return "all"
@@ -80,8 +89,8 @@ class StaticPartitions:
         if not isinstance(self.keys, Mapping) or not self.keys:
             raise errors.InvalidArgument("a static partition mapping needs at least one key")
         for upstream, target in self.keys.items():
-            check_name(upstream, "upstream partition key", PARTITION_KEY_MAX)
-            check_name(target, "partition key", PARTITION_KEY_MAX)
+            check_key(upstream, "upstream partition key")
+            check_key(target, "partition key")
         _require(self.require)
 
     @property

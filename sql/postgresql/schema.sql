@@ -532,10 +532,11 @@ BEGIN
       FROM jsonb_array_elements(p_events) WITH ORDINALITY AS i(item, ord)
      WHERE jsonb_typeof(i.item -> 'partition_key') NOT IN ('string', 'null')
         OR i.item ->> 'partition_key' = '' OR length(i.item ->> 'partition_key') > 250
+        OR right(i.item ->> 'partition_key', 1) = ' '
      ORDER BY i.ord
      LIMIT 1;
     IF FOUND THEN
-        RAISE EXCEPTION 'partition_key must be a string of 1 to 250 characters (event % of the batch)', v_bad.ord
+        RAISE EXCEPTION 'partition_key must be a string of 1 to 250 characters, not ending with a space (event % of the batch)', v_bad.ord
             USING ERRCODE = 'AQ002';
     END IF;
     v_parts := ARRAY(SELECT i.item ->> 'partition_key'
@@ -753,7 +754,9 @@ DECLARE
     v_day  text;
     v_date date;
 BEGIN
-    IF p_key IS NOT NULL THEN
+    -- A key ending with a space maps to nothing, on both engines: MySQL compares 'k ' and 'k'
+    -- as equal (PAD SPACE collation), PostgreSQL does not.
+    IF p_key IS NOT NULL AND right(p_key, 1) <> ' ' THEN
         IF p_mapping = 'identity' THEN
             target_key := p_key;
             source_key := p_key;
@@ -850,6 +853,26 @@ BEGIN
     RETURN (SELECT count(*) FROM {{ns}}.dag_partition_static_key s
              WHERE s.dag_id = p_dag_id AND s.asset_id = p_asset_id AND s.target_key = p_key);
 END
+$$;
+
+-- The assets present for key p_key of partitioned consumer p_dag_id among the rows given as
+-- parallel arrays (asset, upstream key): those with at least partition_required distinct
+-- upstream keys (migration 0009_partitions).
+CREATE FUNCTION {{ns}}.partition_present(
+    p_dag_id  text,
+    p_key     text,
+    p_assets  bigint[],
+    p_sources text[]
+) RETURNS bigint[]
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(array_agg(s.asset_id), '{}')
+      FROM (SELECT c.asset_id, count(DISTINCT c.source_key) AS n
+              FROM unnest(p_assets, p_sources) AS c(asset_id, source_key)
+             GROUP BY c.asset_id) s
+      LEFT JOIN {{ns}}.dag_schedule_asset_reference r
+             ON r.dag_id = p_dag_id AND r.asset_id = s.asset_id
+     WHERE s.n >= {{ns}}.partition_required(p_dag_id, s.asset_id, r.partition_mapping,
+                                             r.partition_require, p_key)
 $$;
 
 CREATE FUNCTION {{ns}}.declare_dag(
@@ -1039,6 +1062,8 @@ DECLARE
     v_condition jsonb;
     v_old       jsonb;
     v_new       jsonb;
+    v_cap       integer;
+    v_created   timestamptz;
     v_bad       record;
     v_items     jsonb := coalesce(p_partitions -> 'assets', '[]'::jsonb);
     v_asset_ids bigint[];
@@ -1046,7 +1071,8 @@ DECLARE
     v_requires  text[];
     v_keys      jsonb[];
 BEGIN
-    SELECT d.condition, d.partitioning INTO v_condition, v_old
+    SELECT d.condition, d.partitioning, d.max_events_per_run, d.created_at
+      INTO v_condition, v_old, v_cap, v_created
       FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'unknown dag %', quote_nullable(p_dag_id) USING ERRCODE = 'AQ003';
@@ -1070,13 +1096,14 @@ BEGIN
                                  WHERE jsonb_typeof(k) <> 'array' OR jsonb_array_length(k) <> 2
                                     OR jsonb_typeof(k -> 0) <> 'string' OR jsonb_typeof(k -> 1) <> 'string'
                                     OR k ->> 0 = '' OR k ->> 1 = ''
+                                    OR right(k ->> 0, 1) = ' ' OR right(k ->> 1, 1) = ' '
                                     OR length(k ->> 0) > 250 OR length(k ->> 1) > 250)
                      OR (SELECT count(DISTINCT k ->> 0) FROM jsonb_array_elements(i.item -> 'keys') k)
                         <> jsonb_array_length(i.item -> 'keys')))
          ORDER BY i.ord
          LIMIT 1;
         IF FOUND THEN
-            RAISE EXCEPTION 'partition mapping % of dag % must be {"asset", "mapping": identity, hour_to_day, day_to_week, day_to_month or static, "require": all or any, "keys" (static only: distinct [upstream key, key] pairs of 1 to 250 characters)}',
+            RAISE EXCEPTION 'partition mapping % of dag % must be {"asset", "mapping": identity, hour_to_day, day_to_week, day_to_month or static, "require": all or any, "keys" (static only: distinct [upstream key, key] pairs of 1 to 250 characters, not ending with a space)}',
                     v_bad.ord, p_dag_id
                 USING ERRCODE = 'AQ002';
         END IF;
@@ -1101,13 +1128,26 @@ BEGIN
                     quote_literal(v_bad.asset), p_dag_id
                 USING ERRCODE = 'AQ002';
         END IF;
-        v_new := jsonb_build_object('partitions', p_partitions, 'condition', v_condition);
+        -- With the condition and the cap it was declared for: a change of either evaluates
+        -- every key afresh (a key a smaller cap could not satisfy may run now).
+        v_new := jsonb_build_object('partitions', p_partitions, 'condition', v_condition,
+                                    'max_events_per_run', v_cap);
     END IF;
     IF v_new IS NOT DISTINCT FROM v_old THEN
         RETURN;
     END IF;
 
     PERFORM 1 FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id FOR UPDATE;
+    -- The queued events are mapped again from this statement's snapshot: above READ
+    -- COMMITTED that is the transaction's, older than the producers the lock just waited
+    -- for, whose events would keep their old mapping or get none. A consumer created in this
+    -- very transaction has no such producers.
+    IF current_setting('transaction_isolation') <> 'read committed' AND v_created < now() THEN
+        RAISE EXCEPTION 'the partitioning of consumer % can change only at READ COMMITTED (this transaction is %)',
+                p_dag_id, current_setting('transaction_isolation')
+            USING ERRCODE = 'AQ002',
+                  HINT = 'Declare it in a READ COMMITTED transaction (PostgreSQL''s default).';
+    END IF;
 
     UPDATE {{ns}}.dag_schedule_asset_reference r
        SET partition_mapping = CASE WHEN v_new IS NOT NULL THEN coalesce(m.mapping, 'identity') END,
@@ -1172,19 +1212,20 @@ $$;
 -- So a pass costs what arrived and what it creates, never every pending key (100,000 keys
 -- waiting for an upstream asset cost nothing until an event for one of them arrives).
 --
--- A key's claim is all its queued rows (with max_events_per_run = N, its N oldest). An asset
--- of the condition counts as present for the key when the claim holds as many distinct
--- upstream keys (source_key) of it as partition_required says (one, or all sub-partitions of
--- a roll-up); the condition holds when every clause has a present member (condition_holds).
+-- A key's claim is all its queued rows; with max_events_per_run = N and more rows queued, its
+-- N oldest when they satisfy the condition, otherwise witnesses and the oldest others, N in
+-- all (as for an unpartitioned consumer: a cap never starves a key). An asset of the
+-- condition counts as present for the key when the rows hold as many distinct upstream keys
+-- (source_key) of it as partition_required says (one, or all sub-partitions of a roll-up);
+-- the condition holds when every clause has a present member (condition_holds).
 --   * holds, and the consumer is below max_active_runs: a run for the key consumes exactly the
 --     claim (I3, I4 as for any run), with partition_key = the key and the key's next
---     generation. With N, a key left with rows has one of them marked not examined again, so
---     the next pass looks at it;
+--     generation (1 + the highest of its runs still stored: purge_runs may restart it). A key
+--     left with rows has one of them marked not examined again, so the next pass looks at it;
 --   * holds, at the cap: the pass stops here, every key from this one on left as it was;
---   * does not hold: the rows of the key that arrived are marked examined, but only those read
---     here (and, with N, those queued after the N + 1 read, which cannot be among the N
---     oldest): a row committed meanwhile stays not examined, and the next pass evaluates its
---     key with it (late commits, by reference as everywhere else).
+--   * does not hold: the rows of the key read here are marked examined: a row committed
+--     meanwhile stays not examined, and the next pass evaluates its key with it (late
+--     commits, by reference as everywhere else).
 CREATE FUNCTION {{ns}}.schedule_partitions(
     p_dag_id     text,
     p_max_active integer,
@@ -1213,13 +1254,18 @@ DECLARE
     v_times     timestamptz[];
     v_n         integer;
     v_take      integer;
-    v_present   bigint[];
     v_events    bigint[];
     v_seq       bigint;
     v_gen       integer;
     v_run_pk    bigint;
     v_deleted   bigint;
     v_orphans   bigint[];
+    v_claim     integer[];
+    v_have      bigint[];
+    v_try       bigint[];
+    v_taken     integer[];
+    v_asset     bigint;
+    v_last      integer;
 BEGIN
     IF p_max_active IS NOT NULL THEN
         SELECT count(*) INTO v_active FROM {{ns}}.dag_run r
@@ -1236,9 +1282,10 @@ BEGIN
          GROUP BY a.partition_key
          ORDER BY min(a.asset_event_id)
     LOOP
-        -- The key's rows in queue order: all of them, or the N + 1 oldest, each with its
-        -- queue row. One whose queue row is gone (delete_asset, a re-declaration, committed
-        -- meanwhile) is dropped and the key read again.
+        -- The key's rows in queue order, each with its queue row. One whose queue row is gone
+        -- (delete_asset, a re-declaration, committed meanwhile) is dropped and the key read
+        -- again. All of them, with a cap too: when the N oldest do not satisfy the condition,
+        -- the others may (the witness search below).
         LOOP
             SELECT array_agg(o.asset_event_id ORDER BY o.created_at, o.asset_event_id),
                    array_agg(o.asset_id ORDER BY o.created_at, o.asset_event_id),
@@ -1252,37 +1299,93 @@ BEGIN
                                       AND q.asset_event_id = p.asset_event_id) AS queued
                       FROM {{ns}}.asset_partition_queue p
                      WHERE p.target_dag_id = p_dag_id AND p.partition_key = v_key
-                     ORDER BY p.created_at, p.asset_event_id
-                     LIMIT p_max_events + 1) o;
+                     ORDER BY p.created_at, p.asset_event_id) o;
             EXIT WHEN v_orphans IS NULL;
             DELETE FROM {{ns}}.asset_partition_queue p
              WHERE p.target_dag_id = p_dag_id AND p.asset_event_id = ANY (v_orphans);
         END LOOP;
         v_n := coalesce(cardinality(v_ids), 0);
         CONTINUE WHEN v_n = 0;
-        v_take := least(v_n, coalesce(p_max_events, v_n));
-
-        SELECT coalesce(array_agg(s.asset_id), '{}') INTO v_present
-          FROM (SELECT c.asset_id, count(DISTINCT c.source_key) AS n
-                  FROM unnest(v_assets[1:v_take], v_sources[1:v_take]) AS c(asset_id, source_key)
-                 GROUP BY c.asset_id) s
-          LEFT JOIN {{ns}}.dag_schedule_asset_reference r
-                 ON r.dag_id = p_dag_id AND r.asset_id = s.asset_id
-         WHERE s.n >= {{ns}}.partition_required(p_dag_id, s.asset_id, r.partition_mapping,
-                                                 r.partition_require, v_key);
-
-        IF NOT {{ns}}.condition_holds(p_dag_id, v_present) THEN
+        -- The claim, as positions in v_ids: all rows, or with max_events_per_run = N and more
+        -- rows queued, the N oldest when they satisfy the condition; otherwise, when the
+        -- key's whole queue does, witnesses plus the oldest other rows, N in all (as for an
+        -- unpartitioned consumer, docs/semantics.md §5: a cap never starves a key).
+        v_claim := NULL;
+        IF p_max_events IS NOT NULL AND v_n > p_max_events THEN
+            IF {{ns}}.condition_holds(p_dag_id,
+                                      {{ns}}.partition_present(p_dag_id, v_key,
+                                                               v_assets[1:p_max_events],
+                                                               v_sources[1:p_max_events])) THEN
+                v_claim := ARRAY(SELECT generate_series(1, p_max_events));
+            END IF;
+        END IF;
+        IF v_claim IS NULL
+           AND NOT {{ns}}.condition_holds(p_dag_id,
+                                          {{ns}}.partition_present(p_dag_id, v_key, v_assets, v_sources))
+        THEN
+            -- Not met: the key's rows read here are examined; a row committed meanwhile is
+            -- not, and the next pass evaluates its key with it.
             UPDATE {{ns}}.asset_partition_queue p
                SET examined = true
-             WHERE p.target_dag_id = p_dag_id AND NOT p.examined
-               AND (p.asset_event_id = ANY (v_ids)
-                    OR (v_n > v_take AND p.partition_key = v_key
-                        AND (p.created_at, p.asset_event_id) > (v_times[v_n], v_ids[v_n])));
+             WHERE p.target_dag_id = p_dag_id AND NOT p.examined AND p.asset_event_id = ANY (v_ids);
             CONTINUE;
         END IF;
+        IF v_claim IS NULL AND (p_max_events IS NULL OR v_n <= p_max_events) THEN
+            v_claim := ARRAY(SELECT generate_series(1, v_n));
+        ELSIF v_claim IS NULL THEN
+            -- Witnesses: rows in queue order, each taken when its asset is in a clause no
+            -- complete asset hits yet and it brings an upstream key the asset still needs;
+            -- an asset with as many as partition_required is complete. Then the complete
+            -- assets, the last completed first, are dropped while the others still satisfy
+            -- the condition, with their rows: a minimal set. declare_dag refused a cap below
+            -- what they can need, so they fit in N.
+            v_have := '{}';
+            v_taken := '{}';
+            FOR i IN 1..v_n LOOP
+                v_asset := v_assets[i];
+                CONTINUE WHEN v_asset = ANY (v_have);
+                CONTINUE WHEN NOT EXISTS (
+                    SELECT 1 FROM {{ns}}.dag_clause_members(p_dag_id) m
+                     WHERE m.asset_id = v_asset
+                       AND NOT EXISTS (SELECT 1 FROM {{ns}}.dag_clause_members(p_dag_id) h
+                                        WHERE h.clause_no = m.clause_no AND h.asset_id = ANY (v_have)));
+                CONTINUE WHEN EXISTS (SELECT 1 FROM unnest(v_taken) AS t(pos)
+                                       WHERE v_assets[t.pos] = v_asset AND v_sources[t.pos] = v_sources[i]);
+                v_taken := v_taken || i;
+                IF (SELECT count(DISTINCT v_sources[t.pos]) FROM unnest(v_taken) AS t(pos)
+                     WHERE v_assets[t.pos] = v_asset)
+                   >= (SELECT {{ns}}.partition_required(p_dag_id, v_asset, r.partition_mapping,
+                                                        r.partition_require, v_key)
+                         FROM (SELECT 1) one
+                         LEFT JOIN {{ns}}.dag_schedule_asset_reference r
+                                ON r.dag_id = p_dag_id AND r.asset_id = v_asset)
+                THEN
+                    v_have := v_have || v_asset;
+                    EXIT WHEN {{ns}}.condition_holds(p_dag_id, v_have);
+                END IF;
+            END LOOP;
+            FOR i IN REVERSE cardinality(v_have)..1 LOOP
+                v_try := v_have[1:i - 1] || v_have[i + 1:];
+                IF {{ns}}.condition_holds(p_dag_id, v_try) THEN
+                    v_have := v_try;
+                END IF;
+            END LOOP;
+            v_taken := ARRAY(SELECT t.pos FROM unnest(v_taken) AS t(pos)
+                              WHERE v_assets[t.pos] = ANY (v_have));
+            v_claim := ARRAY(SELECT c.pos
+                               FROM (SELECT t.pos FROM unnest(v_taken) AS t(pos)
+                                     UNION
+                                     (SELECT g.pos FROM generate_series(1, v_n) AS g(pos)
+                                       WHERE g.pos <> ALL (v_taken)
+                                       ORDER BY g.pos
+                                       LIMIT greatest(p_max_events - cardinality(v_taken), 0))) c
+                              ORDER BY c.pos);
+        END IF;
+        v_take := cardinality(v_claim);
+        v_last := v_claim[v_take];  -- queue order: the newest claimed row, the trigger
         EXIT WHEN p_max_active IS NOT NULL AND v_active >= p_max_active;
 
-        v_events := ARRAY(SELECT u.id FROM unnest(v_ids[1:v_take]) AS u(id) ORDER BY u.id);
+        v_events := ARRAY(SELECT v_ids[c.pos] FROM unnest(v_claim) AS c(pos) ORDER BY 1);
         UPDATE {{ns}}.dag d
            SET last_run_seq = d.last_run_seq + 1, last_scheduled_at = p_now
          WHERE d.dag_id = p_dag_id
@@ -1296,9 +1399,9 @@ BEGIN
                                          partition_key, partition_generation)
         VALUES (p_dag_id,
                 'asset_triggered__'
-                    || to_char(v_times[v_take] AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
+                    || to_char(v_times[v_last] AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
                     || '+00:00__' || v_seq,
-                v_seq, v_times[v_take], p_now, v_ids[v_take], v_take, p_now, v_key, v_gen)
+                v_seq, v_times[v_last], p_now, v_ids[v_last], v_take, p_now, v_key, v_gen)
         RETURNING r.id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at, r.state, r.partition_key
              INTO v_run_pk, dag_id, run_id, seq, run_after, created_at, state, partition_key;
 
@@ -1318,16 +1421,20 @@ BEGIN
         INSERT INTO {{ns}}.dagrun_asset_event (dag_run_id, asset_event_id, dag_id)
         SELECT v_run_pk, e, p_dag_id FROM unnest(v_events) AS e;
 
+        -- With N, a key left with rows is looked at again by the next pass: its oldest row
+        -- left is marked not examined.
         IF v_n > v_take THEN
             UPDATE {{ns}}.asset_partition_queue p
                SET examined = false
-             WHERE p.target_dag_id = p_dag_id AND p.asset_event_id = v_ids[v_take + 1];
+             WHERE p.target_dag_id = p_dag_id
+               AND p.asset_event_id = (SELECT v_ids[g.pos] FROM generate_series(1, v_n) AS g(pos)
+                                        WHERE g.pos <> ALL (v_claim) ORDER BY g.pos LIMIT 1);
         END IF;
         v_active := v_active + 1;
 
         dag_run_id := v_run_pk;
         event_ids := v_events;
-        triggering_event_id := v_ids[v_take];
+        triggering_event_id := v_ids[v_last];
         RETURN NEXT;
     END LOOP;
     UPDATE {{ns}}.dag d SET last_scheduled_at = p_now WHERE d.dag_id = p_dag_id;

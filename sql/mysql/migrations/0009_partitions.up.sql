@@ -249,7 +249,11 @@ BEGIN
     DECLARE v_name    VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     SET target_key = NULL, source_key = NULL;
-    IF p_key IS NOT NULL THEN
+    -- A key ending with a space, or holding a line break, maps to nothing, as on PostgreSQL:
+    -- the binary collation compares 'k ' and 'k' as equal (PAD SPACE), and REGEXP's $ also
+    -- matches before a final line break.
+    IF p_key IS NOT NULL AND CHAR_LENGTH(p_key) = CHAR_LENGTH(RTRIM(p_key))
+       AND INSTR(p_key, CHAR(10)) = 0 THEN
         IF p_mapping = 'identity' THEN
             SET target_key = p_key, source_key = p_key;
         ELSEIF p_mapping = 'static' THEN
@@ -472,11 +476,12 @@ BEGIN
     SELECT b.item_no INTO v_bad
       FROM {{ns}}._assetq_batch b
      WHERE b.partition_type IS NOT NULL AND b.partition_type <> 'NULL'
-       AND (b.partition_type <> 'STRING' OR CHAR_LENGTH(b.partition_key) NOT BETWEEN 1 AND 250)
+       AND (b.partition_type <> 'STRING' OR CHAR_LENGTH(b.partition_key) NOT BETWEEN 1 AND 250
+            OR CHAR_LENGTH(b.partition_key) <> CHAR_LENGTH(RTRIM(b.partition_key)))
      ORDER BY b.item_no LIMIT 1;
     IF v_bad IS NOT NULL THEN
-        SET v_message = CONCAT('[AQ002] partition_key must be a string of 1 to 250 characters (event ',
-                               v_bad, ' of the batch)');
+        SET v_message = CONCAT('[AQ002] partition_key must be a string of 1 to 250 characters,',
+                               ' not ending with a space (event ', v_bad, ' of the batch)');
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
     END IF;
     UPDATE {{ns}}._assetq_batch SET partition_key = NULL WHERE partition_type = 'NULL';
@@ -1123,6 +1128,7 @@ BEGIN
     DECLARE v_condition JSON;
     DECLARE v_old       JSON;
     DECLARE v_new       JSON;
+    DECLARE v_cap       INT;
     DECLARE v_kind      VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_name      VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_asset_id  BIGINT;
@@ -1133,7 +1139,7 @@ BEGIN
         SET v_message = LEFT(CONCAT('[AQ003] unknown dag ', COALESCE(QUOTE(LEFT(p_dag_id, 60)), 'NULL')), 128);
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
     END IF;
-    SELECT d.`condition`, d.partitioning INTO v_condition, v_old
+    SELECT d.`condition`, d.partitioning, d.max_events_per_run INTO v_condition, v_old, v_cap
       FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id;
 
     DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_partition_spec;
@@ -1194,7 +1200,9 @@ BEGIN
                     OR COALESCE(JSON_TYPE(k.up_json), '') <> 'STRING'
                     OR COALESCE(JSON_TYPE(k.to_json), '') <> 'STRING'
                     OR CHAR_LENGTH(k.upstream) NOT BETWEEN 1 AND 250
-                    OR CHAR_LENGTH(k.target) NOT BETWEEN 1 AND 250);
+                    OR CHAR_LENGTH(k.target) NOT BETWEEN 1 AND 250
+                    OR CHAR_LENGTH(k.upstream) <> CHAR_LENGTH(RTRIM(k.upstream))
+                    OR CHAR_LENGTH(k.target) <> CHAR_LENGTH(RTRIM(k.target)));
         END IF;
         IF v_bad IS NOT NULL THEN
             SET v_message = LEFT(CONCAT('[AQ002] partition mapping ', v_bad, ' of dag ', p_dag_id,
@@ -1232,8 +1240,11 @@ BEGIN
             END IF;
             UPDATE {{ns}}._assetq_partition_spec SET asset_id = v_asset_id WHERE ord = v_bad;
         END LOOP;
+        -- With the condition and the cap it was declared for: a change of either evaluates
+        -- every key afresh (a key a smaller cap could not satisfy may run now).
         SET v_new = JSON_OBJECT('partitions', JSON_EXTRACT(p_partitions, '$'),
-                                'condition', JSON_EXTRACT(v_condition, '$'));
+                                'condition', JSON_EXTRACT(v_condition, '$'),
+                                'max_events_per_run', v_cap);
     END IF;
     IF (v_new IS NULL AND v_old IS NULL) OR JSON_EXTRACT(v_new, '$') <=> JSON_EXTRACT(v_old, '$') THEN
         DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_partition_spec;
@@ -1277,7 +1288,11 @@ BEGIN
                       LEFT JOIN {{ns}}.dag_schedule_asset_reference r
                              ON r.asset_id = q.asset_id AND r.dag_id = q.target_dag_id
                      WHERE q.target_dag_id = p_dag_id
-                     ORDER BY q.asset_event_id;
+                     ORDER BY q.asset_event_id
+                      -- A locking read: it sees the rows of the producers the lock on the dag
+                      -- row waited for, which a plain read at REPEATABLE READ (the default)
+                      -- would not, and their events would go unmapped.
+                      LOCK IN SHARE MODE;
                 DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = TRUE;
                 OPEN c_rows;
                 row_loop: LOOP
@@ -1326,8 +1341,6 @@ BEGIN
     DECLARE v_limit     BIGINT;
     DECLARE v_n         BIGINT;
     DECLARE v_take      BIGINT;
-    DECLARE v_last_time DATETIME(6);
-    DECLARE v_last_id   BIGINT;
     DECLARE v_seq       BIGINT;
     DECLARE v_gen       INT;
     DECLARE v_trigger   BIGINT;
@@ -1338,6 +1351,13 @@ BEGIN
     DECLARE v_event_ids LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_next_id   BIGINT;
     DECLARE v_year      INT;
+    DECLARE v_asset     BIGINT;
+    DECLARE v_source    VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_count     BIGINT;
+    DECLARE v_required  BIGINT;
+    DECLARE v_claimed   BOOLEAN;
+    DECLARE v_last      BIGINT;
+    DECLARE v_pick_no   BIGINT;
     DECLARE v_month     INT;
     DECLARE v_days      INT;
     DECLARE v_message   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -1353,12 +1373,44 @@ BEGIN
         asset_id       BIGINT NOT NULL,
         source_key     VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
         created_at     DATETIME(6) NOT NULL,
-        queued         BOOLEAN NOT NULL DEFAULT TRUE
+        queued         BOOLEAN NOT NULL DEFAULT TRUE,
+        claim          BOOLEAN NOT NULL DEFAULT FALSE
     ) ENGINE = InnoDB;
     CREATE TEMPORARY TABLE IF NOT EXISTS {{ns}}._assetq_present (
         asset_id BIGINT NOT NULL PRIMARY KEY
     ) ENGINE = InnoDB;
+    -- The condition's members (clause, asset; an alias by the assets it resolved to), and for
+    -- the witness search: the complete assets in the order found, the clauses they hit, the
+    -- rows taken. MySQL 8 / MariaDB: no statement names one temporary table twice.
+    CREATE TEMPORARY TABLE IF NOT EXISTS {{ns}}._assetq_pmember (
+        clause_no INT NOT NULL,
+        asset_id  BIGINT NOT NULL,
+        PRIMARY KEY (clause_no, asset_id),
+        KEY (asset_id)
+    ) ENGINE = InnoDB;
+    CREATE TEMPORARY TABLE IF NOT EXISTS {{ns}}._assetq_phave (
+        pick_no  BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        asset_id BIGINT NOT NULL,
+        UNIQUE KEY (asset_id)
+    ) ENGINE = InnoDB;
+    CREATE TEMPORARY TABLE IF NOT EXISTS {{ns}}._assetq_phit (
+        clause_no INT NOT NULL PRIMARY KEY
+    ) ENGINE = InnoDB;
+    CREATE TEMPORARY TABLE IF NOT EXISTS {{ns}}._assetq_ptaken (
+        pos        BIGINT NOT NULL PRIMARY KEY,
+        asset_id   BIGINT NOT NULL,
+        source_key VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        KEY (asset_id)
+    ) ENGINE = InnoDB;
     DELETE FROM {{ns}}._assetq_pkey;
+    DELETE FROM {{ns}}._assetq_pmember;
+    INSERT IGNORE INTO {{ns}}._assetq_pmember (clause_no, asset_id)
+    SELECT c.clause_no, c.asset_id FROM {{ns}}.dag_condition_clause c WHERE c.dag_id = p_dag_id
+    UNION ALL
+    SELECT ca.clause_no, aa.asset_id
+      FROM {{ns}}.dag_condition_alias ca
+      JOIN {{ns}}.asset_alias_asset aa ON aa.alias_id = ca.alias_id
+     WHERE ca.dag_id = p_dag_id;
 
     IF p_max_active IS NOT NULL THEN
         SELECT COUNT(*) INTO v_active FROM {{ns}}.dag_run r
@@ -1368,8 +1420,6 @@ BEGIN
       FROM (SELECT c.clause_no FROM {{ns}}.dag_condition_clause c WHERE c.dag_id = p_dag_id
             UNION ALL
             SELECT ca.clause_no FROM {{ns}}.dag_condition_alias ca WHERE ca.dag_id = p_dag_id) m;
-    -- MySQL 8 / MariaDB: LIMIT takes a routine variable, not an expression.
-    SET v_limit = COALESCE(p_max_events + 1, 9223372036854775807);
 
     INSERT INTO {{ns}}._assetq_pkey (partition_key)
     SELECT a.partition_key
@@ -1389,9 +1439,10 @@ BEGIN
             LEAVE key_loop;
         END IF;
 
-        -- The key's rows in queue order: all of them, or the N + 1 oldest, each with whether
-        -- its queue row is there. One whose queue row is gone (delete_asset, a
-        -- re-declaration, committed meanwhile) is dropped, by key, and the key read again.
+        -- The key's rows in queue order, each with whether its queue row is there. One whose
+        -- queue row is gone (delete_asset, a re-declaration, committed meanwhile) is dropped,
+        -- by key, and the key read again. All of them, with a cap too: when the N oldest do
+        -- not satisfy the condition, the others may (the witness search below).
         read_loop: LOOP
             DELETE FROM {{ns}}._assetq_prow;
             INSERT INTO {{ns}}._assetq_prow (pos, asset_event_id, asset_id, source_key, created_at, queued)
@@ -1402,8 +1453,7 @@ BEGIN
               FROM (SELECT p.asset_event_id, p.asset_id, p.source_key, p.created_at
                       FROM {{ns}}.asset_partition_queue p FORCE INDEX (asset_partition_queue_key_idx)
                      WHERE p.target_dag_id = p_dag_id AND p.partition_key = v_key
-                     ORDER BY p.created_at, p.asset_event_id
-                     LIMIT v_limit) o;
+                     ORDER BY p.created_at, p.asset_event_id) o;
             SELECT COUNT(*) INTO v_n FROM {{ns}}._assetq_prow r WHERE NOT r.queued;
             IF v_n = 0 THEN
                 LEAVE read_loop;
@@ -1416,12 +1466,11 @@ BEGIN
         END LOOP;
         SELECT COUNT(*) INTO v_n FROM {{ns}}._assetq_prow;
         IF v_n > 0 THEN
-            SET v_take = LEAST(v_n, COALESCE(p_max_events, v_n));
             -- The days of the key's month, for a day -> month roll-up. Computed here, not in
             -- the query: MariaDB may evaluate a CASE branch of constants that is not taken, and
             -- a cast of a key that is no month would then fail the statement in strict mode.
             SET v_days = 1;
-            IF v_key REGEXP '^[0-9]{4}-(0[1-9]|1[0-2])$' THEN
+            IF v_key REGEXP '^[0-9]{4}-(0[1-9]|1[0-2])$' AND INSTR(v_key, CHAR(10)) = 0 THEN
                 SET v_year = CAST(LEFT(v_key, 4) AS UNSIGNED), v_month = CAST(RIGHT(v_key, 2) AS UNSIGNED);
                 SET v_days = CASE WHEN v_month IN (4, 6, 9, 11) THEN 30
                                   WHEN v_month <> 2 THEN 31
@@ -1429,51 +1478,53 @@ BEGIN
                                   ELSE 28
                               END;
             END IF;
-            SELECT r.created_at, r.asset_event_id INTO v_last_time, v_last_id
-              FROM {{ns}}._assetq_prow r WHERE r.pos = v_n;
 
-            DELETE FROM {{ns}}._assetq_present;
-            INSERT INTO {{ns}}._assetq_present (asset_id)
-            SELECT s.asset_id
-              FROM (SELECT r.asset_id, COUNT(DISTINCT r.source_key) AS n
-                      FROM {{ns}}._assetq_prow r WHERE r.pos <= v_take
-                     GROUP BY r.asset_id) s
-              LEFT JOIN {{ns}}.dag_schedule_asset_reference f
-                     ON f.asset_id = s.asset_id AND f.dag_id = p_dag_id
-             WHERE s.n >= CASE
-                              WHEN f.partition_mapping IS NULL OR f.partition_mapping = 'identity'
-                                   OR f.partition_require <> 'all' THEN 1
-                              WHEN f.partition_mapping = 'hour_to_day' THEN 24
-                              WHEN f.partition_mapping = 'day_to_week' THEN 7
-                              WHEN f.partition_mapping = 'day_to_month' THEN v_days
-                              ELSE (SELECT COUNT(*) FROM {{ns}}.dag_partition_static_key t
-                                     WHERE t.dag_id = p_dag_id AND t.asset_id = s.asset_id
-                                       AND t.target_key = v_key)
-                          END;
-            SELECT COUNT(DISTINCT m.clause_no) INTO v_met
-              FROM (SELECT c.clause_no, c.asset_id
-                      FROM {{ns}}.dag_condition_clause c WHERE c.dag_id = p_dag_id
-                    UNION ALL
-                    SELECT ca.clause_no, aa.asset_id
-                      FROM {{ns}}.dag_condition_alias ca
-                      JOIN {{ns}}.asset_alias_asset aa ON aa.alias_id = ca.alias_id
-                     WHERE ca.dag_id = p_dag_id) m
-             WHERE m.asset_id IN (SELECT x.asset_id FROM {{ns}}._assetq_present x);
-
-            IF v_clauses = 0 OR v_met < v_clauses THEN
-                -- Not met: the rows of the key that arrived are examined, those read here and,
-                -- with N, those after the N + 1 read (never among the N oldest).
-                IF v_n > v_take THEN
-                    INSERT INTO {{ns}}._assetq_prow (pos, asset_event_id, asset_id, source_key, created_at)
-                    SELECT v_n + ROW_NUMBER() OVER (ORDER BY o.created_at, o.asset_event_id),
-                           o.asset_event_id, o.asset_id, o.source_key, o.created_at
-                      FROM (SELECT p.asset_event_id, p.asset_id, p.source_key, p.created_at
-                              FROM {{ns}}.asset_partition_queue p FORCE INDEX (asset_partition_queue_key_idx)
-                             WHERE p.target_dag_id = p_dag_id AND p.partition_key = v_key
-                               AND p.examined = FALSE
-                               AND (p.created_at > v_last_time
-                                    OR (p.created_at = v_last_time AND p.asset_event_id > v_last_id))) o;
+            -- The claim (_assetq_prow.claim): all rows, or with max_events_per_run = N and
+            -- more rows queued, the N oldest when they satisfy the condition; otherwise, when
+            -- the key's whole queue does, witnesses plus the oldest other rows, N in all (as
+            -- for an unpartitioned consumer, docs/semantics.md §5: a cap never starves a key).
+            SET v_claimed = FALSE;
+            SET v_limit = IF(p_max_events IS NOT NULL AND v_n > p_max_events, p_max_events, v_n);
+            present_loop: LOOP
+                -- The assets present among the rows up to v_limit: as many distinct upstream
+                -- keys as the mapping needs (one, or all sub-partitions of a roll-up).
+                DELETE FROM {{ns}}._assetq_present;
+                INSERT INTO {{ns}}._assetq_present (asset_id)
+                SELECT s.asset_id
+                  FROM (SELECT r.asset_id, COUNT(DISTINCT r.source_key) AS n
+                          FROM {{ns}}._assetq_prow r WHERE r.pos <= v_limit
+                         GROUP BY r.asset_id) s
+                  LEFT JOIN {{ns}}.dag_schedule_asset_reference f
+                         ON f.asset_id = s.asset_id AND f.dag_id = p_dag_id
+                 WHERE s.n >= CASE
+                                  WHEN f.partition_mapping IS NULL OR f.partition_mapping = 'identity'
+                                       OR f.partition_require <> 'all' THEN 1
+                                  WHEN f.partition_mapping = 'hour_to_day' THEN 24
+                                  WHEN f.partition_mapping = 'day_to_week' THEN 7
+                                  WHEN f.partition_mapping = 'day_to_month' THEN v_days
+                                  ELSE (SELECT COUNT(*) FROM {{ns}}.dag_partition_static_key t
+                                         WHERE t.dag_id = p_dag_id AND t.asset_id = s.asset_id
+                                           AND t.target_key = v_key)
+                              END;
+                SELECT COUNT(DISTINCT m.clause_no) INTO v_met
+                  FROM {{ns}}._assetq_pmember m
+                 WHERE m.asset_id IN (SELECT x.asset_id FROM {{ns}}._assetq_present x);
+                IF v_clauses > 0 AND v_met = v_clauses THEN
+                    IF v_limit < v_n THEN
+                        UPDATE {{ns}}._assetq_prow SET claim = TRUE WHERE pos <= v_limit;
+                        SET v_claimed = TRUE;
+                    END IF;
+                    LEAVE present_loop;
                 END IF;
+                IF v_limit = v_n THEN
+                    LEAVE present_loop;
+                END IF;
+                SET v_limit = v_n;  -- the N oldest do not: does the whole queue?
+            END LOOP;
+
+            IF NOT v_claimed AND (v_clauses = 0 OR v_met < v_clauses) THEN
+                -- Not met: the key's rows read here are examined, by key; a row committed
+                -- meanwhile is not, and the next pass evaluates its key with it.
                 UPDATE {{ns}}._assetq_prow r
                   STRAIGHT_JOIN {{ns}}.asset_partition_queue p FORCE INDEX (PRIMARY)
                     ON p.target_dag_id = p_dag_id AND p.asset_event_id = r.asset_event_id
@@ -1483,13 +1534,111 @@ BEGIN
                 -- At the cap: this key and those after it stay as they are.
                 LEAVE key_loop;
             ELSE
+                IF NOT v_claimed AND (p_max_events IS NULL OR v_n <= p_max_events) THEN
+                    UPDATE {{ns}}._assetq_prow SET claim = TRUE;
+                ELSEIF NOT v_claimed THEN
+                    -- Witnesses: rows in queue order, each taken when its asset is in a clause
+                    -- no complete asset hits yet and it brings an upstream key the asset still
+                    -- needs; an asset with as many as it needs is complete. Then the complete
+                    -- assets, the last completed first, are dropped while the others still hit
+                    -- every clause, with their rows: a minimal set. declare_dag refused a cap
+                    -- below what they can need, so they fit in N.
+                    DELETE FROM {{ns}}._assetq_phave;
+                    DELETE FROM {{ns}}._assetq_phit;
+                    DELETE FROM {{ns}}._assetq_ptaken;
+                    SET v_pick_no = 0;
+                    witness_loop: WHILE v_pick_no < v_n DO
+                        SET v_pick_no = v_pick_no + 1;
+                        SELECT r.asset_id, r.source_key INTO v_asset, v_source
+                          FROM {{ns}}._assetq_prow r WHERE r.pos = v_pick_no;
+                        SELECT COUNT(*) INTO v_count FROM {{ns}}._assetq_phave h WHERE h.asset_id = v_asset;
+                        IF v_count > 0 THEN
+                            ITERATE witness_loop;
+                        END IF;
+                        SELECT COUNT(*) INTO v_count
+                          FROM {{ns}}._assetq_pmember m
+                         WHERE m.asset_id = v_asset
+                           AND m.clause_no NOT IN (SELECT h.clause_no FROM {{ns}}._assetq_phit h);
+                        IF v_count = 0 THEN
+                            ITERATE witness_loop;
+                        END IF;
+                        SELECT COUNT(*) INTO v_count
+                          FROM {{ns}}._assetq_ptaken t
+                         WHERE t.asset_id = v_asset AND t.source_key = v_source;
+                        IF v_count > 0 THEN
+                            ITERATE witness_loop;
+                        END IF;
+                        INSERT INTO {{ns}}._assetq_ptaken (pos, asset_id, source_key)
+                        VALUES (v_pick_no, v_asset, v_source);
+                        SELECT COUNT(DISTINCT t.source_key) INTO v_count
+                          FROM {{ns}}._assetq_ptaken t WHERE t.asset_id = v_asset;
+                        SELECT CASE
+                                   WHEN f.partition_mapping IS NULL OR f.partition_mapping = 'identity'
+                                        OR f.partition_require <> 'all' THEN 1
+                                   WHEN f.partition_mapping = 'hour_to_day' THEN 24
+                                   WHEN f.partition_mapping = 'day_to_week' THEN 7
+                                   WHEN f.partition_mapping = 'day_to_month' THEN v_days
+                                   ELSE (SELECT COUNT(*) FROM {{ns}}.dag_partition_static_key t
+                                          WHERE t.dag_id = p_dag_id AND t.asset_id = v_asset
+                                            AND t.target_key = v_key)
+                               END
+                          INTO v_required
+                          FROM (SELECT 1 AS one) x
+                          LEFT JOIN {{ns}}.dag_schedule_asset_reference f
+                                 ON f.asset_id = v_asset AND f.dag_id = p_dag_id;
+                        IF v_count >= v_required THEN
+                            INSERT INTO {{ns}}._assetq_phave (asset_id) VALUES (v_asset);
+                            INSERT IGNORE INTO {{ns}}._assetq_phit (clause_no)
+                            SELECT m.clause_no FROM {{ns}}._assetq_pmember m WHERE m.asset_id = v_asset;
+                            SELECT COUNT(*) INTO v_count FROM {{ns}}._assetq_phit;
+                            IF v_count = v_clauses THEN
+                                LEAVE witness_loop;
+                            END IF;
+                        END IF;
+                    END WHILE;
+                    SELECT MAX(h.pick_no) + 1 INTO v_pick_no FROM {{ns}}._assetq_phave h;
+                    prune_loop: LOOP
+                        SET v_asset = NULL;
+                        SELECT h.pick_no, h.asset_id INTO v_pick_no, v_asset
+                          FROM {{ns}}._assetq_phave h
+                         WHERE h.pick_no < v_pick_no
+                         ORDER BY h.pick_no DESC
+                         LIMIT 1;
+                        IF v_asset IS NULL THEN
+                            LEAVE prune_loop;
+                        END IF;
+                        SELECT COUNT(DISTINCT m.clause_no) INTO v_count
+                          FROM {{ns}}._assetq_pmember m
+                         WHERE m.asset_id IN (SELECT h.asset_id FROM {{ns}}._assetq_phave h
+                                               WHERE h.asset_id <> v_asset);
+                        IF v_count = v_clauses THEN
+                            DELETE FROM {{ns}}._assetq_phave WHERE asset_id = v_asset;
+                        END IF;
+                    END LOOP;
+                    UPDATE {{ns}}._assetq_prow r
+                      JOIN {{ns}}._assetq_ptaken t ON t.pos = r.pos
+                      JOIN {{ns}}._assetq_phave h ON h.asset_id = t.asset_id
+                       SET r.claim = TRUE;
+                    -- Then the oldest other rows, N in all.
+                    SELECT COUNT(*) INTO v_count FROM {{ns}}._assetq_prow r WHERE r.claim;
+                    IF v_count < p_max_events THEN
+                        SET v_count = p_max_events - v_count - 1;
+                        SET v_last = NULL;
+                        SELECT r.pos INTO v_last
+                          FROM {{ns}}._assetq_prow r WHERE NOT r.claim
+                         ORDER BY r.pos LIMIT v_count, 1;
+                        UPDATE {{ns}}._assetq_prow SET claim = TRUE
+                         WHERE NOT claim AND (v_last IS NULL OR pos <= v_last);
+                    END IF;
+                END IF;
+                SELECT COUNT(*), MAX(r.pos) INTO v_take, v_last FROM {{ns}}._assetq_prow r WHERE r.claim;
                 UPDATE {{ns}}.dag_lock SET last_run_seq = last_run_seq + 1, last_scheduled_at = p_now
                  WHERE dag_id = p_dag_id;
                 SELECT l.last_run_seq INTO v_seq FROM {{ns}}.dag_lock l WHERE l.dag_id = p_dag_id;
                 SELECT COALESCE(MAX(r.partition_generation), 0) + 1 INTO v_gen
                   FROM {{ns}}.dag_run r WHERE r.dag_id = p_dag_id AND r.partition_key = v_key;
                 SELECT r.asset_event_id, r.created_at INTO v_trigger, v_run_after
-                  FROM {{ns}}._assetq_prow r WHERE r.pos = v_take;
+                  FROM {{ns}}._assetq_prow r WHERE r.pos = v_last;
                 SET v_run_id = CONCAT('asset_triggered__', DATE_FORMAT(v_run_after, '%Y-%m-%dT%H:%i:%s.%f'),
                                       '+00:00__', v_seq);
                 INSERT INTO {{ns}}.dag_run (dag_id, run_id, seq, run_after, created_at,
@@ -1505,7 +1654,7 @@ BEGIN
                   FROM {{ns}}._assetq_prow k
                   STRAIGHT_JOIN {{ns}}.asset_dag_run_queue q FORCE INDEX (PRIMARY)
                     ON q.target_dag_id = p_dag_id AND q.asset_event_id = k.asset_event_id
-                 WHERE k.pos <= v_take;
+                 WHERE k.claim;
                 SET v_deleted = ROW_COUNT();
                 IF v_deleted <> v_take THEN
                     SET v_message = LEFT(CONCAT('[AQ900] claim guard: dag ', p_dag_id, ' claimed ', v_take,
@@ -1516,14 +1665,14 @@ BEGIN
                   FROM {{ns}}._assetq_prow k
                   STRAIGHT_JOIN {{ns}}.asset_partition_queue p FORCE INDEX (PRIMARY)
                     ON p.target_dag_id = p_dag_id AND p.asset_event_id = k.asset_event_id
-                 WHERE k.pos <= v_take;
+                 WHERE k.claim;
                 INSERT INTO {{ns}}.dagrun_asset_event (dag_run_id, asset_event_id, dag_id)
-                SELECT v_run_pk, k.asset_event_id, p_dag_id FROM {{ns}}._assetq_prow k WHERE k.pos <= v_take;
+                SELECT v_run_pk, k.asset_event_id, p_dag_id FROM {{ns}}._assetq_prow k WHERE k.claim;
 
                 SET SESSION group_concat_max_len = 1073741824;
                 SELECT CONCAT('[', GROUP_CONCAT(k.asset_event_id ORDER BY k.asset_event_id SEPARATOR ','), ']')
                   INTO v_event_ids
-                  FROM {{ns}}._assetq_prow k WHERE k.pos <= v_take;
+                  FROM {{ns}}._assetq_prow k WHERE k.claim;
                 SET SESSION group_concat_max_len = v_saved_gcl;
                 IF NOT (JSON_LENGTH(v_event_ids) <=> v_take) THEN
                     SET v_message = LEFT(CONCAT('[AQ900] claim guard: event ids of dag ', p_dag_id,
@@ -1538,7 +1687,8 @@ BEGIN
 
                 -- With N, a key left with rows is looked at again by the next pass.
                 IF v_n > v_take THEN
-                    SELECT r.asset_event_id INTO v_next_id FROM {{ns}}._assetq_prow r WHERE r.pos = v_take + 1;
+                    SELECT r.asset_event_id INTO v_next_id
+                      FROM {{ns}}._assetq_prow r WHERE NOT r.claim ORDER BY r.pos LIMIT 1;
                     UPDATE {{ns}}.asset_partition_queue SET examined = FALSE
                      WHERE target_dag_id = p_dag_id AND asset_event_id = v_next_id;
                 END IF;
@@ -1666,7 +1816,9 @@ BEGIN
     DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_candidate, {{ns}}._assetq_claim, {{ns}}._assetq_run,
                                    {{ns}}._assetq_member, {{ns}}._assetq_queue, {{ns}}._assetq_oldest,
                                    {{ns}}._assetq_chosen, {{ns}}._assetq_reap, {{ns}}._assetq_reaped,
-                                   {{ns}}._assetq_pkey, {{ns}}._assetq_prow, {{ns}}._assetq_present;
+                                   {{ns}}._assetq_pkey, {{ns}}._assetq_prow, {{ns}}._assetq_present,
+                                   {{ns}}._assetq_pmember, {{ns}}._assetq_phave, {{ns}}._assetq_phit,
+                                   {{ns}}._assetq_ptaken;
     CREATE TEMPORARY TABLE {{ns}}._assetq_candidate (
         pos    BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
         dag_id VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
@@ -2178,7 +2330,9 @@ BEGIN
     DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_candidate, {{ns}}._assetq_claim, {{ns}}._assetq_run,
                                    {{ns}}._assetq_member, {{ns}}._assetq_queue, {{ns}}._assetq_oldest,
                                    {{ns}}._assetq_chosen, {{ns}}._assetq_reap, {{ns}}._assetq_reaped,
-                                   {{ns}}._assetq_pkey, {{ns}}._assetq_prow, {{ns}}._assetq_present;
+                                   {{ns}}._assetq_pkey, {{ns}}._assetq_prow, {{ns}}._assetq_present,
+                                   {{ns}}._assetq_pmember, {{ns}}._assetq_phave, {{ns}}._assetq_phit,
+                                   {{ns}}._assetq_ptaken;
 END $$
 
 -- Moves run p_run_id of consumer p_dag_id to state p_state and returns it as one result set

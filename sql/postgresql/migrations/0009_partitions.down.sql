@@ -14,7 +14,7 @@ SELECT p.proname::text AS routine, pg_catalog.pg_get_userbyid(a.grantee) AS gran
    AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner AND a.grantee <> 0;
 
 DROP FUNCTION {{ns}}.schedule_pass(integer), {{ns}}.set_run_state(text, text, text), {{ns}}.claim_runs(text, integer, double precision, jsonb), {{ns}}.complete_run(text, text, integer, text, text, jsonb), {{ns}}.retry_run(text, text);
-DROP FUNCTION {{ns}}.partition_map(text, bigint, text, text), {{ns}}.partition_day(text), {{ns}}.partition_required(text, bigint, text, text, text), {{ns}}.set_dag_partitions(text, jsonb), {{ns}}.schedule_partitions(text, integer, integer, timestamptz);
+DROP FUNCTION {{ns}}.partition_map(text, bigint, text, text), {{ns}}.partition_day(text), {{ns}}.partition_required(text, bigint, text, text, text), {{ns}}.partition_present(text, text, bigint[], text[]), {{ns}}.set_dag_partitions(text, jsonb), {{ns}}.schedule_partitions(text, integer, integer, timestamptz);
 
 CREATE FUNCTION {{ns}}.schedule_pass(p_limit integer DEFAULT 100)
 RETURNS TABLE (
