@@ -1317,7 +1317,7 @@ END $$
 -- every pending key). The runs it creates go into the pass's _assetq_run; it advances the
 -- consumer's run sequence in dag_lock. Its own temporary tables, created here on first use and
 -- dropped by schedule_pass:
---   _assetq_pkey    the keys to evaluate: those of the (at most 10,000) oldest rows not yet
+--   _assetq_pkey    the keys to evaluate: those of the (at most 1,000) oldest rows not yet
 --                   examined, in order of their first such row
 --   _assetq_prow    the key's rows in queue order (all, or the N + 1 oldest), pos 1 the
 --                   oldest; with N and the condition not met, also its rows after those
@@ -1427,7 +1427,7 @@ BEGIN
               FROM {{ns}}.asset_partition_queue p FORCE INDEX (asset_partition_queue_new_idx)
              WHERE p.target_dag_id = p_dag_id AND p.examined = FALSE
              ORDER BY p.asset_event_id
-             LIMIT 10000) a
+             LIMIT 1000) a
      GROUP BY a.partition_key
      ORDER BY MIN(a.asset_event_id);
 
