@@ -288,5 +288,5 @@ def test_schedule_rejects_bad_arguments(
 
 
 def test_calling_an_uninstalled_namespace_fails_cleanly(seeded: TestDatabase) -> None:
-    with pytest.raises(assetq.DatabaseError), seeded.engine.begin() as conn:
+    with pytest.raises(assetq.NotInstalled, match="assetq install"), seeded.engine.begin() as conn:
         assetq.register_event(conn, "orders", namespace="not_installed")

@@ -72,6 +72,7 @@ def test_upgrading_a_0002_install_keeps_its_data_and_adds_the_operations(
     from alembic import command
 
     from assetq import migrate
+    from assetq.api import _utc
     from assetq.dialects import dialect_for
 
     with empty_db.engine.begin() as conn:
@@ -83,14 +84,28 @@ def test_upgrading_a_0002_install_keeps_its_data_and_adds_the_operations(
             empty_db.engine_sql("declare_dag_before_0004"),
             {"dag_id": "report", "condition": '{"asset":"orders"}', "clauses": '[["orders"]]'},
         )
-        first = assetq.register_event(conn, "orders")
+        # The call as 0002 had it (today's package refuses a 0002 schema: SchemaTooOld).
+        first = dialect_for(conn).execute(
+            conn,
+            "register_event",
+            "assetq",
+            {
+                "asset": "orders",
+                "extra": "{}",
+                "source_dag_id": None,
+                "source_task_id": None,
+                "source_run_id": None,
+                "source_map_index": -1,
+                "idempotency_key": None,
+            },
+        )[0]
     url = empty_db.url.render_as_string(hide_password=False)
     done = _assetq("upgrade", url=url)
     assert done.returncode == 0, done.stderr
     assert f"0002_batch_registration -> {assetq.head_revision()}" in done.stdout
     with empty_db.engine.connect() as conn:
         (report,) = assetq.status(conn)
-    assert (report.queued_events, report.oldest_queued_at) == (1, first.timestamp)
+    assert (report.queued_events, report.oldest_queued_at) == (1, _utc(first.event_timestamp))
     (run,) = assetq.schedule(empty_db.engine)
-    assert run.event_ids == (first.id,)
+    assert run.event_ids == (first.event_id,)
     assert assetq.doctor(empty_db.engine).ok

@@ -228,8 +228,14 @@ def test_a_newer_schema_in_the_window_works_and_outside_it_says_which_package(
 def test_the_check_runs_once_per_engine_and_namespace(db: TestDatabase) -> None:
     migrate.forget_checks()
     _check(db)
+    old = "0007_capped_claim"  # the version table and its marker, as an install leaves them
     table = f"{db.dialect.quote_ns(db.namespace)}.{migrate.VERSION_TABLE}"
-    db.execute(f"UPDATE {table} SET version_num = '0007_capped_claim'")
+    db.execute(f"UPDATE {table} SET version_num = '{old}'")
+    db.execute(
+        migrate._upgrade_sql(
+            db.dialect, "write_compat_marker", db.namespace, migrate.compat_marker(old)
+        )
+    )
     _check(db)  # found compatible once: not read again
     migrate.forget_checks()
     with pytest.raises(assetq.SchemaTooOld):

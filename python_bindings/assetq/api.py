@@ -26,7 +26,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from . import conditions, errors, logs, partitions
 from .dialects import Dialect, dialect_for, dialect_of
 from .handles import Handle, connection_of, engine_of
-from .migrate import DEFAULT_NAMESPACE
+from .migrate import DEFAULT_NAMESPACE, check_schema
 from .validation import (
     ASSET_NAME_MAX,
     BATCH_MAX_BYTES,
@@ -225,6 +225,15 @@ def _utc(value: datetime) -> datetime:
     return value.astimezone(timezone.utc)
 
 
+def _checked(conn: Connection, namespace: str) -> Dialect:
+    """``conn``'s dialect, once this package is known to work against the schema in
+    ``namespace`` (NotInstalled, SchemaTooOld or SchemaTooNew with the fix otherwise, before
+    the call's own statement could fail on it): one statement on the first call of a
+    process for each engine and namespace, none after (migrate.check_schema)."""
+    check_schema(conn, namespace)
+    return dialect_for(conn)
+
+
 @contextmanager
 def _translated(dialect: Dialect) -> Iterator[None]:
     try:
@@ -323,7 +332,7 @@ def declare_asset(
     uri = check_optional_name(uri, "asset uri", ASSET_NAME_MAX)
     extra_text = None if extra is None else extra_json(extra)
     namespace = check_namespace(namespace)
-    dialect = dialect_for(conn)
+    dialect = _checked(conn, namespace)
     with _translated(dialect), _savepoint(conn, savepoint):
         rows = dialect.execute(
             conn, "declare_asset", namespace, {"name": name, "uri": uri, "extra": extra_text}
@@ -416,7 +425,7 @@ def declare_dag(
         "retry_delay_seconds": delay,
         "max_retry_delay_seconds": max_delay,
     }
-    dialect = dialect_for(conn)
+    dialect = _checked(conn, namespace)
     with _translated(dialect), _savepoint(conn, savepoint), dialect.several(conn):
         dialect.execute(conn, "declare_dag", namespace, params)
         dialect.execute(
@@ -432,7 +441,7 @@ def _set_paused(
 ) -> None:
     dag_id = check_dag_id(dag_id)
     namespace = check_namespace(namespace)
-    dialect = dialect_for(conn)
+    dialect = _checked(conn, namespace)
     with _translated(dialect), _savepoint(conn, savepoint):
         dialect.execute(conn, "set_dag_paused", namespace, {"dag_id": dag_id, "paused": paused})
 
@@ -505,7 +514,7 @@ def register_event(
     src = _source(source)
     key = check_optional_name(idempotency_key, "idempotency_key", IDEMPOTENCY_KEY_MAX)
     namespace = check_namespace(namespace)
-    dialect = dialect_for(conn)
+    dialect = _checked(conn, namespace)
     params = {
         "asset": asset,
         "extra": extra_text,
@@ -662,7 +671,7 @@ def register_events(
             f"the batch is {size} bytes of JSON; the limit is {BATCH_MAX_BYTES}: split it into"
             " several calls (in one transaction they are still atomic together)"
         )
-    dialect = dialect_for(conn)
+    dialect = _checked(conn, namespace)
     with _translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
         rows = dialect.execute(conn, "register_events", namespace, {"events": payload})
     if [int(row.item_no) for row in rows] != list(range(1, len(items) + 1)):
@@ -731,6 +740,7 @@ def read_committed_transaction(
                     # psycopg's autocommit is a client-side switch: no round trip, here or
                     # when the pool resets the connection.
                     auto = conn.execution_options(isolation_level="AUTOCOMMIT")
+                    check_schema(auto, namespace)
                     rows = dialect.execute(auto, query, namespace, params)
                 else:
                     with conn.begin():
@@ -740,6 +750,7 @@ def read_committed_transaction(
                         # extra round trip that, on a connection the server cut, raised a raw
                         # driver error.
                         dialect.execute(conn, "scheduler_transaction", namespace)
+                        check_schema(conn, namespace)
                         rows = dialect.execute(conn, query, namespace, params)
             logs.connection_back(engine)
             return rows
@@ -921,7 +932,7 @@ def set_run_state(
     dag_id, run_id = _run_key(dag_id, run_id)
     _check_state(state)
     namespace = check_namespace(namespace)
-    dialect = dialect_for(conn)
+    dialect = _checked(conn, namespace)
     params = {"dag_id": dag_id, "run_id": run_id, "state": state}
     with _translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
         rows = dialect.execute(conn, "set_run_state", namespace, params)
@@ -937,7 +948,7 @@ def get_run(
     conn = connection_of(conn, "get_run")
     dag_id, run_id = _run_key(dag_id, run_id)
     namespace = check_namespace(namespace)
-    dialect = dialect_for(conn)
+    dialect = _checked(conn, namespace)
     with _translated(dialect):
         rows = dialect.execute(conn, "get_run", namespace, {"dag_id": dag_id, "run_id": run_id})
     if not rows:
@@ -958,7 +969,7 @@ def delete_dag(
     conn = connection_of(conn, "delete_dag")
     dag_id = check_dag_id(dag_id)
     namespace = check_namespace(namespace)
-    dialect = dialect_for(conn)
+    dialect = _checked(conn, namespace)
     with _translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
         dialect.execute(conn, "delete_dag", namespace, {"dag_id": dag_id})
     log.info("assetq: deleted dag %s", dag_id)
@@ -979,7 +990,7 @@ def delete_asset(
     conn = connection_of(conn, "delete_asset")
     asset = check_name(asset, "asset", ASSET_NAME_MAX)
     namespace = check_namespace(namespace)
-    dialect = dialect_for(conn)
+    dialect = _checked(conn, namespace)
     with _translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
         rows = dialect.execute(conn, "delete_asset", namespace, {"asset": asset})
     deleted = int(rows[0].deleted_events)
@@ -1013,7 +1024,7 @@ def runs(
     check_int(limit, "limit", 1, PAGE_MAX)
     _check_before(before)
     namespace = check_namespace(namespace)
-    dialect = dialect_for(conn)
+    dialect = _checked(conn, namespace)
     params = {
         "dag_id": dag_id,
         "state": state,
@@ -1040,7 +1051,7 @@ def _all_runs(
     check_int(limit, "limit", 1, PAGE_MAX)
     _check_before(before)
     namespace = check_namespace(namespace)
-    dialect = dialect_for(conn)
+    dialect = _checked(conn, namespace)
     params = {
         "state": state,
         "before_id": None if before is None else before.id,
@@ -1067,7 +1078,7 @@ def queued_events(
     check_int(limit, "limit", 1, PAGE_MAX)
     _check_after(after)
     namespace = check_namespace(namespace)
-    dialect = dialect_for(conn)
+    dialect = _checked(conn, namespace)
     params = {
         "dag_id": dag_id,
         "after_timestamp": None if after is None else _db_time(dialect, after.timestamp),
@@ -1097,7 +1108,7 @@ def consumed_events(
     check_int(limit, "limit", 1, PAGE_MAX)
     _check_after(after)
     namespace = check_namespace(namespace)
-    dialect = dialect_for(conn)
+    dialect = _checked(conn, namespace)
     params = {
         "dag_id": dag_id,
         "run_id": run_id,
@@ -1325,7 +1336,7 @@ def complete_run(
             raise errors.InvalidArgumentType(f"error must be a str, got {type(error).__name__}")
         error = error.replace("\x00", "")[:ERROR_MAX]
     namespace = check_namespace(namespace)
-    dialect = dialect_for(conn)
+    dialect = _checked(conn, namespace)
     params = {
         "dag_id": claim.dag_id,
         "run_id": claim.run_id,
@@ -1360,7 +1371,7 @@ def retry_run(
     conn = connection_of(conn, "retry_run")
     dag_id, run_id = _run_key(dag_id, run_id)
     namespace = check_namespace(namespace)
-    dialect = dialect_for(conn)
+    dialect = _checked(conn, namespace)
     with _translated(dialect), dialect.atomic(conn):
         rows = dialect.execute(conn, "retry_run", namespace, {"dag_id": dag_id, "run_id": run_id})
     info = _run_info(rows[0])

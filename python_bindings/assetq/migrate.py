@@ -22,6 +22,7 @@ import random
 import re
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -922,6 +923,7 @@ def migrate_connection(
         installed = current_revision(conn, namespace)
         if installed is not None:
             _write_marker(conn, dialect, namespace, installed)
+        forget_checks(conn.engine, namespace)  # this process's next call checks again
         return installed
 
 
@@ -1048,6 +1050,8 @@ def _remove(conn: Connection, dialect: Dialect, namespace: str) -> None:
 
 
 _MARKER = re.compile(r"works with packages from schema (\w+)")
+#: The revision a marker names (compat_marker: "assetq schema <revision>; ...").
+_MARKED_REVISION = re.compile(r"assetq schema (\w+)")
 
 
 @functools.cache
@@ -1144,30 +1148,68 @@ def require_installed(conn: Connection, namespace: str) -> None:
         raise advice.exception()
 
 
-#: (engine URL, namespace) pairs whose schema this process found compatible.
-_compatible: set[tuple[str, str]] = set()
+#: The namespaces each engine's schema was found compatible in, by ``id(engine)``: the
+#: engine (a weak reference: an id is reused once its engine is gone) and the namespaces.
+#: Read without a lock (one dict lookup on every API call); written under the lock.
+_compatible: dict[int, tuple[weakref.ref[Engine], frozenset[str]]] = {}
 _compatible_lock = threading.Lock()
+
+#: MySQL codes of a schema_state read in a namespace without assetq: no such table, no such
+#: database.
+_NOT_THERE = frozenset({"1146", "1049"})
 
 
 def check_schema(conn: Connection, namespace: str) -> None:
-    """:func:`require_installed`, once per process for each engine and namespace: the first
-    API call against a namespace checks (two small catalog reads), later ones cost a set
-    lookup. A schema found compatible stays so for the process (a rolling deploy upgrades
-    only additively under running processes); one found incompatible is checked again on
-    the next call, so an upgrade that fixes it is seen."""
-    key = (conn.engine.url.render_as_string(hide_password=True), namespace)
-    if key in _compatible:
+    """Raise NotInstalled, SchemaTooOld or SchemaTooNew (with the fix) unless this package
+    works against the schema in ``namespace``; once per process for each engine and
+    namespace. Every API function calls it before its first statement: the first call on an
+    engine and namespace sends one statement more (schema_state, in the caller's transaction,
+    never failing it on PostgreSQL), later ones none (a dict lookup). A schema found
+    compatible stays so for the engine's life in this process (a rolling deploy upgrades only
+    additively under running processes; this process's own install, upgrade or uninstall
+    forgets it); one found incompatible is read again on the next call, so an upgrade that
+    fixes it is seen. Thread-safe: threads whose first calls overlap each check once."""
+    engine = conn.engine
+    found = _compatible.get(id(engine))
+    if found is not None and namespace in found[1] and found[0]() is engine:
         return
-    require_installed(conn, namespace)
+    dialect = dialect_for(conn)
+    sql = text(_upgrade_sql(dialect, "schema_state", namespace))
+    try:
+        row = conn.execute(sql, {"namespace": namespace}).first()
+    except DBAPIError as exc:
+        if dialect.error_code(exc) not in _NOT_THERE:
+            raise dialect.translate(exc) from exc
+        row = None
+    revision: str | None = None
+    marker = _MARKER.search(str(row.marker or "")) if row is not None else None
+    if row is not None and row.installed:
+        named = _MARKED_REVISION.match(str(row.marker or ""))
+        revision = row.revision or (named.group(1) if named else None)
+        if revision is None:  # no marker (an older package installed it): read the table
+            read = text(_upgrade_sql(dialect, "schema_revision", namespace))
+            revision = conn.execute(read).scalar()
+    advice = schema_advice(revision, marker.group(1) if marker else None, namespace)
+    if advice is not None:
+        raise advice.exception()
     with _compatible_lock:
-        _compatible.add(key)
+        found = _compatible.get(id(engine))
+        namespaces = found[1] if found is not None and found[0]() is engine else frozenset()
+        _compatible[id(engine)] = (weakref.ref(engine), namespaces | {namespace})
 
 
-def forget_checks() -> None:
-    """Forget every namespace :func:`check_schema` found compatible (tests; after a
-    downgrade)."""
+def forget_checks(engine: Engine | None = None, namespace: str | None = None) -> None:
+    """Forget what :func:`check_schema` found compatible: everything (tests), or
+    ``namespace`` of ``engine`` (after this process installed, upgraded or removed it)."""
     with _compatible_lock:
-        _compatible.clear()
+        if engine is None:
+            _compatible.clear()
+            return
+        found = _compatible.pop(id(engine), None)
+        if found is not None and found[0]() is engine and namespace is not None:
+            left = found[1] - {namespace}
+            if left:
+                _compatible[id(engine)] = (found[0], left)
 
 
 # -- offline: the same steps as SQL text ----------------------------------------------------

@@ -29,3 +29,12 @@ ALTER TABLE {{ns}}.assetq_alembic_version COMMENT = {{marker}}
 SELECT table_comment AS marker
   FROM information_schema.tables
  WHERE table_schema = :namespace AND table_name = 'assetq_alembic_version'
+
+-- schema_state --
+-- The first API call's check (migrate.check_schema): the installed revision and the marker
+-- in one statement. A namespace without assetq fails it with 1146 (1049: no database), which
+-- rolls back this statement only and is NotInstalled.
+SELECT 1 AS installed, v.version_num AS revision,
+       (SELECT t.table_comment FROM information_schema.tables t
+         WHERE t.table_schema = :namespace AND t.table_name = 'assetq_alembic_version') AS marker
+  FROM {{ns}}.assetq_alembic_version v

@@ -73,3 +73,19 @@ DROP TRIGGER IF EXISTS {{name}} ON {{ns}}.{{table}}
 -- repair_view --
 -- repair: the view {{name}} as the reference has it ({{body}}: its pg_get_viewdef).
 CREATE OR REPLACE VIEW {{ns}}.{{name}} AS {{body}}
+
+-- schema_state --
+-- The first API call's check (migrate.check_schema), in one statement that never fails (a
+-- SELECT of a missing version table would abort the caller's transaction): whether the
+-- version table exists, and its marker, which names the installed revision (write_compat_marker
+-- rewrites it after every install, upgrade and downgrade). schema_revision reads the table
+-- itself for a schema whose marker does not name it.
+SELECT c.oid IS NOT NULL AS installed, obj_description(c.oid, 'pg_class') AS marker,
+       CAST(NULL AS text) AS revision
+  FROM (SELECT 1) AS one
+  LEFT JOIN (pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace)
+    ON n.nspname = :namespace AND c.relname = 'assetq_alembic_version' AND c.relkind = 'r'
+
+-- schema_revision --
+-- The installed revision, read from the version table (schema_state found it exists).
+SELECT version_num AS revision FROM {{ns}}.assetq_alembic_version
