@@ -41,6 +41,7 @@ HANDLE_KINDS = {
     "complete_run": "conn",
     "retry_run": "conn",
     "status": "conn",
+    "processes": "conn",
     "current_revision": "conn",
     "schedule": "engine",
     "claim_runs": "engine",

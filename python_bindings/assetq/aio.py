@@ -54,6 +54,7 @@ from . import api, errors, ops
 from .api import Claim, NewEvent, RunInfo
 from .dialects import dialect_of
 from .handles import WRONG_HANDLE_CODE
+from .liveness import DEFAULT_INTERVAL, Liveness, check_interval
 from .logs import close_detached, connection_lost, first_line, log_retried, retry_level
 from .metrics import AttemptOutcome
 from .migrate import DEFAULT_NAMESPACE
@@ -86,6 +87,7 @@ __all__ = [
     "grant_roles",
     "heartbeat",
     "pause_dag",
+    "processes",
     "purge",
     "queued_events",
     "register_event",
@@ -231,6 +233,7 @@ delete_asset = _in_transaction(api.delete_asset)
 complete_run = _in_transaction(api.complete_run)
 retry_run = _in_transaction(api.retry_run)
 status = _in_transaction(ops.status)
+processes = _in_transaction(ops.processes)
 
 # -- transactions of their own -----------------------------------------------------------------
 
@@ -357,6 +360,7 @@ async def run_scheduler(
     backoff_initial: float = 0.5,
     backoff_max: float = 30.0,
     max_attempts: int = 8,
+    liveness_interval: float | None = DEFAULT_INTERVAL,
 ) -> SchedulerStats:
     """Async version of :func:`assetq.run_scheduler`: scheduler passes until ``stop_event``
     is set (or ``max_passes`` passes were made), as a task of the running loop.
@@ -372,6 +376,7 @@ async def run_scheduler(
     retried after a backoff (``backoff_initial`` doubling up to ``backoff_max``); an
     exception ``on_run`` or ``on_pass`` raises ends the loop. A pass in progress always
     finishes. Safe to run with any number of other schedulers, sync or async.
+    ``liveness_interval``: its row in the liveness table, as the sync loop's.
     """
     sync = _engine(engine, "run_scheduler")
     check_int(limit, "limit", 1, 1_000_000)
@@ -382,8 +387,10 @@ async def run_scheduler(
     initial = seconds(backoff_initial, "backoff_initial")
     cap = seconds(backoff_max, "backoff_max")
     namespace = check_namespace(namespace)
+    liveness_interval = check_interval(liveness_interval)
     stop = stop_event if stop_event is not None else asyncio.Event()
     rounds = _Round(sync, dialect_of(sync), namespace)
+    alive = Liveness(sync, namespace, "scheduler", liveness_interval, shown_interval=poll)
     dialect = dialect_of(sync)
     own_listen_engine: Engine | None = None
     listener: _Listener | None = None
@@ -417,7 +424,9 @@ async def run_scheduler(
         else f"polling every {poll:g} s",
     )
     try:
+        await greenlet_spawn(alive.beat_if_due)
         while not stop.is_set() and (max_passes is None or stats.passes < max_passes):
+            await greenlet_spawn(alive.beat_if_due)  # between passes, as sync
             if listener is not None and not listener.connected:
                 try:
                     await asyncio.to_thread(listener.connect)  # before the pass, as sync
@@ -482,6 +491,7 @@ async def run_scheduler(
             await asyncio.to_thread(listener.close)
         if own_listen_engine is not None:
             own_listen_engine.dispose()
+        await greenlet_spawn(alive.gone)
         log.info(
             "assetq scheduler (asyncio): stopped after %d passes, %d runs, %d events,"
             " %d errors in %.0f s",
@@ -594,6 +604,7 @@ async def run_worker(
     max_runs: int | None = None,
     on_complete: Callable[[Claim, RunInfo | None, AttemptOutcome], None] | None = None,
     backoff_max: float = 30.0,
+    liveness_interval: float | None = DEFAULT_INTERVAL,
 ) -> WorkerStats:
     """Async version of :func:`assetq.run_worker`: claim and execute runs of the consumers in
     ``handlers`` until ``stop`` is set (or ``max_runs`` attempts were completed).
@@ -607,6 +618,8 @@ async def run_worker(
     (``listen=True``) idle slots are woken by the notification of the pass that created
     runs. The same guarantees as the sync worker: every attempt is held by one worker, a
     stale holder's completion is refused (``on_complete`` gets ``"lost"``).
+    ``liveness_interval``: its row in the liveness table, as the sync worker's (a task
+    records it).
     """
     sync = _engine(engine, "run_worker")
     table = _handlers(handlers)
@@ -628,6 +641,7 @@ async def run_worker(
     if max_runs is not None:
         check_int(max_runs, "max_runs", 1, 2**62)
     namespace = check_namespace(namespace)
+    liveness_interval = check_interval(liveness_interval)
     stop_event = stop if stop is not None else asyncio.Event()
     dialect = dialect_of(sync)
     dag_ids = sorted(table)
@@ -804,17 +818,28 @@ async def run_worker(
         lease_seconds,
         ", ".join(dag_ids),
     )
+    alive = Liveness(sync, namespace, "worker", liveness_interval, name=name)
+
+    async def live() -> None:
+        """The worker's liveness row, every ``liveness_interval`` until it stops."""
+        if liveness_interval is None:
+            return
+        while not quit_.is_set():
+            await greenlet_spawn(alive.beat)
+            await _wait(quit_, liveness_interval)
+
     started = time.monotonic()
-    helpers = [asyncio.ensure_future(beat())]
+    helpers = [asyncio.ensure_future(beat()), asyncio.ensure_future(live())]
     if listen and dialect.supports_notify:
         helpers.append(asyncio.ensure_future(_listen(engine, namespace, wakeup, quit_, poll)))
     try:
         await asyncio.gather(*(slot(n) for n in range(1, concurrency + 1)))
     finally:
         quit_.set()
-        for task in helpers[1:]:
+        for task in helpers[2:]:
             task.cancel()
         await asyncio.gather(*helpers, return_exceptions=True)
+        await greenlet_spawn(alive.gone)
         log.info(
             "assetq worker (asyncio): %s stopped after %d claims: %d succeeded, %d failed,"
             " %d lost, %d errors in %.0f s",

@@ -54,7 +54,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
-from . import __version__, logs, migrate, ops
+from . import __version__, liveness, logs, migrate, ops
 from .dialects import dialect_of, engine_arguments
 from .errors import AssetqError, InvalidArgument, NotInstalled, TransientError
 from .validation import check_namespace
@@ -508,6 +508,29 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _liveness_seconds(text: str) -> float | None:
+    """--liveness-interval: seconds, 0 for none."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 604_800:
+        raise argparse.ArgumentTypeError(f"must be 0 (none) to 604800 seconds, got {text}")
+    return value or None
+
+
+def _liveness_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--liveness-interval",
+        type=_liveness_seconds,
+        default=liveness.DEFAULT_INTERVAL,
+        metavar="SECONDS",
+        help=f"record this {what} in the liveness table `assetq status` shows every SECONDS"
+        f" (default {liveness.DEFAULT_INTERVAL:g}; stale after"
+        f" {liveness.STALE_INTERVALS} intervals; 0: not at all)",
+    )
+
+
 def _json_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true", help=f"print {what} as JSON")
 
@@ -531,6 +554,7 @@ def _scheduler_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _listen_url_option(parser)
     _metrics_options(parser)
+    _liveness_option(parser, "scheduler")
     parser.add_argument(
         "--summary-interval",
         type=_positive_float,
@@ -695,6 +719,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
                 listen_engine=listen_engine,
                 summary_interval=args.summary_interval,
                 metrics=metrics,
+                liveness_interval=args.liveness_interval,
             )
     finally:
         engine.dispose()
@@ -739,6 +764,7 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _listen_url_option(parser)
     _metrics_options(parser)
+    _liveness_option(parser, "worker")
     parser.add_argument(
         "--worker-id", metavar="NAME", help="this worker's name in claims (default host:pid:random)"
     )
@@ -835,6 +861,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 max_runs=args.max_runs,
                 on_complete=on_complete,
                 metrics=metrics,
+                liveness_interval=args.liveness_interval,
             )
     finally:
         endpoint.close()
@@ -877,6 +904,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         revision = _installed_revision(engine, url, namespace)
         with engine.connect() as conn:
             consumers = ops.status(conn, namespace=namespace)
+            alive = (
+                ops.processes(conn, namespace=namespace)
+                if ops.processes_supported(revision)
+                else []
+            )
             marker = migrate.read_marker(conn, namespace)
     finally:
         engine.dispose()
@@ -915,6 +947,14 @@ def cmd_status(args: argparse.Namespace) -> int:
                         }
                         for c in consumers
                     ],
+                    "processes": [
+                        {
+                            **asdict(p),
+                            "started_at": p.started_at.isoformat(),
+                            "last_seen_at": p.last_seen_at.isoformat(),
+                        }
+                        for p in alive
+                    ],
                 },
                 indent=2,
             )
@@ -924,8 +964,48 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"assetq namespace {namespace!r} of {_shown(url)}: schema {revision}{behind}")
     queued = sum(c.queued_events for c in consumers)
     print(f"{len(consumers)} consumers; {queued} queued (events waiting, counted per consumer)")
-    if not consumers:
-        return EXIT_OK
+    if consumers:
+        _print_consumers(consumers)
+    if alive:
+        _print_processes(alive)
+    return EXIT_OK
+
+
+def _print_table(header: tuple[str, ...], table: Sequence[tuple[str, ...]]) -> None:
+    widths = [max(len(row[i]) for row in (header, *table)) for i in range(len(header))]
+    for row in (header, *table):
+        cells = [
+            v.ljust(w) if i == 0 else v.rjust(w)
+            for i, (v, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        print("  ".join(cells).rstrip())
+
+
+def _print_processes(alive: list[ops.ProcessStatus]) -> None:
+    """The liveness table: one line per scheduler and worker, the stale ones flagged."""
+    stale = sum(p.stale for p in alive)
+    print(
+        f"{len(alive)} processes ({stale} stale: not seen for {liveness.STALE_INTERVALS}"
+        " of their heartbeat intervals)"
+    )
+    header = ("kind", "host", "pid", "version", "started (UTC)", "last seen", "state", "name")
+    table = [
+        (
+            p.kind,
+            p.host,
+            str(p.pid),
+            p.version,
+            p.started_at.strftime("%Y-%m-%d %H:%M:%S"),
+            _age(timedelta(seconds=p.last_seen_age_seconds)),
+            "stale" if p.stale else "live",
+            p.name or "-",
+        )
+        for p in alive
+    ]
+    _print_table(header, table)
+
+
+def _print_consumers(consumers: list[ops.DagStatus]) -> None:
     header = (
         "dag_id",
         "state",
@@ -961,14 +1041,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
         for c in consumers
     ]
-    widths = [max(len(row[i]) for row in (header, *table)) for i in range(len(header))]
-    for row in (header, *table):
-        cells = [
-            v.ljust(w) if i == 0 else v.rjust(w)
-            for i, (v, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        print("  ".join(cells).rstrip())
-    return EXIT_OK
+    _print_table(header, table)
 
 
 # -- doctor --------------------------------------------------------------------------------
@@ -1099,13 +1172,21 @@ def cmd_purge(args: argparse.Namespace) -> int:
                         "cutoff": cutoff,
                         "runs": preview.runs,
                         "events": preview.events,
+                        "processes": preview.processes,
                     }
                 )
             )
         else:
             print(
                 f"assetq: dry run: purge would delete {_n(preview.runs, 'run')} and"
-                f" {_n(preview.events, 'event')} from before {cutoff}; nothing was deleted"
+                f" {_n(preview.events, 'event')} from before {cutoff}"
+                + (
+                    f", and {_n(preview.processes, 'liveness row')} of processes last seen"
+                    " before it"
+                    if preview.processes
+                    else ""
+                )
+                + "; nothing was deleted"
             )
         return EXIT_OK
     if args.json:
@@ -1118,6 +1199,12 @@ def cmd_purge(args: argparse.Namespace) -> int:
             f" {_n(result.events_deleted, 'event')} from before {result.cutoff.isoformat()};"
             f" {_n(result.events_examined, 'old event')} examined, those kept are still queued"
             f" or linked to a kept run; {_n(result.batches, 'batch', 'batches')}"
+            + (
+                f"; {_n(result.processes_deleted, 'liveness row')} of processes last seen before"
+                " the cutoff"
+                if result.processes_deleted
+                else ""
+            )
         )
     return EXIT_OK
 

@@ -26,6 +26,7 @@ from . import errors, migrate, sqlfiles
 from .api import _translated, _utc, read_committed_transaction
 from .dialects import Dialect, dialect_for, dialect_of
 from .handles import Handle, connection_of, engine_of, keyword_namespace
+from .liveness import STALE_INTERVALS, ProcessKind
 from .migrate import DEFAULT_NAMESPACE
 from .validation import check_int, check_namespace
 
@@ -136,6 +137,67 @@ def status(conn: Handle, *, namespace: str = DEFAULT_NAMESPACE) -> list[DagStatu
     ]
 
 
+@dataclass(frozen=True)
+class ProcessStatus:
+    """One scheduler or worker loop of the liveness table (schema 0010_liveness). Times are
+    UTC, ages by the database's clock. Field names are the columns' and the JSON keys of
+    ``assetq status --json``."""
+
+    process_id: str
+    kind: ProcessKind
+    #: The worker's name (its runs' ``worker`` starts with it); None for a scheduler.
+    name: str | None
+    host: str
+    pid: int
+    #: The assetq package version the process runs.
+    version: str
+    #: How often it promised to heartbeat, seconds.
+    interval_seconds: float
+    started_at: datetime
+    last_seen_at: datetime
+    last_seen_age_seconds: float
+    #: Not seen for more than STALE_INTERVALS of its intervals: killed, hung, or its host or
+    #: network gone. A clean stop deletes the row instead.
+    stale: bool
+
+
+def processes_supported(revision: str | None) -> bool:
+    """Whether schema ``revision`` has the liveness table (0010_liveness and later)."""
+    known = migrate.revisions()
+    if revision is None or revision not in known:
+        return revision is not None  # a newer schema than this package: it has it
+    return known.index(revision) >= known.index("0010_liveness")
+
+
+@keyword_namespace
+def processes(conn: Handle, *, namespace: str = DEFAULT_NAMESPACE) -> list[ProcessStatus]:
+    """The scheduler and worker loops that recorded themselves in ``namespace``'s liveness
+    table, schedulers first, each with how long ago it was last seen and whether it is
+    stale (not seen for more than three of its intervals). A read in the caller's
+    transaction. Rows of killed processes stay until ``purge`` removes them."""
+    conn = connection_of(conn, "processes")
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    with _translated(dialect):
+        rows = dialect.execute(conn, "processes", namespace, {"stale_intervals": STALE_INTERVALS})
+    return [
+        ProcessStatus(
+            process_id=str(row.process_id),
+            kind="worker" if row.kind == "worker" else "scheduler",
+            name=None if row.name is None else str(row.name),
+            host=str(row.host),
+            pid=int(row.pid),
+            version=str(row.version),
+            interval_seconds=float(row.interval_seconds),
+            started_at=_utc(row.started_at),
+            last_seen_at=_utc(row.last_seen_at),
+            last_seen_age_seconds=max(0.0, float(row.last_seen_age_seconds)),
+            stale=bool(row.stale),
+        )
+        for row in rows
+    ]
+
+
 # -- purge ----------------------------------------------------------------------------------
 
 
@@ -149,8 +211,10 @@ class PurgeResult:
     events_deleted: int
     #: Old events looked at; those still queued or linked to a kept run were kept.
     events_examined: int
-    #: Transactions committed.
+    #: Transactions committed deleting runs and events.
     batches: int
+    #: Liveness rows of processes last seen before the cutoff (killed loops), deleted.
+    processes_deleted: int = 0
 
 
 #: Codes of a foreign-key refusal to delete a referenced row: a purge batch met an event that
@@ -242,12 +306,16 @@ def purge(
             break
         after_timestamp, after_id = row.last_timestamp, int(row.last_id)
 
+    # Not counted in batches: those are the runs' and events'.
+    processes_deleted = _purge_processes(engine, namespace, cutoff)
+
     result = PurgeResult(
         cutoff=_utc(cutoff),
         runs_deleted=runs_deleted,
         events_deleted=events_deleted,
         events_examined=events_examined,
         batches=batches,
+        processes_deleted=processes_deleted or 0,
     )
     log.info(
         "assetq: purged %d runs and %d of %d events older than %s in %d batches",
@@ -285,6 +353,20 @@ def _table(namespace: str, name: str, *columns: str) -> sa.TableClause:
     return sa.table(name, *(sa.column(c) for c in columns), schema=namespace)
 
 
+def _purge_processes(engine: Engine, namespace: str, cutoff: Any) -> int | None:
+    """Delete the liveness rows last seen before ``cutoff`` (processes killed long ago: a
+    live one is seen every interval), in one short transaction; None on a schema without
+    the liveness table."""
+    dialect = dialect_of(engine)
+    with _translated(dialect), engine.begin() as conn:
+        if not processes_supported(migrate.current_revision(conn, namespace)):
+            return None
+        result = conn.execute(
+            dialect.statement("purge_processes", namespace), {"older_than": cutoff}
+        )
+        return int(result.rowcount or 0)
+
+
 @dataclass(frozen=True)
 class PurgePreview:
     """What :func:`purge` would delete now; nothing was deleted."""
@@ -295,6 +377,8 @@ class PurgePreview:
     runs: int
     #: Events from before the cutoff that nobody has queued and no kept run consumed.
     events: int
+    #: Liveness rows of processes last seen before the cutoff.
+    processes: int = 0
 
 
 def purge_preview(
@@ -333,7 +417,14 @@ def purge_preview(
                 .select_from(event)
                 .where(event.c.timestamp < cutoff, ~sa.exists(queued), ~sa.exists(kept))
             ).scalar_one()
-    return PurgePreview(cutoff=_utc(cutoff), runs=int(runs), events=int(events))
+            old_processes = 0
+            if processes_supported(migrate.current_revision(conn, namespace)):
+                old_processes = int(
+                    dialect.execute(conn, "old_processes", namespace, {"older_than": cutoff})[0][0]
+                )
+    return PurgePreview(
+        cutoff=_utc(cutoff), runs=int(runs), events=int(events), processes=old_processes
+    )
 
 
 @dataclass(frozen=True)
@@ -542,6 +633,8 @@ DEFINER_ROUTINES = (
     "claim_runs",
     "heartbeat_run",
     "complete_run",
+    "process_heartbeat",
+    "process_gone",
 )
 
 _CREATE = re.compile(
@@ -949,6 +1042,41 @@ def _work_checks(conn: Connection, namespace: str) -> list[Check]:
     return checks
 
 
+def _liveness_checks(conn: Connection, namespace: str) -> list[Check]:
+    """Stale rows of the liveness table: notes, not problems. A stale row is a scheduler or
+    worker that stopped heartbeating without a clean stop (killed, hung, its host gone);
+    whether another one took its place, doctor cannot know."""
+    rows = processes(conn, namespace=namespace)
+    stale = [p for p in rows if p.stale]
+    live = len(rows) - len(stale)
+    if not stale:
+        return [
+            Check(
+                "liveness",
+                "ok",
+                f"{live} live processes"
+                + (
+                    " (schedulers and workers record themselves since schema 0010_liveness)"
+                    if not rows
+                    else ""
+                ),
+            )
+        ]
+    return [
+        Check(
+            "liveness",
+            "note",
+            f"{p.kind} {p.host}:{p.pid} (version {p.version}) is stale: last seen"
+            f" {p.last_seen_at:%Y-%m-%d %H:%M:%S} UTC, {p.last_seen_age_seconds:.0f} s ago, more"
+            f" than {STALE_INTERVALS} of its {p.interval_seconds:g} s intervals; it stopped"
+            " without a clean stop (killed, hung, or its host is gone)",
+            f"if it was not replaced, start a {p.kind} again; `assetq purge` removes rows of"
+            " processes last seen before its cutoff",
+        )
+        for p in stale
+    ]
+
+
 def doctor(engine: Engine, *, namespace: str = DEFAULT_NAMESPACE) -> DoctorReport:
     """Check the installation in ``namespace``: schema at this package's revision, every
     routine, trigger, view and table present (triggers enabled), the granted routines
@@ -973,6 +1101,7 @@ def doctor(engine: Engine, *, namespace: str = DEFAULT_NAMESPACE) -> DoctorRepor
                 checks.append(_privilege_check(dialect, conn, namespace))
             if revision == head:
                 checks += _work_checks(conn, namespace)
+                checks += _liveness_checks(conn, namespace)
         checks += _server_checks(settings)
         checks += _deployment_checks(dialect, conn, namespace)
     return DoctorReport(

@@ -48,6 +48,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from . import api, errors
 from .dialects import Dialect, dialect_of
 from .handles import engine_of
+from .liveness import DEFAULT_INTERVAL, Liveness, check_interval
 from .logs import close_detached, connection_lost, log_retried
 from .metrics import Metrics
 from .migrate import DEFAULT_NAMESPACE
@@ -528,6 +529,7 @@ def run_scheduler(
     backoff_max: float = 30.0,
     max_attempts: int = 8,
     metrics: Metrics | None = None,
+    liveness_interval: float | None = DEFAULT_INTERVAL,
 ) -> SchedulerStats:
     """Run scheduler passes until ``stop_event`` is set (or ``max_passes`` passes were made)
     and return what was done.
@@ -560,6 +562,13 @@ def run_scheduler(
     ``metrics``: an :class:`assetq.Metrics` told of each pass (its duration, runs, events),
     each failed pass, each run created with its event->run latency, and how each idle wait
     ended (woken or polled); see docs/python.md.
+
+    ``liveness_interval``: the loop records itself in the liveness table (schema
+    0010_liveness; ``assetq status`` shows it) at start and then at most every that many
+    seconds, between passes, each time in a short transaction of its own; a clean stop
+    deletes its row. The row's interval is the longer of this and ``poll_interval`` (the
+    longest the loop may go between two looks), and status calls it stale after three of
+    them. A failed heartbeat is one WARNING and never stops the loop. None: no row.
     """
     engine = engine_of(engine, "run_scheduler")
     if listen_engine is not None:
@@ -577,6 +586,7 @@ def run_scheduler(
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise errors.InvalidArgument(f"{what} must be a positive number of seconds")
     namespace = check_namespace(namespace)
+    liveness_interval = check_interval(liveness_interval)
     stop = stop_event if stop_event is not None else threading.Event()
 
     # From the engine, without connecting: a database that is down at start is an error the
@@ -591,6 +601,9 @@ def run_scheduler(
     )
 
     rounds = _Round(engine, dialect, namespace)
+    alive = Liveness(
+        engine, namespace, "scheduler", liveness_interval, shown_interval=float(poll_interval)
+    )
     stats = SchedulerStats()
     window = SchedulerStats()
     error_log = _ErrorLog()
@@ -605,7 +618,9 @@ def run_scheduler(
         else f"polling every {poll_interval:g} s",
     )
     try:
+        alive.beat_if_due()
         while not stop.is_set() and (max_passes is None or stats.passes < max_passes):
+            alive.beat_if_due()  # between passes, in a transaction of its own
             if listener is not None and not listener.connected:
                 try:
                     listener.connect()  # before the pass: nothing committed after it is missed
@@ -699,6 +714,7 @@ def run_scheduler(
     finally:
         if listener is not None:
             listener.close()
+        alive.gone()
         log.info(
             "assetq scheduler: stopped after %d passes, %d runs, %d events, %d errors in %.0f s",
             stats.passes,

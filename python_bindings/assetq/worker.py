@@ -41,6 +41,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from . import api, errors
 from .dialects import dialect_of
 from .handles import engine_of
+from .liveness import DEFAULT_INTERVAL, Liveness, check_interval
 from .logs import close_detached, connection_lost, first_line, log_retried
 from .metrics import AttemptOutcome, Metrics
 from .migrate import DEFAULT_NAMESPACE
@@ -299,6 +300,7 @@ def run_worker(
     on_complete: Callable[[api.Claim, api.RunInfo | None, AttemptOutcome], None] | None = None,
     backoff_max: float = 30.0,
     metrics: Metrics | None = None,
+    liveness_interval: float | None = DEFAULT_INTERVAL,
 ) -> WorkerStats:
     """Claim and execute runs of the consumers in ``handlers`` until ``stop`` is set (or
     ``max_runs`` attempts were completed), and return what was done.
@@ -323,6 +325,12 @@ def run_worker(
     ``metrics``: an :class:`assetq.Metrics` told of each claim (its duration, 0 or 1 run),
     each failed claim, each attempt's end (outcome, run, duration) and retry, and how each
     idle wait ended (woken or polled), from every slot's thread; see docs/python.md.
+
+    ``liveness_interval``: the worker records itself (with its name) in the liveness table
+    (schema 0010_liveness; ``assetq status`` shows it) at start and then every that many
+    seconds, from the thread that called run_worker, each time in a short transaction of its
+    own; a clean stop deletes its row; status calls it stale after three intervals. A failed
+    heartbeat is one WARNING and never stops the worker. None: no row.
     """
     engine = engine_of(engine, "run_worker")
     table = _handlers(handlers)
@@ -344,6 +352,7 @@ def run_worker(
     if max_runs is not None:
         check_int(max_runs, "max_runs", 1, 2**62)
     namespace = check_namespace(namespace)
+    liveness_interval = check_interval(liveness_interval)
     stop_event = stop if stop is not None else threading.Event()
     dialect = dialect_of(engine)
     if listen_engine is not None and dialect_of(listen_engine) is not dialect:
@@ -510,6 +519,8 @@ def run_worker(
         "woken by NOTIFY" if listener is not None else f"polling up to every {poll:g} s",
     )
     started = time.monotonic()
+    alive = Liveness(engine, namespace, "worker", liveness_interval, name=name)
+    alive.beat()
     heart.start()
     if listener is not None:
         listener.start()
@@ -523,11 +534,13 @@ def run_worker(
         for thread in threads:
             while thread.is_alive():
                 thread.join(_STOP_CHECK)
+                alive.beat_if_due()  # the slots' threads claim and run; this one only waits
     finally:
         quit_.set()
         heart.join(timeout=5)
         if listener is not None:
             listener.join(timeout=5)
+        alive.gone()
         log.info(
             "assetq worker: %s stopped after %d claims: %d succeeded, %d failed, %d lost,"
             " %d errors in %.0f s",

@@ -257,6 +257,35 @@ CALL {{ns}}.purge_runs(:older_than, :batch_size)
 -- Examine the next batch of events before :older_than after the cursor; delete the consumed ones.
 CALL {{ns}}.purge_events(:older_than, :batch_size, :after_timestamp, :after_id)
 
+-- process_heartbeat --
+-- Record that loop :process_id (a scheduler or worker) is alive now, by the database's clock
+-- (a short transaction of its own, never a pass's or a run's). No result set.
+CALL {{ns}}.process_heartbeat(:process_id, :kind, :name, :host, :pid, :version, :interval_seconds)
+
+-- process_gone --
+-- Delete loop :process_id's liveness row: it stopped cleanly. No result set.
+CALL {{ns}}.process_gone(:process_id)
+
+-- processes --
+-- Every scheduler and worker loop of the liveness table, with how long ago it was last seen
+-- (database clock, UTC) and whether that is more than :stale_intervals of its intervals ago.
+SELECT l.process_id, l.kind, l.name, l.host, l.pid, l.version, l.interval_seconds,
+       l.started_at, l.last_seen_at,
+       TIMESTAMPDIFF(MICROSECOND, l.last_seen_at, UTC_TIMESTAMP(6)) / 1000000 AS last_seen_age_seconds,
+       l.last_seen_at < UTC_TIMESTAMP(6)
+           - INTERVAL CAST(ROUND(l.interval_seconds * :stale_intervals * 1000000) AS SIGNED) MICROSECOND
+           AS stale
+  FROM {{ns}}.process_liveness l
+ ORDER BY l.kind, l.host, l.pid, l.started_at, l.process_id
+
+-- purge_processes --
+-- Delete the liveness rows last seen before :older_than (killed loops; a live one is seen again).
+DELETE FROM {{ns}}.process_liveness WHERE last_seen_at < :older_than
+
+-- old_processes --
+-- How many liveness rows purge_processes would delete (purge --dry-run).
+SELECT COUNT(*) AS processes FROM {{ns}}.process_liveness l WHERE l.last_seen_at < :older_than
+
 -- grant_access --
 -- Give an existing account one kind of access: producer, scheduler, worker or reader.
 CALL {{ns}}.grant_access(:access, :grantee, :host)

@@ -360,6 +360,31 @@ CREATE TABLE IF NOT EXISTS {{ns}}.asset_partition_queue (
         REFERENCES {{ns}}.dag (dag_id) ON DELETE CASCADE
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
+-- Liveness (migration 0010_liveness): one row per scheduler or worker loop that runs, so that
+-- status can show who is alive. process_id is made up by the loop when it starts (uuid4
+-- hex); kind is 'scheduler' or 'worker'; name is a worker's name (its runs' worker column
+-- starts with it), NULL for a scheduler; host, pid and version (the assetq package's) say
+-- where it runs and what; interval_seconds is how often it promises to heartbeat;
+-- started_at is its first heartbeat and last_seen_at its latest, both by the database's
+-- clock (UTC). A loop that stops cleanly deletes its row (process_gone); a killed one leaves
+-- it behind, and status calls it stale once last_seen_at is three intervals old. purge
+-- deletes rows last seen before its cutoff. No foreign key and no index but the key: one
+-- row per process, written by that process only.
+CREATE TABLE IF NOT EXISTS {{ns}}.process_liveness (
+    process_id        VARCHAR(64) NOT NULL,
+    kind              VARCHAR(20) NOT NULL,
+    name              VARCHAR(250) NULL,
+    host              VARCHAR(255) NOT NULL,
+    pid               BIGINT NOT NULL,
+    version           VARCHAR(64) NOT NULL,
+    interval_seconds  DOUBLE NOT NULL,
+    started_at        DATETIME(6) NOT NULL,
+    last_seen_at      DATETIME(6) NOT NULL,
+    PRIMARY KEY (process_id),
+    CONSTRAINT process_liveness_kind_check CHECK (kind IN ('scheduler', 'worker')),
+    CONSTRAINT process_liveness_interval_check CHECK (interval_seconds > 0)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
 
 -- Fan-out (I1, I2), now also for consumers that depend on the asset through an alias it has
 -- resolved to, and for paused consumers that queue while paused: one queue row per consumer,
@@ -3302,6 +3327,8 @@ END $$
 --              0006_work_queue): can claim runs, renew their leases and complete them, with
 --              their output events, nothing else;
 --   reader     SELECT on the namespace: can read every table and view, never write.
+-- Schedulers and workers may also record that they are alive (process_heartbeat and
+-- process_gone, migration 0010_liveness); producers and readers may not.
 -- Every kind also gets SELECT on the version table (assetq checks the installed revision).
 -- Producers, schedulers and workers get no right on any table: the routines run with their
 -- definer's rights (SQL SECURITY DEFINER, MySQL's default, which doctor checks), so the
@@ -3393,6 +3420,15 @@ BEGIN
         PREPARE assetq_grant FROM @assetq_grant;
         EXECUTE assetq_grant;
     END IF;
+    -- Schedulers and workers record that they are alive (migration 0010_liveness).
+    IF p_access IN ('scheduler', 'worker') THEN
+        SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.process_heartbeat TO ', v_account);
+        PREPARE assetq_grant FROM @assetq_grant;
+        EXECUTE assetq_grant;
+        SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.process_gone TO ', v_account);
+        PREPARE assetq_grant FROM @assetq_grant;
+        EXECUTE assetq_grant;
+    END IF;
     DEALLOCATE PREPARE assetq_grant;
 END $$
 
@@ -3444,6 +3480,12 @@ BEGIN
     PREPARE assetq_grant FROM @assetq_grant;
     EXECUTE assetq_grant;
     SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.complete_run FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
+    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.process_heartbeat FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
+    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.process_gone FROM ', v_account);
     PREPARE assetq_grant FROM @assetq_grant;
     EXECUTE assetq_grant;
     SET @assetq_grant = CONCAT('REVOKE SELECT ON ', v_ns, '.* FROM ', v_account);
@@ -4009,6 +4051,64 @@ BEGIN
            r.lease_until, r.not_before, r.error, '[]' AS output_event_ids, r.partition_key
       FROM {{ns}}.dag_run r
      WHERE r.id = v_id;
+END $$
+
+
+-- Liveness (migration 0010_liveness). Records that loop p_process_id is alive now (database
+-- clock, UTC): inserts its row on the first call, then moves last_seen_at (started_at
+-- stays). One statement, atomic under autocommit too; the loops call it in a short
+-- transaction of its own, never inside a pass or a run. No result set. AQ002 for a bad kind
+-- or interval; the lengths are the columns' (strict mode refuses longer values).
+-- ON DUPLICATE KEY UPDATE, not REPLACE: REPLACE deletes the row first, and would lose
+-- started_at.
+DROP PROCEDURE IF EXISTS {{ns}}.process_heartbeat $$
+CREATE PROCEDURE {{ns}}.process_heartbeat(
+    IN p_process_id       TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_kind             TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_name             TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_host             TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_pid              BIGINT,
+    IN p_version          TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_interval_seconds DOUBLE
+)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_now     DATETIME(6);
+    DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+
+    IF p_kind IS NULL OR p_kind NOT IN ('scheduler', 'worker') THEN
+        SET v_message = LEFT(CONCAT('[AQ002] unknown process kind ', COALESCE(QUOTE(LEFT(p_kind, 40)), 'NULL'),
+                                    ': use scheduler or worker'), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    IF p_interval_seconds IS NULL OR NOT (p_interval_seconds > 0 AND p_interval_seconds <= 604800) THEN
+        SET v_message = LEFT(CONCAT('[AQ002] liveness interval must be above 0 and at most 604800 seconds, got ',
+                                    COALESCE(p_interval_seconds, 'NULL')), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    IF p_process_id IS NULL OR p_process_id = '' OR p_host IS NULL OR p_pid IS NULL OR p_version IS NULL THEN
+        SIGNAL SQLSTATE '45000'
+            SET MESSAGE_TEXT = '[AQ002] a heartbeat needs a process id, host, pid and version';
+    END IF;
+    SET v_now = UTC_TIMESTAMP(6);
+    INSERT INTO {{ns}}.process_liveness
+           (process_id, kind, name, host, pid, version, interval_seconds, started_at, last_seen_at)
+    VALUES (p_process_id, p_kind, p_name, p_host, p_pid, p_version, p_interval_seconds, v_now, v_now)
+    ON DUPLICATE KEY UPDATE
+           kind = p_kind, name = p_name, host = p_host, pid = p_pid, version = p_version,
+           interval_seconds = p_interval_seconds, last_seen_at = v_now;
+END $$
+
+
+-- Liveness (migration 0010_liveness). Deletes loop p_process_id's row: the loop stopped
+-- cleanly. Idempotent (no row, nothing done). No result set.
+DROP PROCEDURE IF EXISTS {{ns}}.process_gone $$
+CREATE PROCEDURE {{ns}}.process_gone(
+    IN p_process_id TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
+)
+MODIFIES SQL DATA
+BEGIN
+    DELETE FROM {{ns}}.process_liveness WHERE process_id = p_process_id;
 END $$
 
 DELIMITER ;

@@ -358,6 +358,43 @@ SELECT deleted, examined, last_timestamp, last_id
         p_after_timestamp => :after_timestamp,
         p_after_id => :after_id)
 
+-- process_heartbeat --
+-- Record that loop :process_id (a scheduler or worker) is alive now, by the database's clock
+-- (a short transaction of its own, never a pass's or a run's).
+SELECT {{ns}}.process_heartbeat(
+        p_process_id => :process_id,
+        p_kind => :kind,
+        p_name => :name,
+        p_host => :host,
+        p_pid => CAST(:pid AS bigint),
+        p_version => :version,
+        p_interval_seconds => CAST(:interval_seconds AS double precision))
+
+-- process_gone --
+-- Delete loop :process_id's liveness row: it stopped cleanly.
+SELECT {{ns}}.process_gone(p_process_id => :process_id)
+
+-- processes --
+-- Every scheduler and worker loop of the liveness table, with how long ago it was last seen
+-- (database clock) and whether that is more than :stale_intervals of its intervals ago.
+SELECT l.process_id, l.kind, l.name, l.host, l.pid, l.version, l.interval_seconds,
+       l.started_at, l.last_seen_at,
+       CAST(EXTRACT(EPOCH FROM clock_timestamp() - l.last_seen_at) AS double precision)
+           AS last_seen_age_seconds,
+       l.last_seen_at < clock_timestamp()
+           - make_interval(secs => l.interval_seconds * CAST(:stale_intervals AS double precision))
+           AS stale
+  FROM {{ns}}.process_liveness l
+ ORDER BY l.kind, l.host, l.pid, l.started_at, l.process_id
+
+-- purge_processes --
+-- Delete the liveness rows last seen before :older_than (killed loops; a live one is seen again).
+DELETE FROM {{ns}}.process_liveness l WHERE l.last_seen_at < :older_than
+
+-- old_processes --
+-- How many liveness rows purge_processes would delete (purge --dry-run).
+SELECT COUNT(*) AS processes FROM {{ns}}.process_liveness l WHERE l.last_seen_at < :older_than
+
 -- grant_access --
 -- Give an existing role one kind of access: producer, scheduler, worker or reader.
 SELECT {{ns}}.grant_access(p_access => :access, p_grantee => :grantee, p_host => :host)

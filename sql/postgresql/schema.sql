@@ -271,6 +271,30 @@ CREATE INDEX asset_partition_queue_new_idx
 CREATE INDEX dag_schedule_asset_reference_partitioned_idx
     ON {{ns}}.dag_schedule_asset_reference (asset_id) WHERE partition_mapping IS NOT NULL;
 
+-- Liveness (migration 0010_liveness): one row per scheduler or worker loop that runs, so that
+-- status can show who is alive. process_id is made up by the loop when it starts (uuid4
+-- hex); kind is 'scheduler' or 'worker'; name is a worker's name (its runs' worker column
+-- starts with it), NULL for a scheduler; host, pid and version (the assetq package's) say
+-- where it runs and what; interval_seconds is how often it promises to heartbeat;
+-- started_at is its first heartbeat and last_seen_at its latest, both by the database's
+-- clock. A loop that stops cleanly deletes its row (process_gone); a killed one leaves it
+-- behind, and status calls it stale once last_seen_at is three intervals old. purge deletes
+-- rows last seen before its cutoff. No foreign key and no index but the key: one row per
+-- process, written by that process only.
+CREATE TABLE {{ns}}.process_liveness (
+    process_id        varchar(64) PRIMARY KEY,
+    kind              varchar(20) NOT NULL,
+    name              varchar(250),
+    host              varchar(255) NOT NULL,
+    pid               bigint NOT NULL,
+    version           varchar(64) NOT NULL,
+    interval_seconds  double precision NOT NULL,
+    started_at        timestamptz NOT NULL,
+    last_seen_at      timestamptz NOT NULL,
+    CONSTRAINT process_liveness_kind_check CHECK (kind IN ('scheduler', 'worker')),
+    CONSTRAINT process_liveness_interval_check CHECK (interval_seconds > 0)
+);
+
 
 -- Fan-out (I1, I2): one queue row per consumer of the event's asset (directly, or through an
 -- alias the asset has resolved to) that is unpaused or queues while paused, written by the
@@ -2482,6 +2506,8 @@ CREATE TRIGGER dag_run_notify
 --              claim runs, renew their leases and complete them with their output events,
 --              nothing else;
 --   reader     SELECT on every table and view of the namespace: can read, never write.
+-- Schedulers and workers may also record that they are alive (process_heartbeat and
+-- process_gone, migration 0010_liveness); producers and readers may not.
 -- Every kind also gets USAGE on the schema and SELECT on the version table (assetq checks
 -- the installed revision). No kind gets any other right on a table: producers and
 -- schedulers act only through the routines below, which run with their owner's rights
@@ -2506,6 +2532,60 @@ ALTER FUNCTION {{ns}}.heartbeat_run(text, text, integer, double precision)
 ALTER FUNCTION {{ns}}.complete_run(text, text, integer, text, text, jsonb)
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 ALTER FUNCTION {{ns}}.retry_run(text, text)
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+-- Liveness (migration 0010_liveness). Records that loop p_process_id is alive now (database
+-- clock): inserts its row on the first call, then moves last_seen_at (started_at stays).
+-- One statement, so it is atomic on its own; the loops call it in a short transaction of its
+-- own, never inside a pass or a run. AQ002 for a bad kind or interval; the lengths are the
+-- columns'.
+CREATE FUNCTION {{ns}}.process_heartbeat(
+    p_process_id        text,
+    p_kind              text,
+    p_name              text,
+    p_host              text,
+    p_pid               bigint,
+    p_version           text,
+    p_interval_seconds  double precision
+) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_kind IS NULL OR p_kind NOT IN ('scheduler', 'worker') THEN
+        RAISE EXCEPTION 'unknown process kind %: use scheduler or worker', quote_nullable(p_kind)
+            USING ERRCODE = 'AQ002';
+    END IF;
+    IF p_interval_seconds IS NULL OR NOT (p_interval_seconds > 0 AND p_interval_seconds <= 604800) THEN
+        RAISE EXCEPTION 'liveness interval must be above 0 and at most 604800 seconds, got %',
+                quote_nullable(p_interval_seconds)
+            USING ERRCODE = 'AQ002';
+    END IF;
+    IF p_process_id IS NULL OR p_process_id = '' OR p_host IS NULL OR p_pid IS NULL OR p_version IS NULL THEN
+        RAISE EXCEPTION 'a heartbeat needs a process id, host, pid and version'
+            USING ERRCODE = 'AQ002';
+    END IF;
+    INSERT INTO {{ns}}.process_liveness AS l
+           (process_id, kind, name, host, pid, version, interval_seconds, started_at, last_seen_at)
+    VALUES (p_process_id, p_kind, p_name, p_host, p_pid, p_version, p_interval_seconds,
+            clock_timestamp(), clock_timestamp())
+    ON CONFLICT (process_id) DO UPDATE
+       SET kind = EXCLUDED.kind, name = EXCLUDED.name, host = EXCLUDED.host, pid = EXCLUDED.pid,
+           version = EXCLUDED.version, interval_seconds = EXCLUDED.interval_seconds,
+           last_seen_at = EXCLUDED.last_seen_at;
+END
+$$;
+
+-- Liveness (migration 0010_liveness). Deletes loop p_process_id's row: the loop stopped
+-- cleanly. Idempotent (no row, nothing done).
+CREATE FUNCTION {{ns}}.process_gone(p_process_id text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM {{ns}}.process_liveness l WHERE l.process_id = p_process_id;
+END
+$$;
+
+ALTER FUNCTION {{ns}}.process_heartbeat(text, text, text, text, bigint, text, double precision)
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION {{ns}}.process_gone(text)
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 
 -- Gives the existing role p_grantee one kind of access (see above); p_host must be NULL (it
@@ -2546,6 +2626,12 @@ BEGIN
     ELSE
         EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA {{ns}} TO %I', p_grantee);
     END IF;
+    -- Schedulers and workers record that they are alive (migration 0010_liveness).
+    IF p_access IN ('scheduler', 'worker') THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION'
+                       ' {{ns}}.process_heartbeat(text, text, text, text, bigint, text, double precision),'
+                       ' {{ns}}.process_gone(text) TO %I', p_grantee);
+    END IF;
 END
 $$;
 
@@ -2567,7 +2653,9 @@ BEGIN
                    ' {{ns}}.set_run_state(text, text, text), {{ns}}.retry_run(text, text),'
                    ' {{ns}}.claim_runs(text, integer, double precision, jsonb),'
                    ' {{ns}}.heartbeat_run(text, text, integer, double precision),'
-                   ' {{ns}}.complete_run(text, text, integer, text, text, jsonb) FROM %I',
+                   ' {{ns}}.complete_run(text, text, integer, text, text, jsonb),'
+                   ' {{ns}}.process_heartbeat(text, text, text, text, bigint, text, double precision),'
+                   ' {{ns}}.process_gone(text) FROM %I',
                    p_grantee);
     EXECUTE format('REVOKE SELECT ON ALL TABLES IN SCHEMA {{ns}} FROM %I', p_grantee);
     EXECUTE format('REVOKE USAGE ON SCHEMA {{ns}} FROM %I', p_grantee);
