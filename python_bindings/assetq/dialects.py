@@ -7,6 +7,7 @@ sent, how a driver reports an error code, which codes are transient) is here.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -36,6 +37,21 @@ _AQ_ERRORS: dict[str, type[errors.AssetqError]] = {
     "AQ011": errors.UnmappablePartition,
     "AQ900": errors.ClaimGuardAbort,
 }
+
+
+#: "PROCEDURE `ns`.`name` does not exist" (MySQL 1305, MariaDB quotes nothing).
+_MISSING_ROUTINE = re.compile(r"(?:PROCEDURE|FUNCTION) `?\w+`?\.`?(\w+)`? does not exist")
+
+
+@functools.cache
+def _routine_names(engine: str) -> frozenset[str]:
+    """The routines of this package's schema for ``engine``."""
+    found = re.findall(
+        r"CREATE\s+(?:DEFINER\s*=\s*\S+\s+)?(?:PROCEDURE|FUNCTION)\s+\{\{ns\}\}\.`?(\w+)",
+        sqlfiles.read(engine, "schema.sql"),
+        re.IGNORECASE,
+    )
+    return frozenset(found)
 
 
 #: Foreign-key violation on insert: PostgreSQL SQLSTATE, MySQL error number.
@@ -72,6 +88,9 @@ class Dialect:
     read_only_codes: frozenset[str] = field(default_factory=frozenset)
     #: Error codes of a prepared-statement collision behind a transaction-pooling pooler.
     prepared_statement_codes: frozenset[str] = field(default_factory=frozenset)
+    #: Error codes of a call to a routine that does not exist: transient when it is one of
+    #: assetq's (an upgrade re-creating it), errors.RoutineUnavailable.
+    missing_routine_codes: frozenset[str] = field(default_factory=frozenset)
     #: Error codes of a server setting assetq cannot work with, and what to set instead.
     unsupported_setting_codes: Mapping[str, str] = field(default_factory=dict)
 
@@ -144,6 +163,15 @@ class Dialect:
         deployment = self._deployment_error(exc, code, message)
         if deployment is not None:
             return deployment
+        if code in self.missing_routine_codes:
+            missing = _MISSING_ROUTINE.search(message)
+            if missing and missing.group(1) in _routine_names(self.name):
+                return errors.RoutineUnavailable(
+                    f"{message} -- assetq's routine {missing.group(1)} is being re-created (an"
+                    " upgrade or a repair drops it and creates it again): transient, retry the"
+                    " transaction; if it stays missing, run assetq doctor",
+                    code=code,
+                )
         if code in self.transient_codes:
             return errors.TransientError(message, code=code)
         if code in self.invalid_input_codes:
@@ -507,6 +535,8 @@ MYSQL = _MySQL(
     ),
     # running with --read-only / --super-read-only; a READ ONLY transaction.
     read_only_codes=frozenset({"1290", "1792"}),
+    # PROCEDURE/FUNCTION does not exist: an upgrade drops and re-creates routines.
+    missing_routine_codes=frozenset({"1305"}),
     unsupported_setting_codes={
         "1665": "with binlog_format=STATEMENT InnoDB refuses writes at READ COMMITTED, the"
         " level every scheduler pass runs at, so every pass fails: set binlog_format=ROW (or"

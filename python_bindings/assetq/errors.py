@@ -101,6 +101,14 @@ class ReadOnlyServer(TransientError):
     (docs/deployment.md)."""
 
 
+class RoutineUnavailable(TransientError):
+    """An assetq routine did not exist when it was called (MySQL/MariaDB error 1305): an
+    upgrade or a repair drops a routine and creates it again (MySQL has no CREATE OR REPLACE
+    PROCEDURE), and a call in between fails. Retry the transaction: assetq's own
+    transactions (schedule, claim_runs, heartbeat, purge) do. If it stays missing, the schema
+    lacks it: ``assetq doctor``."""
+
+
 class ClaimGuardAbort(TransientError):
     """A scheduler pass deleted fewer queue rows than it claimed and rolled back (AQ900)."""
 
