@@ -138,7 +138,9 @@ def _run_old_client(db: TestDatabase, package: Path) -> subprocess.CompletedProc
     )
 
 
-@pytest.mark.parametrize("revision", ["0006_work_queue", "0007_capped_claim"])
+@pytest.mark.parametrize(
+    "revision", ["0006_work_queue", "0007_capped_claim", "0008_claim_plans", "0009_partitions"]
+)
 def test_a_previous_package_in_the_window_keeps_working_against_head(
     db: TestDatabase, revision: str, tmp_path: Path
 ) -> None:
