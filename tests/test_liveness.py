@@ -357,3 +357,36 @@ def test_the_upgrade_to_0010_lets_existing_scheduler_and_worker_roles_heartbeat(
         with made["reader"].engine.connect() as conn:
             rows = assetq.processes(conn, namespace=empty_db.namespace)
         assert sorted(r.kind for r in rows) == ["scheduler", "worker"]
+
+
+def test_the_mysql_upgrade_script_can_run_twice_and_gives_the_fresh_schema(
+    empty_db: TestDatabase, backend: Any
+) -> None:
+    """MySQL commits each DDL statement: an upgrade to 0010 that stopped half-way is finished by
+    running the script again. Twice in a row, it keeps a scheduler account's new grants and
+    builds what a fresh install builds."""
+    if empty_db.engine_name != "mysql":
+        pytest.skip("PostgreSQL runs a revision in one transaction")
+    from assetq import migrate, sqlfiles
+    from schema_snapshot import snapshot
+
+    namespace = empty_db.namespace
+    assetq.install(empty_db.engine, revision="0009_partitions", namespace=namespace)
+    script = sqlfiles.read("mysql", "migrations/0010_liveness.up.sql")
+    with made_logins(empty_db, ("scheduler",), "aqh10") as made:
+        assetq.grant_roles(
+            empty_db.engine, scheduler=made["scheduler"].grantee, namespace=namespace
+        )
+        for _ in range(2):
+            with empty_db.engine.begin() as conn:
+                empty_db.dialect.run_script(conn, script, namespace)
+        assert _heartbeat(made["scheduler"].engine, empty_db, "scheduler")
+    table = f"{empty_db.dialect.quote_ns(namespace)}.{migrate.VERSION_TABLE}"
+    with empty_db.engine.begin() as conn:
+        conn.execute(sa.text(f"UPDATE {table} SET version_num = '0010_liveness'"))
+    fresh = backend.database(installed=False)
+    try:
+        assetq.install(fresh.engine, namespace=fresh.namespace)
+        assert snapshot(empty_db) == snapshot(fresh)
+    finally:
+        backend.drop(fresh)
