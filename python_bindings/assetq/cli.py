@@ -1050,8 +1050,9 @@ def _print_consumers(consumers: list[ops.DagStatus]) -> None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Check the installation: schema at this package's revision (or inside its
     compatibility window); every routine, trigger, view and table present (triggers
-    enabled); on PostgreSQL, their definitions those of the installed revision (compared with
-    a reference install made under a savepoint and rolled back; fix: assetq repair); the
+    enabled); their definitions those of the installed revision (compared with a reference
+    install: on PostgreSQL made under a savepoint and rolled back, fix: assetq repair; on
+    MySQL/MariaDB made in a scratch database and dropped); the
     routines granted to roles running with their owner's rights and that owner suitable;
     what the connected account may do; the work: expired leases, consumers at their cap with
     events waiting; the server: a standby or read-only server, binary logging that refuses

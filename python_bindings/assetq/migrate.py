@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import random
 import re
 import threading
@@ -1272,7 +1273,7 @@ def write_sql(
         put("COMMIT;")
 
 
-# -- definitions: doctor's comparison and repair (PostgreSQL) -------------------------------
+# -- definitions: doctor's comparison (both engines) and repair (PostgreSQL) ----------------
 
 
 @dataclass(frozen=True)
@@ -1286,7 +1287,8 @@ class Definition:
 
 
 def definitions(conn: Connection, namespace: str) -> dict[tuple[str, str], Definition]:
-    """Every routine, trigger and view of ``namespace`` with its definition (PostgreSQL)."""
+    """Every routine, trigger and view of ``namespace`` with its definition as the server
+    keeps it (sql/<engine>/upgrades.sql, definitions)."""
     dialect = dialect_for(conn)
     rows = conn.execute(
         text(_upgrade_sql(dialect, "definitions", namespace)), {"namespace": namespace}
@@ -1307,27 +1309,45 @@ def _printed(namespace: str) -> str:
 def reference_definitions(
     conn: Connection, namespace: str, revision: str
 ) -> dict[tuple[str, str], Definition]:
-    """The definitions a fresh install of ``revision`` has, as if installed in ``namespace``:
-    installed into a scratch namespace under a savepoint of ``conn``'s transaction, read,
-    and rolled back (nothing stays). PostgreSQL only: MySQL's DDL commits."""
+    """The definitions a fresh install of ``revision`` has, as if installed in ``namespace``.
+
+    PostgreSQL: installed into a scratch namespace under a savepoint of ``conn``'s
+    transaction, read, and rolled back (nothing stays). MySQL/MariaDB, whose DDL commits:
+    installed into a scratch database on the same server (:func:`reference_database`, so
+    the account needs CREATE and DROP there), read, and dropped again, also on failure."""
     dialect = dialect_for(conn)
-    if dialect is not POSTGRESQL:
-        raise AssetqError("comparing definitions needs PostgreSQL (MySQL's DDL commits)")
-    scratch = f"assetq_reference_{threading.get_ident() % 10**9:09d}"
-    conn.execute(text(_upgrade_sql(dialect, "reference_savepoint", namespace)))
-    try:
-        migrate_connection(conn, scratch, revision, direction="up", lock_timeout=None)
-        found = definitions(conn, scratch)
-    finally:
-        conn.execute(text(_upgrade_sql(dialect, "reference_rollback", namespace)))
+    scratch = reference_database()
+    if dialect is POSTGRESQL:
+        conn.execute(text(_upgrade_sql(dialect, "reference_savepoint", namespace)))
+        try:
+            migrate_connection(conn, scratch, revision, direction="up", lock_timeout=None)
+            found = definitions(conn, scratch)
+        finally:
+            conn.execute(text(_upgrade_sql(dialect, "reference_rollback", namespace)))
+    else:
+        try:
+            migrate_connection(conn, scratch, revision, direction="up", lock_timeout=None)
+            found = definitions(conn, scratch)
+        finally:
+            try:
+                dialect.execute(conn, "drop_namespace", scratch)
+            except DBAPIError as exc:  # never made (no right to): the first error counts
+                log.debug("assetq: dropping the reference database %s: %s", scratch, exc)
 
     def moved(value: str) -> str:
-        value = value.replace(f'"{scratch}"', dialect.quote_ns(namespace))
+        value = value.replace(dialect.quote_ns(scratch), dialect.quote_ns(namespace))
+        if dialect is MYSQL:
+            return value.replace(scratch, namespace)
         return value.replace(scratch, _printed(namespace))
 
     return {
         key: Definition(d.kind, d.name, moved(d.definition), d.table) for key, d in found.items()
     }
+
+
+def reference_database() -> str:
+    """The scratch namespace a reference install of this thread goes into."""
+    return f"assetq_reference_{os.getpid() % 10**6:06d}_{threading.get_ident() % 10**6:06d}"
 
 
 def definition_differences(
@@ -1352,6 +1372,12 @@ def repair(bind: Engine | Connection, namespace: str = DEFAULT_NAMESPACE) -> lis
     namespace = check_namespace(namespace)
     with _transaction(bind) as conn:
         dialect = dialect_for(conn)
+        if dialect is not POSTGRESQL:
+            raise AssetqError(
+                "repair runs on PostgreSQL only: on MySQL/MariaDB a routine or trigger is"
+                " dropped and created again, each statement committing on its own (doctor"
+                " compares the definitions there too)"
+            )
         revision = current_revision(conn, namespace)
         advice = schema_advice(
             revision, read_marker(conn, namespace) if revision else None, namespace

@@ -698,21 +698,26 @@ def _definition_checks(
     dialect: Dialect, conn: Connection, namespace: str, revision: str
 ) -> list[Check]:
     """Routine bodies, trigger timing and level, view text: compared with a fresh install of
-    the installed revision, made under a savepoint and rolled back (PostgreSQL; MySQL's
-    DDL would commit: only names are checked there)."""
-    if dialect.name != "postgresql" or revision not in migrate.revisions():
+    the installed revision. PostgreSQL: made under a savepoint and rolled back. MySQL (DDL
+    commits): made in a scratch database on the same server and dropped again; an account
+    that may not create one gets a note saying so."""
+    if revision not in migrate.revisions():
         return []
     try:
         changed, missing = migrate.definition_differences(conn, namespace, revision)
     except (DBAPIError, errors.AssetqError) as exc:
         conn.rollback()
+        scratch = migrate.reference_database()
         return [
             Check(
                 "definitions",
                 "note",
                 f"not compared: a reference install of {revision} failed"
                 f" ({' '.join(str(exc).split())[:200]})",
-                "run doctor with an account that may create a schema in the database",
+                "run doctor with an account that may create a schema in the database"
+                if dialect.name == "postgresql"
+                else f"run doctor with an account that may create and drop a database on this"
+                f" server (the reference install goes into {scratch}, dropped afterwards)",
             )
         ]
     # Missing objects are the objects check's finding, and whether a trigger is enabled too
@@ -727,7 +732,12 @@ def _definition_checks(
             "problem",
             f"not as schema {revision} defines them: " + "; ".join(found),
             f"run `assetq repair --namespace {namespace}` (re-creates them in place; data"
-            " untouched)",
+            " untouched)"
+            if dialect.name == "postgresql"
+            else "re-create them as the owner from the statements `assetq sql --to"
+            f" {revision} --namespace {namespace}` prints (DROP, then CREATE; a trigger on"
+            " asset_event between LOCK TABLES ... WRITE and UNLOCK TABLES, so no event misses"
+            " its fan-out); `assetq repair` runs on PostgreSQL only",
         )
     ]
 

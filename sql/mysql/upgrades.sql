@@ -38,3 +38,38 @@ SELECT 1 AS installed, v.version_num AS revision,
        (SELECT t.table_comment FROM information_schema.tables t
          WHERE t.table_schema = :namespace AND t.table_name = 'assetq_alembic_version') AS marker
   FROM {{ns}}.assetq_alembic_version v
+
+-- definitions --
+-- Every routine, trigger and view of the namespace with its definition as the server keeps
+-- it (doctor compares them with a reference install of the same revision in a scratch
+-- database). Routines: type, parameters, return type, security, determinism, data access,
+-- comment and body (ROUTINE_DEFINITION: the body as written, NULL to an account that may
+-- not see it); triggers: timing, event, table, level and body (ACTION_STATEMENT); views:
+-- security, check option and the text the server rewrote (names qualified with the
+-- database, which the comparison replaces). The definer and sql_mode are not compared: an
+-- install by another account, from another session, is still the revision's.
+SELECT 'routine' AS kind, r.routine_name AS name,
+       CONCAT_WS('\n', r.routine_type,
+                 (SELECT GROUP_CONCAT(CONCAT_WS(' ', p.parameter_mode, p.parameter_name,
+                                                p.dtd_identifier)
+                                      ORDER BY p.ordinal_position SEPARATOR ', ')
+                    FROM information_schema.parameters p
+                   WHERE p.specific_schema = r.routine_schema
+                     AND p.specific_name = r.routine_name AND p.ordinal_position > 0),
+                 r.dtd_identifier, r.security_type, r.is_deterministic, r.sql_data_access,
+                 r.routine_comment, r.routine_definition) AS definition,
+       CAST(NULL AS CHAR) AS owner_table
+  FROM information_schema.routines r
+ WHERE r.routine_schema = :namespace
+UNION ALL
+SELECT 'trigger', t.trigger_name,
+       CONCAT_WS('\n', t.action_timing, t.event_manipulation, t.event_object_table,
+                 t.action_orientation, t.action_statement),
+       t.event_object_table
+  FROM information_schema.triggers t
+ WHERE t.trigger_schema = :namespace
+UNION ALL
+SELECT 'view', v.table_name, CONCAT_WS('\n', v.security_type, v.check_option, v.view_definition),
+       NULL
+  FROM information_schema.views v
+ WHERE v.table_schema = :namespace
