@@ -211,8 +211,8 @@ def _run_sql(conn: Connection, name: str, **params: Any) -> list[sa.Row[Any]]:
 
 
 def _fresh_namespace(engine: Engine, namespace: str) -> None:
-    assetq.uninstall(engine, namespace)
-    assetq.install(engine, namespace)
+    assetq.uninstall(engine, namespace=namespace)
+    assetq.install(engine, namespace=namespace)
 
 
 def _median(values: Sequence[float]) -> float:
@@ -484,7 +484,7 @@ def measure_registration(target: Target, cfg: Config) -> dict[str, Any]:
             )
     result["events_written"] = _check_registration_rows(engine, dialect, cfg)
     for namespace in (PROC_NS, PLAIN_NS, AIRFLOW_NS):
-        assetq.uninstall(engine, namespace)
+        assetq.uninstall(engine, namespace=namespace)
     return result
 
 
@@ -546,7 +546,7 @@ def measure_batch(target: Target, cfg: Config) -> dict[str, Any]:
             f"batch {rep + 1}/{cfg.repetitions}: "
             + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in rates.items())
         )
-    assetq.uninstall(engine, BATCH_NS)
+    assetq.uninstall(engine, namespace=BATCH_NS)
     return {"batch_size": cfg.batch_size, "rates": rates}
 
 
@@ -659,7 +659,7 @@ def measure_pass(target: Target, cfg: Config) -> dict[str, Any]:
             started = time.perf_counter()
             namespace = f"aqp_pass_{level}"
             _fresh_namespace(engine, namespace)
-            stack.callback(assetq.uninstall, engine, namespace)
+            stack.callback(assetq.uninstall, engine, namespace=namespace)
             with engine.begin() as conn:
                 for dag_id, asset in topology.items():
                     assetq.declare_dag(conn, dag_id, asset, namespace=namespace)
@@ -733,7 +733,7 @@ def measure_large_run(target: Target, cfg: Config) -> dict[str, Any]:
             f"large run {rep + 1}/{cfg.run_repetitions}: "
             + ", ".join(f"{k} events {v[-1] * 1000:.0f} ms" for k, v in seconds.items())
         )
-    assetq.uninstall(engine, RUN_NS)
+    assetq.uninstall(engine, namespace=RUN_NS)
     return {"sizes": list(cfg.run_sizes), "seconds": seconds, "peak_bytes": peaks}
 
 

@@ -513,8 +513,8 @@ def _create_engine(url: URL, dialect_name: str, **kwargs: Any) -> Engine:
 
 def install_namespace(engine: Engine, namespace: str) -> None:
     """A fresh assetq namespace with CONSUMERS consumers, consumer_c on asset orders_c."""
-    assetq.uninstall(engine, namespace)
-    assetq.install(engine, namespace)
+    assetq.uninstall(engine, namespace=namespace)
+    assetq.install(engine, namespace=namespace)
     with engine.begin() as conn:
         for c in range(CONSUMERS):
             assetq.declare_dag(conn, f"consumer_{c}", f"orders_{c}", namespace=namespace)
@@ -717,7 +717,7 @@ def measure(engine: Engine, settings: Settings) -> dict[str, Any]:
         for level in levels:
             namespace = namespace_name(level)
             install_namespace(engine, namespace)
-            cleanup.append(functools.partial(assetq.uninstall, engine, namespace))
+            cleanup.append(functools.partial(assetq.uninstall, engine, namespace=namespace))
             label = ASSETQ if level == 0 else HISTORY
 
             def check(namespace: str = namespace) -> None:

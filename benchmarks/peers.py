@@ -390,8 +390,8 @@ class Setup:
 
     def namespace(self, name: str, consumers: int, cap: int | None = None) -> str:
         """A fresh assetq namespace, ``consumers`` consumers on any of assets a0..a3."""
-        assetq.uninstall(self.engine, name)
-        assetq.install(self.engine, name)
+        assetq.uninstall(self.engine, namespace=name)
+        assetq.install(self.engine, namespace=name)
         self.namespaces.append(name)
         with self.engine.begin() as conn:
             for c in range(consumers):
@@ -417,7 +417,7 @@ class Setup:
             if name in self.copies:  # altered by a profile variant: alembic cannot undo it
                 self.execute(q("aq_drop_copy", name))
             else:
-                assetq.uninstall(self.engine, name)
+                assetq.uninstall(self.engine, namespace=name)
         if self.pgq:
             self.execute(q("pgq_uninstall"))
         if self.pgmq:
@@ -946,8 +946,8 @@ def _mysql_producer_for(engine: Engine, st: Settings, consumers: int) -> dict[st
     names = {ASSETQ: f"aqp_peer_prod_{consumers}", PLAIN: f"aqp_peer_plain_{consumers}"}
     assets = ASSETS
     for ns in names.values():
-        assetq.uninstall(engine, ns)
-        assetq.install(engine, ns)
+        assetq.uninstall(engine, namespace=ns)
+        assetq.install(engine, namespace=ns)
         with engine.begin() as conn:
             for c in range(consumers):
                 assetq.declare_dag(conn, f"consumer_{c}", assetq.any_of(*assets), namespace=ns)
@@ -993,7 +993,7 @@ def _mysql_producer_for(engine: Engine, st: Settings, consumers: int) -> dict[st
             )
     finally:
         for ns in names.values():
-            assetq.uninstall(engine, ns)
+            assetq.uninstall(engine, namespace=ns)
     return out
 
 

@@ -196,8 +196,8 @@ def _variants(dialect: Dialect) -> tuple[Variant, Variant]:
 def _setup(engine: Engine, consumers: int, assets: int) -> Dialect:
     names = [f"asset_{i}" for i in range(assets)]
     for namespace in (PROC_NS, PLAIN_NS):
-        assetq.uninstall(engine, namespace)
-        assetq.install(engine, namespace)
+        assetq.uninstall(engine, namespace=namespace)
+        assetq.install(engine, namespace=namespace)
         with engine.begin() as conn:
             for c in range(consumers):
                 assetq.declare_dag(
@@ -397,7 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run(url, args)
         finally:
             for namespace in (PROC_NS, PLAIN_NS):
-                assetq.uninstall(engine, namespace)
+                assetq.uninstall(engine, namespace=namespace)
             engine.dispose()
     else:
         database = _fresh_local_database()

@@ -441,7 +441,7 @@ class PostgresBackend(Backend):
             self._janitor(name).init()
             engine = sa.create_engine(self._url(name))
             try:
-                assetq.install(engine, NAMESPACE)
+                assetq.install(engine, namespace=NAMESPACE)
             finally:
                 engine.dispose()
             self._template = name
@@ -796,7 +796,7 @@ class MySQLBackend(Backend):
         url = server.url.set(database=MYSQL_APP_DATABASE)
         engine = self.create_engine(url)
         if installed:
-            assetq.install(engine, NAMESPACE)
+            assetq.install(engine, namespace=NAMESPACE)
         name = unique_name("aqm_db")
         self._leased[name] = server
         return TestDatabase(backend=self, name=name, url=url, engine=engine)

@@ -141,4 +141,4 @@ def test_the_runs_it_inserts_are_shaped_like_the_pass_s(
         assert direct == by_pass
         assert by_pass["claimable_from_creation"] and by_pass["links"]
     finally:
-        assetq.uninstall(db.engine, namespace)
+        assetq.uninstall(db.engine, namespace=namespace)

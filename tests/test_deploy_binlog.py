@@ -129,7 +129,7 @@ def test_install_with_statement_binlog_is_refused_before_anything_is_written(
     engine = sa.create_engine(server.url(), poolclass=sa.NullPool)
     try:
         with pytest.raises(assetq.InstallRefused) as refused:
-            assetq.install(engine, "fresh")
+            assetq.install(engine, namespace="fresh")
     finally:
         engine.dispose()
     assert refused.value.code == "AQ121"
@@ -157,7 +157,7 @@ def test_an_account_without_super_is_refused_until_function_creators_are_trusted
         with _global(server, binlog_format="ROW"):
             position = _binlog_position(server)
             with pytest.raises(assetq.InstallRefused) as refused:
-                assetq.install(installer, "trusted")
+                assetq.install(installer, namespace="trusted")
             assert refused.value.code == "AQ120"
             assert "installer@%" in str(refused.value)
             assert "SET GLOBAL log_bin_trust_function_creators = 1" in str(refused.value)
@@ -168,7 +168,7 @@ def test_an_account_without_super_is_refused_until_function_creators_are_trusted
             assert not _namespace_exists(server, "trusted")
             with _global(server, log_bin_trust_function_creators=1):
                 assert cli.main([*cli_args, "trusted"]) == cli.EXIT_OK
-                assert assetq.install(installer, "trusted") == assetq.head_revision()
+                assert assetq.install(installer, namespace="trusted") == assetq.head_revision()
     finally:
         installer.dispose()
         with admin.connect() as conn:

@@ -299,7 +299,7 @@ def _installer_process(
     logging.getLogger("assetq.migrate").addHandler(Waiting())
     engine = sa.create_engine(url, poolclass=sa.NullPool)
     try:
-        results.put((hold, assetq.install(engine, namespace), len(ran)))
+        results.put((hold, assetq.install(engine, namespace=namespace), len(ran)))
     except Exception as exc:
         results.put((hold, f"{type(exc).__name__}: {exc}", len(ran)))
     finally:

@@ -23,7 +23,9 @@ import assetq
 from assetq import errors
 from dbs import TestDatabase
 
-#: Public functions by the handle they take: "conn" (the caller's transaction) or "engine".
+#: Public functions by the handle they take: "conn" (the caller's transaction), "engine", or
+#: "bind" (install and uninstall: an Engine, or a Connection whose transaction they join, as
+#: a host's alembic revision does; a Session's connection).
 HANDLE_KINDS = {
     "declare_asset": "conn",
     "declare_dag": "conn",
@@ -50,19 +52,14 @@ HANDLE_KINDS = {
     "doctor": "engine",
     "grant_roles": "engine",
     "revoke_roles": "engine",
-    "install": "engine",
-    "uninstall": "engine",
+    "install": "bind",
+    "uninstall": "bind",
     "run_scheduler": "engine",
     "run_worker": "engine",
 }
 
-#: Functions that do not check their handle yet: migrate.py's (install and uninstall take
-#: ``bind: Engine | Connection``), whose check comes with its own change.
-NOT_COERCED_YET = {
-    "install",
-    "uninstall",
-    "current_revision",
-}
+#: Functions that do not check their handle yet (none left: migrate.py's took the helpers).
+NOT_COERCED_YET: set[str] = set()
 
 
 def _public_functions() -> dict[str, Callable[..., Any]]:
@@ -154,18 +151,7 @@ def test_asyncio_handles_are_pointed_at_assetq_aio(name: str) -> None:
             _call(name, handle)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(reason="migrate.py is edited elsewhere")
-            if name in {"install", "uninstall", "current_revision"}
-            else (),
-        )
-        for name in sorted(HANDLE_KINDS)
-    ],
-)
+@pytest.mark.parametrize("name", sorted(HANDLE_KINDS))
 def test_namespace_is_keyword_only(name: str) -> None:
     params = inspect.signature(_public_functions()[name]).parameters
     assert "namespace" in params
@@ -182,6 +168,27 @@ def test_a_positional_namespace_still_works_with_a_deprecation_warning(db: TestD
     with pytest.warns(DeprecationWarning):
         preview = assetq.ops.uninstall_preview(db.engine, "assetq")  # type: ignore[call-arg]
     assert preview.namespace == "assetq"
+    with db.engine.connect() as conn, pytest.warns(DeprecationWarning, match="namespace="):
+        assert assetq.current_revision(conn, "assetq") == assetq.head_revision()  # type: ignore[call-arg]
+    with pytest.warns(DeprecationWarning, match="namespace="):
+        assert assetq.install(db.engine, "assetq") == assetq.head_revision()  # type: ignore[call-arg]
+
+
+def test_install_and_uninstall_take_an_engine_a_connection_or_a_session_and_nothing_else(
+    db: TestDatabase,
+) -> None:
+    """install and uninstall join a Connection's (or a Session's) transaction, as a host's
+    alembic revision needs (issue 13), and own their transactions with an Engine."""
+    with Session(db.engine) as session:
+        assert assetq.install(session) == assetq.head_revision()
+        assert assetq.current_revision(session) == assetq.head_revision()
+        session.commit()
+    for wrong in (object(), "postgresql://x"):
+        with pytest.raises(assetq.InvalidArgumentType, match="Engine or Connection") as raised:
+            assetq.uninstall(wrong)  # type: ignore[arg-type]
+        assert raised.value.code == "AQ101"
+    with db.engine.connect() as conn:
+        assert assetq.current_revision(conn) == assetq.head_revision()
 
 
 # -- ORM sessions -----------------------------------------------------------------------------

@@ -113,7 +113,7 @@ def assert_same_schema(left: TestDatabase, right: TestDatabase) -> None:
 
 def assetq_revision(db: TestDatabase, namespace: str = NAMESPACE) -> str | None:
     with db.engine.connect() as conn:
-        return assetq.current_revision(conn, namespace)
+        return assetq.current_revision(conn, namespace=namespace)
 
 
 def host_revision(db: TestDatabase) -> str | None:

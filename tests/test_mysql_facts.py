@@ -320,13 +320,13 @@ def test_a_user_with_one_database_installs_into_it_and_uninstall_keeps_it(
     empty_db: TestDatabase,
 ) -> None:
     namespace = MYSQL_APP_DATABASE  # the URL's own database
-    assetq.install(empty_db.engine, namespace)
+    assetq.install(empty_db.engine, namespace=namespace)
     with empty_db.engine.begin() as conn:
         assetq.declare_dag(conn, "consumer", "orders", namespace=namespace)
         assetq.register_event(conn, "orders", namespace=namespace)
     (run,) = assetq.schedule(empty_db.engine, namespace=namespace)
     assert len(run.event_ids) == 1
-    assetq.uninstall(empty_db.engine, namespace)
+    assetq.uninstall(empty_db.engine, namespace=namespace)
     with empty_db.engine.connect() as conn:
         assert conn.execute(sa.text("SELECT DATABASE()")).scalar_one() == namespace
         left = conn.execute(
@@ -334,7 +334,7 @@ def test_a_user_with_one_database_installs_into_it_and_uninstall_keeps_it(
             {"ns": namespace},
         ).scalar_one()
         assert left == 0
-        assert assetq.current_revision(conn, namespace) is None
+        assert assetq.current_revision(conn, namespace=namespace) is None
 
 
 # -- runs as work (migration 0006_work_queue) ---------------------------------------------------

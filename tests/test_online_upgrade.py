@@ -231,7 +231,7 @@ def _upgrade_under_traffic(db: TestDatabase, start: str) -> None:
     timeouts = [r for r in retries.records if "55P03" in r or "1205" in r]
     assert done_during_hold or (stuck >= RETRIES and len(timeouts) >= RETRIES), retries.records
     with db.engine.connect() as conn:
-        assert migrate.current_revision(conn, db.namespace) == migrate.head_revision()
+        assert migrate.current_revision(conn, namespace=db.namespace) == migrate.head_revision()
     # Every committed event is there (the held one included), and reached the consumer:
     # queued for it or consumed by one of its runs (I1 across the upgrade).
     events = db.scalar("SELECT count(*) FROM {ns}.asset_event")

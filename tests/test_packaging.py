@@ -103,12 +103,12 @@ _INSTALL_SCRIPT = textwrap.dedent(
 
     url, namespace = sys.argv[1], sys.argv[2]
     engine = sa.create_engine(url)
-    revision = assetq.install(engine, namespace)
+    revision = assetq.install(engine, namespace=namespace)
     with engine.begin() as conn:
         assetq.declare_dag(conn, "consumer", "orders", namespace=namespace)
         assetq.register_event(conn, "orders", namespace=namespace)
     runs = assetq.schedule(engine, namespace=namespace)
-    assetq.uninstall(engine, namespace)
+    assetq.uninstall(engine, namespace=namespace)
     engine.dispose()
     print(json.dumps({
         "module": assetq.__file__,

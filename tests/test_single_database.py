@@ -77,7 +77,7 @@ def test_install_next_to_airflows_dag_and_asset_tables_names_them_and_creates_no
     )
     before = _state(empty_db)
     with pytest.raises(assetq.InstallRefused) as refused:
-        assetq.install(empty_db.engine, NS)
+        assetq.install(empty_db.engine, namespace=NS)
     assert refused.value.code == "AQ122"
     assert refused.value.conflicts == ("table asset", "table dag")
     assert "table asset, table dag" in str(refused.value)
@@ -103,7 +103,7 @@ def test_a_table_install_would_have_taken_for_its_own_is_refused_and_uninstall_k
     )
     before = _state(empty_db)
     with pytest.raises(assetq.InstallRefused) as refused:
-        assetq.install(empty_db.engine, NS)
+        assetq.install(empty_db.engine, namespace=NS)
     assert refused.value.conflicts == ("table dagrun_asset_event",)
     url = empty_db.url.render_as_string(hide_password=False)
     assert cli.main(["--url", url, "uninstall", "--yes", "--namespace", NS]) == cli.EXIT_OK
@@ -121,7 +121,7 @@ def test_an_applications_view_and_procedure_with_assetq_names_are_refused_not_re
     )
     before = _state(empty_db)
     with pytest.raises(assetq.InstallRefused) as refused:
-        assetq.install(empty_db.engine, NS)
+        assetq.install(empty_db.engine, namespace=NS)
     assert refused.value.conflicts == ("routine register_event", "view dag_queue_status")
     assert _state(empty_db) == before
 
@@ -131,16 +131,16 @@ def test_an_upgrade_that_would_replace_an_applications_procedure_is_refused(
 ) -> None:
     """claim_runs came with 0006_work_queue: an application that has one of its own next to
     an assetq at 0005 keeps it, and assetq stays at 0005."""
-    assetq.install(empty_db.engine, NS, revision="0005_wakeup_on_demand")
+    assetq.install(empty_db.engine, namespace=NS, revision="0005_wakeup_on_demand")
     _app(empty_db, "CREATE PROCEDURE claim_runs() SELECT 'the app''s procedure' AS mine")
     before = _state(empty_db)
     with pytest.raises(assetq.InstallRefused) as refused:
-        assetq.install(empty_db.engine, NS)
+        assetq.install(empty_db.engine, namespace=NS)
     assert refused.value.conflicts == ("routine claim_runs",)
     assert refused.value.revision == "0006_work_queue"
     assert _state(empty_db) == before
     with empty_db.engine.connect() as conn:
-        assert assetq.current_revision(conn, NS) == "0005_wakeup_on_demand"
+        assert assetq.current_revision(conn, namespace=NS) == "0005_wakeup_on_demand"
 
 
 def test_a_retried_upgrade_takes_what_its_failed_attempt_created_for_assetqs(
@@ -149,7 +149,7 @@ def test_a_retried_upgrade_takes_what_its_failed_attempt_created_for_assetqs(
     """Each DDL statement commits on MySQL: an upgrade step that meets a lock timeout after
     creating claim_runs leaves it behind, and its retry (here the install's own, on 1205) must
     not refuse it as the application's. The step marks the schema "upgrading to 0006" first."""
-    assetq.install(empty_db.engine, NS, revision="0005_wakeup_on_demand")
+    assetq.install(empty_db.engine, namespace=NS, revision="0005_wakeup_on_demand")
     run_script = type(MYSQL).run_script
     failed: list[str] = []
 
@@ -171,7 +171,7 @@ def test_a_retried_upgrade_takes_what_its_failed_attempt_created_for_assetqs(
         raise pymysql.err.OperationalError(1205, "Lock wait timeout exceeded (injected)")
 
     monkeypatch.setattr(type(MYSQL), "run_script", times_out_once)
-    assert assetq.install(empty_db.engine, NS) == assetq.head_revision()
+    assert assetq.install(empty_db.engine, namespace=NS) == assetq.head_revision()
     assert failed == [NS]
 
 
@@ -191,7 +191,7 @@ def test_a_failed_install_removes_what_it_created_and_not_what_the_application_d
 
     monkeypatch.setattr(type(MYSQL), "run_script", fails_half_way)
     with pytest.raises(assetq.MigrationFailed) as failed:
-        assetq.install(empty_db.engine, NS)
+        assetq.install(empty_db.engine, namespace=NS)
     assert failed.value.code == "1370"
     assert [k for k in _state(empty_db) if not k.startswith("rows ")] == [
         "BASE TABLE orders_meanwhile"

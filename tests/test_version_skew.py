@@ -148,7 +148,7 @@ def test_a_previous_package_in_the_window_keeps_working_against_head(
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[:2] == ["ok", revision], done.stdout
     with db.engine.connect() as conn:
-        assert migrate.current_revision(conn, db.namespace) == migrate.head_revision()
+        assert migrate.current_revision(conn, namespace=db.namespace) == migrate.head_revision()
 
 
 def test_a_package_before_the_window_fails_against_head_on_mysql(

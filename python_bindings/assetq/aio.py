@@ -50,7 +50,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.util import greenlet_spawn
 
-from . import api, errors, ops
+from . import api, errors, migrate, ops
 from .api import Claim, NewEvent, RunInfo
 from .dialects import dialect_of
 from .handles import WRONG_HANDLE_CODE
@@ -78,6 +78,7 @@ __all__ = [
     "claim_runs",
     "complete_run",
     "consumed_events",
+    "current_revision",
     "declare_asset",
     "declare_dag",
     "delete_asset",
@@ -86,6 +87,7 @@ __all__ = [
     "get_run",
     "grant_roles",
     "heartbeat",
+    "install",
     "pause_dag",
     "processes",
     "purge",
@@ -100,6 +102,7 @@ __all__ = [
     "schedule",
     "set_run_state",
     "status",
+    "uninstall",
     "unpause_dag",
 ]
 
@@ -234,6 +237,7 @@ complete_run = _in_transaction(api.complete_run)
 retry_run = _in_transaction(api.retry_run)
 status = _in_transaction(ops.status)
 processes = _in_transaction(ops.processes)
+current_revision = _in_transaction(migrate.current_revision)
 
 # -- transactions of their own -----------------------------------------------------------------
 
@@ -242,6 +246,8 @@ purge = _own_transactions(ops.purge)
 doctor = _own_transactions(ops.doctor)
 grant_roles = _own_transactions(ops.grant_roles)
 revoke_roles = _own_transactions(ops.revoke_roles)
+install = _own_transactions(migrate.install)
+uninstall = _own_transactions(migrate.uninstall)
 
 
 def _retryable(exc: errors.AssetqError) -> bool:

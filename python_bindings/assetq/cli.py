@@ -149,7 +149,7 @@ def _not_installed(namespace: str, url: URL) -> str:
 def _installed_revision(engine: sa.Engine, url: URL, namespace: str) -> str:
     """The revision installed in ``namespace``; NotInstalled, with the fix, when none is."""
     with engine.connect() as conn:
-        revision = migrate.current_revision(conn, namespace)
+        revision = migrate.current_revision(conn, namespace=namespace)
     if revision is None:
         raise NotInstalled(_not_installed(namespace, url))
     return revision
@@ -307,8 +307,8 @@ def cmd_install(args: argparse.Namespace) -> int:
     engine = _engine(url)
     try:
         with engine.connect() as conn:
-            before = migrate.current_revision(conn, namespace)
-        after = migrate.install(engine, namespace)
+            before = migrate.current_revision(conn, namespace=namespace)
+        after = migrate.install(engine, namespace=namespace)
     finally:
         engine.dispose()
     if before is None:
@@ -358,7 +358,7 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
     engine = _engine(url)
     try:
         with engine.connect() as conn:
-            revision = migrate.current_revision(conn, namespace)
+            revision = migrate.current_revision(conn, namespace=namespace)
         if revision is None:
             print(
                 f"assetq: nothing to remove: namespace {namespace!r} does not exist (or holds"
@@ -368,7 +368,7 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
         if args.dry_run:
             preview = ops.uninstall_preview(engine, namespace=namespace)
         else:
-            migrate.uninstall(engine, namespace)
+            migrate.uninstall(engine, namespace=namespace)
     finally:
         engine.dispose()
     if not args.dry_run:
@@ -434,7 +434,7 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     engine = _engine(url)
     try:
         before = _installed_revision(engine, url, namespace)
-        after = migrate.install(engine, namespace)
+        after = migrate.install(engine, namespace=namespace)
     finally:
         engine.dispose()
     what = f"schema {after} already installed" if before == after else f"{before} -> {after}"

@@ -309,8 +309,8 @@ def _server(engine: Engine) -> str:
 def _prepare(engine: Engine, namespace: str) -> bool:
     """Install assetq if needed and declare the consumers. True when this call installed it."""
     with engine.connect() as conn:
-        fresh = migrate.current_revision(conn, namespace) is None
-    migrate.install(engine, namespace)
+        fresh = migrate.current_revision(conn, namespace=namespace) is None
+    migrate.install(engine, namespace=namespace)
     demo_ids = {dag_id for dag_id, _ in CONSUMERS}
     with engine.begin() as conn:
         others = sorted(
@@ -455,7 +455,7 @@ def run_demo(
             return _run(engine, server, namespace, cfg)
         finally:
             if installed_here and not keep:
-                migrate.uninstall(engine, namespace)
+                migrate.uninstall(engine, namespace=namespace)
     finally:
         engine.dispose()
 

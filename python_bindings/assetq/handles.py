@@ -68,8 +68,7 @@ def connection_of(handle: object, function: str) -> Connection:
             " ...))"
         )
     raise _wrong(
-        f"{function} takes a SQLAlchemy Connection or an ORM Session, got {name}"
-        " (docs/python.md)"
+        f"{function} takes a SQLAlchemy Connection or an ORM Session, got {name} (docs/python.md)"
     )
 
 
@@ -94,6 +93,24 @@ def engine_of(handle: object, function: str) -> Engine:
             " Session (session.get_bind() is the Session's engine)"
         )
     raise _wrong(f"{function} takes a SQLAlchemy Engine, got {name} (docs/python.md)")
+
+
+def bind_of(handle: object, function: str) -> Engine | Connection:
+    """The bind of ``install``/``uninstall``: an Engine (its own transactions) or a
+    Connection (the caller's, as in a host's alembic revision); a Session's connection."""
+    if isinstance(handle, Engine | Connection):
+        return handle
+    if isinstance(handle, scoped_session):
+        handle = handle()
+    if isinstance(handle, Session):
+        return handle.connection()
+    name = type(handle).__name__
+    if _is_async(handle):
+        raise _wrong(
+            f"{function} got an asyncio {name}: use assetq.aio.{function}, which takes an"
+            " AsyncEngine (docs/python.md)"
+        )
+    raise _wrong(f"{function} takes a SQLAlchemy Engine or Connection, got {name} (docs/python.md)")
 
 
 def keyword_namespace(func: _F) -> _F:

@@ -48,6 +48,7 @@ from .errors import (
     TransientError,
     UnknownRevision,
 )
+from .handles import bind_of, connection_of, keyword_namespace
 from .validation import check_namespace
 
 log = logging.getLogger("assetq.migrate")
@@ -488,8 +489,11 @@ def _lock_step_tables(conn: Connection, dialect: Dialect, namespace: str) -> Non
     conn.execute(text(sql))
 
 
-def current_revision(conn: Connection, namespace: str = DEFAULT_NAMESPACE) -> str | None:
-    """The revision installed in ``namespace``, or None when assetq is not installed there."""
+@keyword_namespace
+def current_revision(conn: Connection, *, namespace: str = DEFAULT_NAMESPACE) -> str | None:
+    """The revision installed in ``namespace``, or None when assetq is not installed there.
+    ``conn``: a Connection or an ORM Session."""
+    conn = connection_of(conn, "current_revision")
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
     if not _scalar(dialect, conn, "version_table_exists", namespace):
@@ -730,10 +734,11 @@ def _transaction(bind: Engine | Connection) -> Iterator[Connection]:
             yield bind
 
 
+@keyword_namespace
 def install(
     bind: Engine | Connection,
-    namespace: str = DEFAULT_NAMESPACE,
     *,
+    namespace: str = DEFAULT_NAMESPACE,
     revision: str = "head",
     replay: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
@@ -758,6 +763,7 @@ def install(
     (tests use it to prove the two agree). Failures raise MigrationFailed with the
     database's code and the revision.
     """
+    bind = bind_of(bind, "install")
     namespace = check_namespace(namespace)
     target = resolve_revision(revision)
     if target is None:
@@ -794,7 +800,7 @@ def _install_stepwise(
     until its own commit, not until the last revision's."""
     with _transaction(bind) as conn:
         existed = bool(_scalar(dialect_for(conn), conn, "namespace_exists", namespace))
-        current = current_revision(conn, namespace) if existed else None
+        current = current_revision(conn, namespace=namespace) if existed else None
     if current is None or current not in revisions() or _position(current) >= _position(target):
         steps = [target]  # a fresh install, a no-op, or the refusal migrate_connection gives
     else:
@@ -833,7 +839,8 @@ def _install_stepwise(
     return installed
 
 
-def uninstall(bind: Engine | Connection, namespace: str = DEFAULT_NAMESPACE) -> str | None:
+@keyword_namespace
+def uninstall(bind: Engine | Connection, *, namespace: str = DEFAULT_NAMESPACE) -> str | None:
     """Remove every assetq object from ``namespace`` (alembic downgrade to base), then the
     version table, then the namespace itself if nothing else is left in it.
 
@@ -841,13 +848,14 @@ def uninstall(bind: Engine | Connection, namespace: str = DEFAULT_NAMESPACE) -> 
     (nothing is done then). All events, queues and runs in the namespace are deleted.
     ``bind`` as for :func:`install`.
     """
+    bind = bind_of(bind, "uninstall")
     namespace = check_namespace(namespace)
     with _transaction(bind) as conn:
         dialect = dialect_for(conn)
         if not _scalar(dialect, conn, "namespace_exists", namespace):
             log.info("assetq: nothing to remove: namespace %s does not exist", namespace)
             return None
-        before = current_revision(conn, namespace)
+        before = current_revision(conn, namespace=namespace)
         migrate_connection(conn, namespace, None, direction="down")
     if before is None:
         log.info("assetq: nothing to remove: namespace %s holds no assetq schema", namespace)
@@ -875,7 +883,7 @@ def migrate_connection(
         with _reported(conn, dialect, namespace, target, "install of"):
             # Before the lock: on Galera taking it creates the namespace and a table.
             existed = bool(_scalar(dialect, conn, "namespace_exists", namespace))
-            if (current_revision(conn, namespace) if existed else None) != target:
+            if (current_revision(conn, namespace=namespace) if existed else None) != target:
                 _check_binary_log(conn, dialect, namespace, target)
     with (
         _reported(conn, dialect, namespace, target, "install of"),
@@ -883,7 +891,7 @@ def migrate_connection(
         _lock_timeout(conn, dialect, namespace, lock_timeout),
     ):
         existed = bool(_scalar(dialect, conn, "namespace_exists", namespace))
-        current = current_revision(conn, namespace) if existed else None
+        current = current_revision(conn, namespace=namespace) if existed else None
         existed = existed and not held.created_namespace
         _require_known(current, namespace)
         if past_is_done and direction == "up" and _position(current) >= _position(target):
@@ -921,7 +929,7 @@ def migrate_connection(
                     command.upgrade(cfg, target)
                 else:
                     command.downgrade(cfg, target)
-        installed = current_revision(conn, namespace)
+        installed = current_revision(conn, namespace=namespace)
         if installed is not None:
             _write_marker(conn, dialect, namespace, installed)
         forget_checks(conn.engine, namespace)  # this process's next call checks again
@@ -1142,7 +1150,7 @@ def schema_advice(
 def require_installed(conn: Connection, namespace: str) -> None:
     """Raise NotInstalled unless this package works against the schema in ``namespace``
     (SchemaTooOld / SchemaTooNew, with the fix, when it holds one outside the window)."""
-    revision = current_revision(conn, namespace)
+    revision = current_revision(conn, namespace=namespace)
     marker = read_marker(conn, namespace) if revision is not None else None
     advice = schema_advice(revision, marker, namespace)
     if advice is not None:
@@ -1378,7 +1386,7 @@ def repair(bind: Engine | Connection, namespace: str = DEFAULT_NAMESPACE) -> lis
                 " dropped and created again, each statement committing on its own (doctor"
                 " compares the definitions there too)"
             )
-        revision = current_revision(conn, namespace)
+        revision = current_revision(conn, namespace=namespace)
         advice = schema_advice(
             revision, read_marker(conn, namespace) if revision else None, namespace
         )

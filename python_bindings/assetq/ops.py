@@ -359,7 +359,7 @@ def _purge_processes(engine: Engine, namespace: str, cutoff: Any) -> int | None:
     the liveness table."""
     dialect = dialect_of(engine)
     with _translated(dialect), engine.begin() as conn:
-        if not processes_supported(migrate.current_revision(conn, namespace)):
+        if not processes_supported(migrate.current_revision(conn, namespace=namespace)):
             return None
         result = conn.execute(
             dialect.statement("purge_processes", namespace), {"older_than": cutoff}
@@ -418,7 +418,7 @@ def purge_preview(
                 .where(event.c.timestamp < cutoff, ~sa.exists(queued), ~sa.exists(kept))
             ).scalar_one()
             old_processes = 0
-            if processes_supported(migrate.current_revision(conn, namespace)):
+            if processes_supported(migrate.current_revision(conn, namespace=namespace)):
                 old_processes = int(
                     dialect.execute(conn, "old_processes", namespace, {"older_than": cutoff})[0][0]
                 )
@@ -455,7 +455,7 @@ def uninstall_preview(engine: Engine, *, namespace: str = DEFAULT_NAMESPACE) -> 
     with engine.connect() as conn:
         dialect = dialect_for(conn)
         with _translated(dialect):
-            revision = migrate.current_revision(conn, namespace)
+            revision = migrate.current_revision(conn, namespace=namespace)
             present = {
                 (str(r.kind), str(r.name))
                 for r in dialect.execute(
@@ -1100,7 +1100,7 @@ def doctor(engine: Engine, *, namespace: str = DEFAULT_NAMESPACE) -> DoctorRepor
     with _translated(dialect), engine.connect() as conn:  # connect errors translated too
         settings = _settings(dialect, conn, namespace)
         server = settings.get("version") or f"PostgreSQL {settings.get('server_version')}"
-        revision = migrate.current_revision(conn, namespace)
+        revision = migrate.current_revision(conn, namespace=namespace)
         clients_from = migrate.read_marker(conn, namespace) if revision is not None else None
         checks = [_revision_check(revision, head, namespace, clients_from)]
         if revision is not None:
