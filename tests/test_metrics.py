@@ -3,10 +3,12 @@ for forced scenarios on each engine."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from datetime import timedelta
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 import assetq
@@ -171,3 +173,40 @@ def test_metrics_is_optional_and_does_nothing_by_default(db: TestDatabase) -> No
         db.engine, namespace=db.namespace, max_passes=1, listen=False, metrics=assetq.Metrics()
     )
     assert stats.runs == 1
+
+
+def test_the_async_scheduler_reports_what_the_sync_one_does(db: TestDatabase) -> None:
+    """assetq.aio.run_scheduler takes the same hook and tells it the same things: a pass with
+    its runs and events and each run's latency, an idle pass and its poll."""
+    pytest.importorskip("greenlet")
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from assetq import aio
+
+    declare(db, "orders_report", "orders")
+    (event,) = register(db, "orders")
+    metrics = Recorder()
+
+    async def main() -> assetq.SchedulerStats:
+        engine = create_async_engine(aio.async_url(db.engine.url))
+        try:
+            return await aio.run_scheduler(
+                engine,
+                namespace=db.namespace,
+                max_passes=2,
+                listen=False,
+                poll_interval=0.01,
+                metrics=metrics,
+            )
+        finally:
+            await engine.dispose()
+
+    stats = asyncio.run(main())
+
+    assert stats.runs == 1
+    assert [args[1:] for args in metrics.of("scheduler_pass")] == [(1, 1), (0, 0)]
+    ((run, latency),) = metrics.of("run_created")
+    assert run.dag_id == "orders_report"
+    assert latency == (run.created_at - event.timestamp).total_seconds()
+    assert metrics.of("scheduler_wait") == []  # a pass that created runs goes on at once
+    assert metrics.of("scheduler_pass_failed") == []

@@ -56,14 +56,17 @@ from .dialects import dialect_of
 from .handles import WRONG_HANDLE_CODE
 from .liveness import DEFAULT_INTERVAL, Liveness, check_interval
 from .logs import close_detached, connection_lost, first_line, log_retried, retry_level
-from .metrics import AttemptOutcome
+from .metrics import AttemptOutcome, Metrics
 from .migrate import DEFAULT_NAMESPACE
 from .scheduler import (
     ARMED,
     PASS,
+    POLL,
     WOKEN,
     SchedulerStats,
+    _error_code,
     _ErrorLog,
+    _latencies,
     _Listener,
     _Round,
     pooled_warning,
@@ -367,6 +370,7 @@ async def run_scheduler(
     backoff_max: float = 30.0,
     max_attempts: int = 8,
     liveness_interval: float | None = DEFAULT_INTERVAL,
+    metrics: Metrics | None = None,
 ) -> SchedulerStats:
     """Async version of :func:`assetq.run_scheduler`: scheduler passes until ``stop_event``
     is set (or ``max_passes`` passes were made), as a task of the running loop.
@@ -382,7 +386,9 @@ async def run_scheduler(
     retried after a backoff (``backoff_initial`` doubling up to ``backoff_max``); an
     exception ``on_run`` or ``on_pass`` raises ends the loop. A pass in progress always
     finishes. Safe to run with any number of other schedulers, sync or async.
-    ``liveness_interval``: its row in the liveness table, as the sync loop's.
+    ``liveness_interval``: its row in the liveness table, as the sync loop's. ``metrics``:
+    an :class:`assetq.Metrics`, told what the sync loop tells it (passes, failed passes, runs
+    with their event->run latency, idle waits woken or polled).
     """
     sync = _engine(engine, "run_scheduler")
     check_int(limit, "limit", 1, 1_000_000)
@@ -443,12 +449,15 @@ async def run_scheduler(
                     listener = None
             stats.passes += 1
             await greenlet_spawn(rounds.start)
+            pass_started = time.monotonic()
             try:
                 created = await schedule(
                     engine, limit=limit, namespace=namespace, max_attempts=max_attempts
                 )
             except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
                 stats.errors += 1
+                if metrics is not None:
+                    metrics.scheduler_pass_failed(time.monotonic() - pass_started, _error_code(exc))
                 if listener is not None and listener.connected:
                     try:
                         await asyncio.to_thread(listener.release)  # others take over
@@ -460,6 +469,15 @@ async def run_scheduler(
                 await _wait(stop, delay)
                 continue
             error_log.succeeded()
+            if metrics is not None:
+                metrics.scheduler_pass(
+                    time.monotonic() - pass_started,
+                    len(created),
+                    sum(len(run.event_ids) for run in created),
+                )
+                latencies = await greenlet_spawn(_latencies, sync, namespace, created)
+                for run, latency in zip(created, latencies, strict=True):
+                    metrics.run_created(run, latency)
             for run in created:
                 stats.runs += 1
                 stats.events += len(run.event_ids)
@@ -488,8 +506,10 @@ async def run_scheduler(
                     stats.wakeups += 1
                 elif outcome == ARMED:
                     stats.arms += 1
-            elif not created:
-                await _wait(stop, poll)
+                if metrics is not None and not stop.is_set() and outcome in (WOKEN, POLL):
+                    metrics.scheduler_wait("woken" if outcome == WOKEN else "polled")
+            elif not created and not await _wait(stop, poll) and metrics is not None:
+                metrics.scheduler_wait("polled")
     finally:
         bridging.cancel()
         thread_stop.set()
