@@ -210,3 +210,56 @@ def test_the_async_scheduler_reports_what_the_sync_one_does(db: TestDatabase) ->
     assert latency == (run.created_at - event.timestamp).total_seconds()
     assert metrics.of("scheduler_wait") == []  # a pass that created runs goes on at once
     assert metrics.of("scheduler_pass_failed") == []
+
+
+def test_the_async_worker_reports_what_the_sync_one_does(db: TestDatabase) -> None:
+    """assetq.aio.run_worker takes the same hook: a failed first attempt that is retried, then
+    a success, each completion with its outcome and run state, and every claim."""
+    pytest.importorskip("greenlet")
+    from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+
+    from assetq import aio
+
+    declare(db, "report", "orders", max_attempts=2, retry_delay=timedelta(0))
+    register(db, "orders")
+    (run,) = assetq.schedule(db.engine, namespace=db.namespace)
+    attempts: list[int] = []
+
+    async def handler(claim: assetq.Claim, conn: AsyncConnection) -> None:
+        attempts.append(claim.attempt)
+        if claim.attempt == 1:
+            raise RuntimeError("first attempt fails")
+
+    metrics = Recorder()
+
+    async def main() -> assetq.WorkerStats:
+        engine = create_async_engine(aio.async_url(db.engine.url))
+        try:
+            return await aio.run_worker(
+                engine,
+                {"report": handler},
+                namespace=db.namespace,
+                max_runs=2,
+                listen=False,
+                poll_interval=0.01,
+                metrics=metrics,
+            )
+        finally:
+            await engine.dispose()
+
+    stats = asyncio.run(main())
+
+    assert attempts == [1, 2]
+    assert (stats.claimed, stats.failed, stats.succeeded) == (2, 1, 1)
+    completed = metrics.of("worker_completed")
+    assert [(c.run_id, c.attempt, outcome) for c, outcome, _, _ in completed] == [
+        (run.run_id, 1, "failed"),
+        (run.run_id, 2, "success"),
+    ]
+    assert [info.state for _, _, info, _ in completed] == ["queued", "success"]
+    ((retried, info),) = metrics.of("worker_retry")
+    assert (retried.attempt, info.state) == (1, "queued")
+    claims = [claimed for _, claimed in metrics.of("worker_claim")]
+    assert claims.count(1) == 2
+    assert metrics.of("worker_wait") == [("polled",)] * claims.count(0)
+    assert metrics.of("worker_claim_failed") == []

@@ -631,6 +631,7 @@ async def run_worker(
     on_complete: Callable[[Claim, RunInfo | None, AttemptOutcome], None] | None = None,
     backoff_max: float = 30.0,
     liveness_interval: float | None = DEFAULT_INTERVAL,
+    metrics: Metrics | None = None,
 ) -> WorkerStats:
     """Async version of :func:`assetq.run_worker`: claim and execute runs of the consumers in
     ``handlers`` until ``stop`` is set (or ``max_runs`` attempts were completed).
@@ -645,7 +646,8 @@ async def run_worker(
     runs. The same guarantees as the sync worker: every attempt is held by one worker, a
     stale holder's completion is refused (``on_complete`` gets ``"lost"``).
     ``liveness_interval``: its row in the liveness table, as the sync worker's (a task
-    records it).
+    records it). ``metrics``: an :class:`assetq.Metrics`, told what the sync worker tells it
+    (claims, failed claims, completions by outcome, retries, idle waits woken or polled).
     """
     sync = _engine(engine, "run_worker")
     table = _handlers(handlers)
@@ -682,6 +684,7 @@ async def run_worker(
         held[claim.id] = claim
         outcome: AttemptOutcome = "lost"
         info: RunInfo | None = None
+        attempt_started = time.monotonic()
         try:
             try:
                 async with engine.connect() as conn, conn.begin():
@@ -735,6 +738,10 @@ async def run_worker(
                     )
         finally:
             held.pop(claim.id, None)
+        if metrics is not None:
+            metrics.worker_completed(claim, outcome, info, time.monotonic() - attempt_started)
+            if outcome == "failed" and info is not None and info.state == "queued":
+                metrics.worker_retry(claim, info)
         if on_complete is not None:
             on_complete(claim, info, outcome)
 
@@ -749,6 +756,7 @@ async def run_worker(
                     quit_.set()
                     break
                 budget[0] -= 1
+            claim_started = time.monotonic()
             try:
                 claims = await claim_runs(
                     engine, slot_name, lease=lease_seconds, dag_ids=dag_ids, namespace=namespace
@@ -757,6 +765,8 @@ async def run_worker(
                 if budget[0] is not None:
                     budget[0] += 1
                 stats.add(errors=1)
+                if metrics is not None:
+                    metrics.worker_claim_failed(time.monotonic() - claim_started, _error_code(exc))
                 delay = min(backoff_cap, 0.5 * 2 ** min(failing, 30)) * random.uniform(0.5, 1)
                 if not failing:
                     log_retried(
@@ -779,14 +789,20 @@ async def run_worker(
             if failing:
                 log.info("assetq worker (asyncio): %s: claims work again", slot_name)
                 failing = 0
+            if metrics is not None:
+                metrics.worker_claim(time.monotonic() - claim_started, len(claims))
             if not claims:
                 if budget[0] is not None:
                     budget[0] += 1
                 if await wakeup.wait(generation, idle, stop_event):
                     stats.add(wakeups=1)
                     idle = _IDLE_FIRST
+                    if metrics is not None:
+                        metrics.worker_wait("woken")
                 else:
                     idle = min(poll, idle * 2)
+                    if metrics is not None and not (stop_event.is_set() or quit_.is_set()):
+                        metrics.worker_wait("polled")
                 continue
             idle = _IDLE_FIRST
             stats.add(claimed=1)
