@@ -73,10 +73,17 @@ def captured(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixt
     yield caplog
 
 
-def _until(condition: Callable[[], bool], what: str, timeout: float = 15) -> None:
+def _until(
+    condition: Callable[[], bool],
+    what: str,
+    timeout: float = 15,
+    shown: Callable[[], object] | None = None,
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}" + (
+            "" if shown is None else f": {shown()}"
+        )
         time.sleep(0.02)
 
 
@@ -261,9 +268,10 @@ def test_the_scheduler_command_prints_no_traceback_when_the_database_goes_away(
     forwarder = TcpForwarder(backend.host, backend.port)
     forwarder.start()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASSETQ_")}
-    env["ASSETQ_DATABASE_URL"] = db.url.set(host="127.0.0.1", port=forwarder.port).render_as_string(
-        hide_password=False
-    )
+    # Through the forwarder's TCP port; an embedded server's unix socket directory (in the
+    # URL's query) must go, or libpq would look for the forwarder's port in that directory.
+    through = db.url.set(host="127.0.0.1", port=forwarder.port).difference_update_query(["host"])
+    env["ASSETQ_DATABASE_URL"] = through.render_as_string(hide_password=False)
     process = subprocess.Popen(
         [sys.executable, "-m", "assetq", "scheduler", "--poll-interval", "0.2"],
         env=env,
@@ -276,12 +284,20 @@ def test_the_scheduler_command_prints_no_traceback_when_the_database_goes_away(
     reader = threading.Thread(target=lambda: lines.extend(process.stderr or ()), daemon=True)
     reader.start()
     try:
-        _until(lambda: any("started on namespace" in line for line in lines), "the start")
+        _until(
+            lambda: any("started on namespace" in line for line in lines),
+            "the start",
+            shown=lambda: "".join(lines) or f"no stderr yet (exit code {process.poll()})",
+        )
         time.sleep(0.5)
         forwarder.stop()
         time.sleep(3.5)
         forwarder.start()
-        _until(lambda: any("recovered after" in line for line in lines), "the recovery")
+        _until(
+            lambda: any("recovered after" in line for line in lines),
+            "the recovery",
+            shown=lambda: "".join(lines),
+        )
     finally:
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=60)
