@@ -1259,16 +1259,20 @@ def test_a_keys_generation_counts_its_stored_runs_and_restarts_after_a_purge(
 PENDING = pytest.mark.parametrize("large", [5_000, pytest.param(100_000, marks=pytest.mark.slow)])
 
 
+#: The most arrivals one pass of a partitioned consumer evaluates (schedule_partitions).
+ARRIVALS_PER_PASS = 1_000
+
+
 def _pending_keys(db: TestDatabase, start: int, count: int, *, by_passes: bool) -> None:
     """``count`` more keys with an "a" event each and no "b": unsatisfied, pending, and
     examined. ``by_passes``: by scheduler passes until none is left unexamined (a pass
-    examines up to 10,000 arrivals), as production gets there; otherwise by setting the
+    examines up to ARRIVALS_PER_PASS arrivals), as production gets there; otherwise by setting the
     rows' ``examined`` flag, the state those passes leave (a pass over 5,000 fresh keys
     takes seconds on MariaDB; test_pending_keys_wait_... proves passes get there)."""
     backlog(db, [{"asset": "a", "partition_key": f"k{n:07d}"} for n in range(start, start + count)])
     unexamined = "SELECT count(*) FROM {ns}.asset_partition_queue WHERE examined = false"
     if by_passes:
-        for _ in range(count // 10_000 + 3):
+        for _ in range(count // ARRIVALS_PER_PASS + 3):
             assert assetq.schedule(db.engine) == []
             if not db.scalar(unexamined):
                 break
@@ -1440,7 +1444,7 @@ def test_a_pass_after_one_arrival_reads_the_same_handler_rows_whatever_the_pendi
 def test_pending_keys_wait_without_runs_until_an_arrival_completes_one(
     db: TestDatabase, pending: int
 ) -> None:
-    """Passes examine every arrival (10,000 per pass at most) and leave unsatisfied keys
+    """Passes examine every arrival (1,000 per pass at most) and leave unsatisfied keys
     pending and examined; a later arrival runs exactly its key."""
     scenario.declare(db, "report", assetq.all_of("a", "b"), partitioned=True)
     _pending_keys(db, 0, pending, by_passes=True)
