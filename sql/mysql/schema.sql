@@ -1868,6 +1868,11 @@ BEGIN
     CREATE TEMPORARY TABLE IF NOT EXISTS {{ns}}._assetq_present (
         asset_id BIGINT NOT NULL PRIMARY KEY
     ) ENGINE = InnoDB;
+    -- How many distinct upstream keys each asset of the key's rows needs to be present.
+    CREATE TEMPORARY TABLE IF NOT EXISTS {{ns}}._assetq_prequired (
+        asset_id BIGINT NOT NULL PRIMARY KEY,
+        required BIGINT NOT NULL
+    ) ENGINE = InnoDB;
     -- The condition's members (clause, asset; an alias by the assets it resolved to), and for
     -- the witness search: the complete assets in the order found, the clauses they hit, the
     -- rows taken. MySQL 8 / MariaDB: no statement names one temporary table twice.
@@ -1968,6 +1973,25 @@ BEGIN
                               END;
             END IF;
 
+            -- What each asset of the key needs: one upstream key, or all sub-partitions of a
+            -- roll-up (24 hours, 7 days, the month's days), or every static key mapping to it.
+            DELETE FROM {{ns}}._assetq_prequired;
+            INSERT INTO {{ns}}._assetq_prequired (asset_id, required)
+            SELECT a.asset_id,
+                   CASE
+                       WHEN f.partition_mapping IS NULL OR f.partition_mapping = 'identity'
+                            OR f.partition_require <> 'all' THEN 1
+                       WHEN f.partition_mapping = 'hour_to_day' THEN 24
+                       WHEN f.partition_mapping = 'day_to_week' THEN 7
+                       WHEN f.partition_mapping = 'day_to_month' THEN v_days
+                       ELSE (SELECT COUNT(*) FROM {{ns}}.dag_partition_static_key t
+                              WHERE t.dag_id = p_dag_id AND t.asset_id = a.asset_id
+                                AND t.target_key = v_key)
+                   END
+              FROM (SELECT DISTINCT r.asset_id FROM {{ns}}._assetq_prow r) a
+              LEFT JOIN {{ns}}.dag_schedule_asset_reference f
+                     ON f.asset_id = a.asset_id AND f.dag_id = p_dag_id;
+
             -- The claim (_assetq_prow.claim): all rows, or with max_events_per_run = N and
             -- more rows queued, the N oldest when they satisfy the condition; otherwise, when
             -- the key's whole queue does, witnesses plus the oldest other rows, N in all (as
@@ -1983,18 +2007,8 @@ BEGIN
                   FROM (SELECT r.asset_id, COUNT(DISTINCT r.source_key) AS n
                           FROM {{ns}}._assetq_prow r WHERE r.pos <= v_limit
                          GROUP BY r.asset_id) s
-                  LEFT JOIN {{ns}}.dag_schedule_asset_reference f
-                         ON f.asset_id = s.asset_id AND f.dag_id = p_dag_id
-                 WHERE s.n >= CASE
-                                  WHEN f.partition_mapping IS NULL OR f.partition_mapping = 'identity'
-                                       OR f.partition_require <> 'all' THEN 1
-                                  WHEN f.partition_mapping = 'hour_to_day' THEN 24
-                                  WHEN f.partition_mapping = 'day_to_week' THEN 7
-                                  WHEN f.partition_mapping = 'day_to_month' THEN v_days
-                                  ELSE (SELECT COUNT(*) FROM {{ns}}.dag_partition_static_key t
-                                         WHERE t.dag_id = p_dag_id AND t.asset_id = s.asset_id
-                                           AND t.target_key = v_key)
-                              END;
+                  JOIN {{ns}}._assetq_prequired q ON q.asset_id = s.asset_id
+                 WHERE s.n >= q.required;
                 SELECT COUNT(DISTINCT m.clause_no) INTO v_met
                   FROM {{ns}}._assetq_pmember m
                  WHERE m.asset_id IN (SELECT x.asset_id FROM {{ns}}._assetq_present x);
@@ -2061,20 +2075,8 @@ BEGIN
                         VALUES (v_pick_no, v_asset, v_source);
                         SELECT COUNT(DISTINCT t.source_key) INTO v_count
                           FROM {{ns}}._assetq_ptaken t WHERE t.asset_id = v_asset;
-                        SELECT CASE
-                                   WHEN f.partition_mapping IS NULL OR f.partition_mapping = 'identity'
-                                        OR f.partition_require <> 'all' THEN 1
-                                   WHEN f.partition_mapping = 'hour_to_day' THEN 24
-                                   WHEN f.partition_mapping = 'day_to_week' THEN 7
-                                   WHEN f.partition_mapping = 'day_to_month' THEN v_days
-                                   ELSE (SELECT COUNT(*) FROM {{ns}}.dag_partition_static_key t
-                                          WHERE t.dag_id = p_dag_id AND t.asset_id = v_asset
-                                            AND t.target_key = v_key)
-                               END
-                          INTO v_required
-                          FROM (SELECT 1 AS one) x
-                          LEFT JOIN {{ns}}.dag_schedule_asset_reference f
-                                 ON f.asset_id = v_asset AND f.dag_id = p_dag_id;
+                        SELECT q.required INTO v_required
+                          FROM {{ns}}._assetq_prequired q WHERE q.asset_id = v_asset;
                         IF v_count >= v_required THEN
                             INSERT INTO {{ns}}._assetq_phave (asset_id) VALUES (v_asset);
                             INSERT IGNORE INTO {{ns}}._assetq_phit (clause_no)
@@ -2307,7 +2309,7 @@ BEGIN
                                    {{ns}}._assetq_chosen, {{ns}}._assetq_reap, {{ns}}._assetq_reaped,
                                    {{ns}}._assetq_pkey, {{ns}}._assetq_prow, {{ns}}._assetq_present,
                                    {{ns}}._assetq_pmember, {{ns}}._assetq_phave, {{ns}}._assetq_phit,
-                                   {{ns}}._assetq_ptaken;
+                                   {{ns}}._assetq_ptaken, {{ns}}._assetq_prequired;
     CREATE TEMPORARY TABLE {{ns}}._assetq_candidate (
         pos    BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
         dag_id VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
@@ -2821,7 +2823,7 @@ BEGIN
                                    {{ns}}._assetq_chosen, {{ns}}._assetq_reap, {{ns}}._assetq_reaped,
                                    {{ns}}._assetq_pkey, {{ns}}._assetq_prow, {{ns}}._assetq_present,
                                    {{ns}}._assetq_pmember, {{ns}}._assetq_phave, {{ns}}._assetq_phit,
-                                   {{ns}}._assetq_ptaken;
+                                   {{ns}}._assetq_ptaken, {{ns}}._assetq_prequired;
 END $$
 
 
