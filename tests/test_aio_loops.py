@@ -4,6 +4,7 @@ application: they never block it, and they leave nothing behind when they stop."
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from sqlalchemy.pool import NullPool
 
 import assetq
 from assetq import aio
+from assetq import scheduler as scheduler_module
 from dbs import TestDatabase
 
 #: A hang guard only: a loop that blocked the event loop would never let the test go on.
@@ -138,11 +140,24 @@ def test_the_workers_listening_connection_is_gone_when_it_stops(db: TestDatabase
 
 
 @pytest.mark.engines("postgresql")
-def test_the_async_scheduler_is_woken_by_a_producers_commit(db: TestDatabase) -> None:
+def test_the_async_scheduler_is_woken_by_a_producers_commit(
+    db: TestDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """PostgreSQL, forced: the first pass finds nothing and the loop takes the wake-up lock
-    (arms), passes once more and waits; only then does a producer commit. With a poll
-    interval of ten minutes, only the producer's notification can start the next pass."""
+    (arms), passes once more and waits for a notification; only then does a producer commit.
+    With a poll interval of ten minutes, only the producer's notification can start the next
+    pass. "Then" is the listener's wait itself: after the pass the loop still asks whether a
+    consumer is waiting outside the pass's window, and a commit landing before that question
+    started the pass without a wake-up (seen under load in CI's PostgreSQL 18 pass)."""
     created: list[assetq.Run] = []
+    listening = threading.Event()
+    wait = scheduler_module._Listener.wait
+
+    def wait_for_notification(self: Any, timeout: float, stop: threading.Event) -> bool:
+        listening.set()
+        return wait(self, timeout, stop)
+
+    monkeypatch.setattr(scheduler_module._Listener, "wait", wait_for_notification)
 
     async def main() -> assetq.SchedulerStats:
         engine = _engine(db)
@@ -153,6 +168,7 @@ def test_the_async_scheduler_is_woken_by_a_producers_commit(db: TestDatabase) ->
         def on_pass(runs: list[assetq.Run]) -> None:
             passes[0] += 1
             if passes[0] == 2:  # the pass after arming: the loop waits for wake-ups next
+                listening.clear()
                 waiting.set()
 
         def on_run(run: assetq.Run) -> None:
@@ -161,15 +177,16 @@ def test_the_async_scheduler_is_woken_by_a_producers_commit(db: TestDatabase) ->
 
         async with engine.begin() as conn:
             await aio.declare_dag(conn, "report", "orders")
-        scheduler = asyncio.ensure_future(
+        scheduler_task = asyncio.ensure_future(
             aio.run_scheduler(
                 engine, poll_interval=600, stop_event=stop, on_pass=on_pass, on_run=on_run
             )
         )
         await asyncio.wait_for(waiting.wait(), _GUARD)
+        assert await asyncio.to_thread(listening.wait, _GUARD)
         async with engine.begin() as conn:
             await aio.register_event(conn, "orders")
-        stats = await asyncio.wait_for(scheduler, _GUARD)
+        stats = await asyncio.wait_for(scheduler_task, _GUARD)
         await engine.dispose()
         return stats
 
