@@ -142,6 +142,10 @@ class Dialect:
         """Execute a packaged script (schema or migration) on ``conn``."""
         raise NotImplementedError
 
+    def run_statements(self, conn: Connection, statements: Sequence[str]) -> None:
+        """Execute rendered statements one by one on ``conn`` (MySQL: see there)."""
+        raise NotImplementedError
+
     def error_code(self, exc: DBAPIError) -> str | None:
         raise NotImplementedError
 
@@ -455,10 +459,16 @@ class _MySQL(Dialect):
         # and sends each routine whole. Straight to the driver, without parameters, so '%' and
         # ':' in routine bodies are never taken for placeholders.
         sql = sqlfiles.render(script, self.quote_ns(namespace))
+        self.run_statements(conn, sqlfiles.split_script(sql))
+
+    def run_statements(self, conn: Connection, statements: Sequence[str]) -> None:
+        """Execute rendered statements one by one, straight to the driver (no parameters),
+        as :meth:`run_script` does; a LOCK TABLES the statements took is released however
+        they end (migrate.repair swaps triggers with it)."""
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         locked = False
         try:
-            for statement in sqlfiles.split_script(sql):
+            for statement in statements:
                 cursor.execute(statement)
                 while cursor.nextset():
                     pass
