@@ -1104,12 +1104,19 @@ def doctor(engine: Engine, *, namespace: str = DEFAULT_NAMESPACE) -> DoctorRepor
         clients_from = migrate.read_marker(conn, namespace) if revision is not None else None
         checks = [_revision_check(revision, head, namespace, clients_from)]
         if revision is not None:
-            checks += _object_checks(dialect, conn, namespace, revision)
+            objects = _object_checks(dialect, conn, namespace, revision)
+            checks += objects
             checks += _definition_checks(dialect, conn, namespace, revision)
             checks += _security_checks(dialect, conn, namespace)
             if not any(c.severity == "problem" for c in checks):
                 checks.append(_privilege_check(dialect, conn, namespace))
-            if revision == head:
+            # The work is read through dag_queue_status and the liveness table: with a table
+            # or view missing (the objects check's problem, fixed by repair) it cannot be.
+            readable = not any(
+                c.severity == "problem" and c.name.startswith(("table ", "view "))
+                for c in objects
+            )
+            if revision == head and readable:
                 checks += _work_checks(conn, namespace)
                 checks += _liveness_checks(conn, namespace)
         checks += _server_checks(settings)
