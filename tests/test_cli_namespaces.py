@@ -52,8 +52,6 @@ def _run(db: TestDatabase, capsys: pytest.CaptureFixture[str], *argv: str) -> tu
 def test_every_command_gives_one_answer_for_a_namespace_that_does_not_exist(
     empty_db: TestDatabase, capsys: pytest.CaptureFixture[str], command: str
 ) -> None:
-    if command == "repair" and empty_db.engine_name == "mysql":
-        pytest.skip("repair on MySQL is a usage error, before connecting: test_cli_usage")
     code, out, err = _run(empty_db, capsys, "--namespace", MISSING, *COMMAND_LINES[command])
     shown = empty_db.url.render_as_string(hide_password=True)
     assert code == cli.EXIT_ERROR

@@ -188,12 +188,6 @@ def test_a_listen_url_is_checked_like_the_url(
     assert "prepare_threshold='abc'" in capsys.readouterr().err
 
 
-def test_repair_on_mysql_is_refused_before_connecting(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["--url", "mysql://nobody@127.0.0.1:1/nothing", "repair"]) == cli.EXIT_USAGE
-    err = capsys.readouterr().err
-    assert "repair runs on PostgreSQL only" in err and "assetq doctor" in err
-
-
 def test_the_grant_summary_names_every_kind_of_access(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         cli.main(["--help"])
@@ -210,7 +204,7 @@ def test_help_texts_carry_no_markup(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_doctor_help_names_every_kind_of_check(capsys: pytest.CaptureFixture[str]) -> None:
-    """ops.doctor's checks: definitions (PostgreSQL, repair), the work (leases, caps) and the
+    """ops.doctor's checks: definitions (repair), the work (leases, caps) and the
     deployment (a standby, binary logging) came after the help was written."""
     text = _help(capsys, "doctor")
     for what in ("definitions", "assetq repair", "expired leases", "cap", "standby", "binary"):

@@ -20,7 +20,7 @@ Exit codes:
   ``demo`` and ``uninstall``, which says there is nothing to remove and exits 0), or a demo
   whose verification failed;
 - 2: a usage error (bad option or duration, missing or unsupported URL, a driver that is
-  not installed, ``repair`` on MySQL/MariaDB, refused confirmation);
+  not installed, refused confirmation);
 - 130: interrupted (a second SIGINT/SIGTERM stops ``scheduler`` in the middle of a pass,
   which then rolls back, or ``worker`` in the middle of its runs, which are claimed again
   when their leases expire).
@@ -403,17 +403,13 @@ _UNINSTALL_ROWS = (
 
 def cmd_repair(args: argparse.Namespace) -> int:
     """Re-create, in place, the routines, triggers and views of the installed revision that
-    differ from its definitions or are missing (doctor names them), in one transaction;
-    tables and rows untouched. PostgreSQL only: on MySQL/MariaDB DDL commits, so a repair
-    could not be one transaction (doctor says how to re-create a missing object there)."""
+    differ from its definitions or are missing (doctor names them); tables and rows
+    untouched. Run it as the owner. PostgreSQL: in one transaction. MySQL/MariaDB, where DDL
+    commits: object by object, each routine's grants kept, each trigger swapped with its
+    table locked for writing (an INSERT meanwhile waits for the new trigger); a repair that
+    stopped half-way is finished by running it again."""
     url = _require_url(args)
     namespace = args.resolved_namespace
-    if url.get_backend_name() != "postgresql":
-        raise UsageError(
-            "repair runs on PostgreSQL only: on MySQL/MariaDB DDL commits, so it could not be"
-            " one transaction; `assetq doctor` names what is missing there and how to"
-            " re-create it"
-        )
     engine = _engine(url)
     try:
         revision = _installed_revision(engine, url, namespace)
@@ -1051,8 +1047,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """Check the installation: schema at this package's revision (or inside its
     compatibility window); every routine, trigger, view and table present (triggers
     enabled); their definitions those of the installed revision (compared with a reference
-    install: on PostgreSQL made under a savepoint and rolled back, fix: assetq repair; on
-    MySQL/MariaDB made in a scratch database and dropped); the
+    install: on PostgreSQL made under a savepoint and rolled back, on MySQL/MariaDB made in a
+    scratch database and dropped; fix: assetq repair); the
     routines granted to roles running with their owner's rights and that owner suitable;
     what the connected account may do; the work: expired leases, consumers at their cap with
     events waiting; the server: a standby or read-only server, binary logging that refuses
@@ -1297,7 +1293,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("upgrade", "upgrade an installed assetq to this package's schema", cmd_upgrade),
     Command(
         "repair",
-        "re-create routines, triggers and views of the installed revision in place (PostgreSQL)",
+        "re-create routines, triggers and views of the installed revision in place",
         cmd_repair,
     ),
     Command(

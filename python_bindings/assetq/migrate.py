@@ -16,6 +16,7 @@ of its steps (:mod:`assetq.alembic`). The same steps render as SQL text without 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -25,7 +26,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Literal, TextIO
 
@@ -1281,7 +1282,7 @@ def write_sql(
         put("COMMIT;")
 
 
-# -- definitions: doctor's comparison (both engines) and repair (PostgreSQL) ----------------
+# -- definitions: doctor's comparison and repair (both engines) ------------------------------
 
 
 @dataclass(frozen=True)
@@ -1292,6 +1293,10 @@ class Definition:
     name: str
     definition: str
     table: str | None
+    #: MySQL, in a reference read for repair: the statement that creates it (SHOW CREATE) and
+    #: the sql_mode it was created under. Not compared: the definer is in the statement.
+    create: str = field(default="", compare=False)
+    sql_mode: str = field(default="", compare=False)
 
 
 def definitions(conn: Connection, namespace: str) -> dict[tuple[str, str], Definition]:
@@ -1314,15 +1319,65 @@ def _printed(namespace: str) -> str:
     return namespace if re.fullmatch(r"[a-z_][a-z0-9_$]*", namespace) else f'"{namespace}"'
 
 
+def _named(dialect: Dialect, query: str, namespace: str, **parts: str) -> str:
+    """Query ``query`` of upgrades.sql with ``{{part}}`` placeholders filled in: object
+    names as the server printed them, quoted here."""
+    sql = _upgrade_sql(dialect, query, namespace)
+    for key, value in parts.items():
+        sql = sql.replace("{{" + key + "}}", value)
+    return sql
+
+
+def _quoted(dialect: Dialect, name: str) -> str:
+    return dialect.quote + name.replace(dialect.quote, dialect.quote * 2) + dialect.quote
+
+
+def _routine_type(d: Definition) -> str:
+    """PROCEDURE or FUNCTION: the first line of a MySQL routine's definition."""
+    return d.definition.split("\n", 1)[0].strip().upper()
+
+
+def _with_creates(
+    conn: Connection, namespace: str, found: dict[tuple[str, str], Definition]
+) -> dict[tuple[str, str], Definition]:
+    """MySQL: ``found`` (the reference install in ``namespace``) with the statement that
+    creates each object, as the server prints it, and the sql_mode it was created under."""
+    dialect = dialect_for(conn)
+    result: dict[tuple[str, str], Definition] = {}
+    for key, d in found.items():
+        kind = _routine_type(d).lower() if d.kind == "routine" else d.kind
+        show = _named(dialect, f"show_create_{kind}", namespace, name=_quoted(dialect, d.name))
+        row = conn.execute(text(show)).one()
+        mapping = row._mapping
+        create = str(row[1] if d.kind == "view" else row[2])
+        if d.kind == "routine":
+            # The server prints a routine's name unqualified (the routine's own database):
+            # qualified here, so the statement runs whatever the connection's database is.
+            unqualified = f"{kind.upper()} {_quoted(dialect, d.name)}("
+            qualified = f"{kind.upper()} {dialect.quote_ns(namespace)}.{_quoted(dialect, d.name)}("
+            if unqualified not in create:
+                raise AssetqError(
+                    f"SHOW CREATE {kind.upper()} printed {create[:80]!r}, not the"
+                    f" {unqualified!r} repair looks for: repair cannot re-create it"
+                )
+            create = create.replace(unqualified, qualified, 1)
+        elif d.kind == "view":  # CREATE ... VIEW: replaced in place, grants and all
+            create = re.sub(r"^\s*CREATE\b", "CREATE OR REPLACE", create, count=1)
+        sql_mode = "" if d.kind == "view" else str(mapping["sql_mode"])
+        result[key] = dataclasses.replace(d, create=create, sql_mode=sql_mode)
+    return result
+
+
 def reference_definitions(
-    conn: Connection, namespace: str, revision: str
+    conn: Connection, namespace: str, revision: str, *, creates: bool = False
 ) -> dict[tuple[str, str], Definition]:
     """The definitions a fresh install of ``revision`` has, as if installed in ``namespace``.
 
     PostgreSQL: installed into a scratch namespace under a savepoint of ``conn``'s
     transaction, read, and rolled back (nothing stays). MySQL/MariaDB, whose DDL commits:
     installed into a scratch database on the same server (:func:`reference_database`, so
-    the account needs CREATE and DROP there), read, and dropped again, also on failure."""
+    the account needs CREATE and DROP there), read, and dropped again, also on failure.
+    ``creates`` (MySQL): also read the statement that creates each object (repair)."""
     dialect = dialect_for(conn)
     scratch = reference_database()
     if dialect is POSTGRESQL:
@@ -1336,6 +1391,8 @@ def reference_definitions(
         try:
             migrate_connection(conn, scratch, revision, direction="up", lock_timeout=None)
             found = definitions(conn, scratch)
+            if creates:
+                found = _with_creates(conn, scratch, found)
         finally:
             try:
                 dialect.execute(conn, "drop_namespace", scratch)
@@ -1349,7 +1406,10 @@ def reference_definitions(
         return value.replace(scratch, _printed(namespace))
 
     return {
-        key: Definition(d.kind, d.name, moved(d.definition), d.table) for key, d in found.items()
+        key: dataclasses.replace(
+            d, definition=moved(d.definition), create=moved(d.create) if d.create else ""
+        )
+        for key, d in found.items()
     }
 
 
@@ -1359,12 +1419,13 @@ def reference_database() -> str:
 
 
 def definition_differences(
-    conn: Connection, namespace: str, revision: str
+    conn: Connection, namespace: str, revision: str, *, creates: bool = False
 ) -> tuple[list[Definition], list[Definition]]:
     """(changed, missing): the routines, triggers and views of ``namespace`` whose definition
-    differs from a fresh install of ``revision``, and those it lacks. In ``conn``'s
-    transaction, which must be open; changes nothing."""
-    reference = reference_definitions(conn, namespace, revision)
+    differs from a fresh install of ``revision``, and those it lacks (as the reference has
+    them; ``creates``: with their CREATE statements on MySQL). In ``conn``'s transaction,
+    which must be open; changes nothing in ``namespace``."""
+    reference = reference_definitions(conn, namespace, revision, creates=creates)
     present = definitions(conn, namespace)
     changed = [d for k, d in reference.items() if k in present and present[k] != d]
     missing = [d for k, d in reference.items() if k not in present]
@@ -1374,18 +1435,20 @@ def definition_differences(
 def repair(bind: Engine | Connection, namespace: str = DEFAULT_NAMESPACE) -> list[str]:
     """Re-create, in place, every routine, trigger and view of ``namespace`` that differs from
     (or is missing in) a fresh install of its installed revision. Tables and their rows are
-    untouched; re-created routines keep their grants (CREATE OR REPLACE), a missing one is
-    created without any. One transaction, under the namespace lock and the lock timeout.
-    Returns what was re-created ("routine name(args)", ...). PostgreSQL only."""
+    untouched. Under the namespace lock (on Galera also the install lock table) and the lock
+    timeout. Returns what was re-created ("routine name(args)", "trigger name", ...).
+
+    PostgreSQL: one transaction; re-created routines keep their grants (CREATE OR REPLACE), a
+    missing one is created without any. MySQL/MariaDB, where DDL commits statement by
+    statement: a routine is dropped and created again, its grants saved in the namespace
+    before and given back after (an account that may not read mysql.procs_priv is refused,
+    AQ124, before anything changes); a trigger is dropped and created again with its table
+    locked for writing (an INSERT meanwhile waits, then fires the new trigger); a view is
+    replaced. The repairing account becomes their definer, as with a fresh install by it.
+    A repair that stopped half-way is finished by running it again."""
     namespace = check_namespace(namespace)
     with _transaction(bind) as conn:
         dialect = dialect_for(conn)
-        if dialect is not POSTGRESQL:
-            raise AssetqError(
-                "repair runs on PostgreSQL only: on MySQL/MariaDB a routine or trigger is"
-                " dropped and created again, each statement committing on its own (doctor"
-                " compares the definitions there too)"
-            )
         revision = current_revision(conn, namespace=namespace)
         advice = schema_advice(
             revision, read_marker(conn, namespace) if revision else None, namespace
@@ -1398,24 +1461,107 @@ def repair(bind: Engine | Connection, namespace: str = DEFAULT_NAMESPACE) -> lis
             _locked(conn, dialect, namespace),
             _lock_timeout(conn, dialect, namespace, DEFAULT_LOCK_TIMEOUT),
         ):
-            changed, missing = definition_differences(conn, namespace, revision)
-            done: list[str] = []
-
-            def named(query: str, **parts: str) -> None:
-                sql = _upgrade_sql(dialect, query, namespace)
-                for key, value in parts.items():
-                    sql = sql.replace("{{" + key + "}}", value)
-                conn.exec_driver_sql(sql.replace("%", "%%"))
-
-            for d in changed + missing:
-                if d.kind == "routine":  # pg_get_functiondef: CREATE OR REPLACE FUNCTION
-                    conn.exec_driver_sql(d.definition.replace("%", "%%"))
-                elif d.kind == "trigger":  # re-created enabled, as a fresh install has it
-                    assert d.table is not None
-                    named("repair_drop_trigger", name=f'"{d.name}"', table=f'"{d.table}"')
-                    conn.exec_driver_sql(d.definition.replace("%", "%%"))
-                else:
-                    named("repair_view", name=f'"{d.name}"', body=d.definition)
-                done.append(f"{d.kind} {d.name}")
-                log.info("assetq: repaired %s %s in namespace %s", d.kind, d.name, namespace)
+            changed, missing = definition_differences(
+                conn, namespace, revision, creates=dialect is MYSQL
+            )
+            broken = changed + missing
+            if dialect is MYSQL:
+                _repair_mysql(conn, dialect, namespace, revision, broken)
+            else:
+                _repair_postgresql(conn, dialect, namespace, broken)
+            done = [f"{d.kind} {d.name}" for d in broken]
     return done
+
+
+def _repair_postgresql(
+    conn: Connection, dialect: Dialect, namespace: str, broken: list[Definition]
+) -> None:
+    for d in broken:
+        if d.kind == "routine":  # pg_get_functiondef: CREATE OR REPLACE FUNCTION
+            conn.exec_driver_sql(d.definition.replace("%", "%%"))
+        elif d.kind == "trigger":  # re-created enabled, as a fresh install has it
+            assert d.table is not None
+            drop = _named(
+                dialect, "repair_drop_trigger", namespace, name=f'"{d.name}"', table=f'"{d.table}"'
+            )
+            conn.exec_driver_sql(drop.replace("%", "%%"))
+            conn.exec_driver_sql(d.definition.replace("%", "%%"))
+        else:
+            view = _named(dialect, "repair_view", namespace, name=f'"{d.name}"', body=d.definition)
+            conn.exec_driver_sql(view.replace("%", "%%"))
+        log.info("assetq: repaired %s %s in namespace %s", d.kind, d.name, namespace)
+
+
+def _repair_mysql(
+    conn: Connection, dialect: Dialect, namespace: str, revision: str, broken: list[Definition]
+) -> None:
+    """Routines first (a trigger may call one), then triggers, then views; see repair."""
+    order = {"routine": 0, "trigger": 1, "view": 2}
+    broken = sorted(broken, key=lambda d: (order[d.kind], d.name))
+    routines = [d for d in broken if d.kind == "routine"]
+    if routines:
+        conn.execute(text(_upgrade_sql(dialect, "repair_grants_table", namespace)))
+        save = text(_upgrade_sql(dialect, "repair_save_grants", namespace))
+        for d in routines:
+            try:
+                conn.execute(save, {"namespace": namespace, "routine": d.name})
+            except DBAPIError as exc:
+                if dialect.error_code(exc) != "1142":
+                    raise
+                conn.execute(text(_upgrade_sql(dialect, "repair_drop_grants_table", namespace)))
+                raise InstallRefused(
+                    f"repair of namespace {namespace!r} refused, nothing was changed: the"
+                    " account may not read mysql.procs_priv, so the grants of the routines it"
+                    f" would drop and create again ({', '.join(d.name for d in routines)})"
+                    " would be lost. Run it with an account that may (GRANT SELECT ON"
+                    " mysql.procs_priv), as the owner",
+                    code="AQ124",
+                    revision=revision,
+                ) from exc
+    mode = str(conn.execute(text(_upgrade_sql(dialect, "read_sql_mode", namespace))).scalar())
+    set_mode = _upgrade_sql(dialect, "set_sql_mode", namespace)
+    try:
+        for d in broken:
+            name = _quoted(dialect, d.name)
+            if d.sql_mode:
+                conn.execute(text(set_mode), {"sql_mode": d.sql_mode})
+            if d.kind == "routine":
+                drop = _named(
+                    dialect, "repair_drop_routine", namespace, name=name, type=_routine_type(d)
+                )
+                dialect.run_statements(conn, [drop, d.create])
+            elif d.kind == "trigger":
+                assert d.table is not None
+                table = _quoted(dialect, d.table)
+                dialect.run_statements(
+                    conn,
+                    [
+                        _named(dialect, "repair_lock_table", namespace, table=table),
+                        _named(dialect, "repair_drop_trigger", namespace, name=name, table=table),
+                        d.create,
+                        _upgrade_sql(dialect, "unlock_tables", namespace),
+                    ],
+                )
+            else:
+                dialect.run_statements(conn, [d.create])
+            if d.sql_mode:
+                conn.execute(text(set_mode), {"sql_mode": mode})
+            log.info("assetq: repaired %s %s in namespace %s", d.kind, d.name, namespace)
+    finally:
+        conn.execute(text(set_mode), {"sql_mode": mode})
+    _restore_grants(conn, dialect, namespace)
+
+
+def _restore_grants(conn: Connection, dialect: Dialect, namespace: str) -> None:
+    """Give back the grants repair saved (this one's, or those an interrupted repair left)."""
+    exists = text(_upgrade_sql(dialect, "repair_grants_table_exists", namespace))
+    if not conn.execute(exists, {"namespace": namespace}).scalar():
+        return
+    rows = conn.execute(
+        text(_upgrade_sql(dialect, "repair_grant_statements", namespace)),
+        {"namespace": namespace},
+    ).all()
+    dialect.run_statements(conn, [str(r.statement) for r in rows])
+    conn.execute(text(_upgrade_sql(dialect, "repair_drop_grants_table", namespace)))
+    if rows:
+        log.info("assetq: gave back %d routine grants in namespace %s", len(rows), namespace)

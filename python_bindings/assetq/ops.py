@@ -731,13 +731,8 @@ def _definition_checks(
             "definitions",
             "problem",
             f"not as schema {revision} defines them: " + "; ".join(found),
-            f"run `assetq repair --namespace {namespace}` (re-creates them in place; data"
-            " untouched)"
-            if dialect.name == "postgresql"
-            else "re-create them as the owner from the statements `assetq sql --to"
-            f" {revision} --namespace {namespace}` prints (DROP, then CREATE; a trigger on"
-            " asset_event between LOCK TABLES ... WRITE and UNLOCK TABLES, so no event misses"
-            " its fan-out); `assetq repair` runs on PostgreSQL only",
+            f"run `assetq repair --namespace {namespace}` as the owner (re-creates them in"
+            " place; data untouched)",
         )
     ]
 
@@ -766,7 +761,7 @@ def _object_checks(
                 f" (expected at revision {revision}){why}",
                 f"run `assetq repair --namespace {namespace}` as the owner: it re-creates it as"
                 f" revision {revision} defines it ({where} has the head's), data untouched"
-                if dialect.name == "postgresql" and kind != "table"
+                if kind != "table"
                 else f"recreate it with its CREATE statement from {where}, as the owner; or"
                 " reinstall into a new namespace",
             )

@@ -73,3 +73,105 @@ SELECT 'view', v.table_name, CONCAT_WS('\n', v.security_type, v.check_option, v.
        NULL
   FROM information_schema.views v
  WHERE v.table_schema = :namespace
+
+-- show_create_procedure --
+-- repair: the statement that creates procedure {{name}} as the reference install has it,
+-- with the sql_mode it runs under (MySQL stores it with the routine).
+SHOW CREATE PROCEDURE {{ns}}.{{name}}
+
+-- show_create_function --
+-- repair: the same for a function.
+SHOW CREATE FUNCTION {{ns}}.{{name}}
+
+-- show_create_trigger --
+-- repair: the statement that creates trigger {{name}} as the reference install has it.
+SHOW CREATE TRIGGER {{ns}}.{{name}}
+
+-- show_create_view --
+-- repair: the statement that creates view {{name}} as the reference install has it.
+SHOW CREATE VIEW {{ns}}.{{name}}
+
+-- read_sql_mode --
+-- repair: the session's sql_mode, put back after each object is created under its own.
+SELECT @@SESSION.sql_mode AS sql_mode
+
+-- set_sql_mode --
+-- repair: create an object under the sql_mode the reference install created it with
+-- (strict: a routine created under a lax mode would truncate silently ever after).
+SET SESSION sql_mode = :sql_mode
+
+-- repair_grants_table --
+-- repair: the grants of the routines it drops and creates again, kept in the namespace until
+-- they are given back. MySQL revokes a routine's grants on DROP PROCEDURE (mysql.procs_priv)
+-- and has no CREATE OR REPLACE PROCEDURE, and DDL commits statement by statement: a repair
+-- that stopped between the DROP and the GRANT leaves them here, and the next repair gives
+-- them back (as 0009_partitions keeps them in _assetq_0009_grants).
+CREATE TABLE IF NOT EXISTS {{ns}}._assetq_repair_grants (
+    routine_type VARCHAR(9) NOT NULL,
+    routine_name VARCHAR(64) NOT NULL,
+    grantee_user VARCHAR(128) NOT NULL,
+    grantee_host VARCHAR(255) NOT NULL,
+    privileges   VARCHAR(64) NOT NULL,
+    PRIMARY KEY (routine_type, routine_name, grantee_user, grantee_host)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin
+
+-- repair_grants_table_exists --
+-- repair: 1 when an earlier repair left grants to give back.
+SELECT COUNT(*) FROM information_schema.tables
+ WHERE table_schema = :namespace AND table_name = '_assetq_repair_grants'
+
+-- repair_save_grants --
+-- repair: the privileges accounts hold on routine :routine, saved before it is dropped. IGNORE
+-- only skips grants an interrupted repair saved already (the table has no foreign key or
+-- check whose failure it could hide). An account that may not read mysql.procs_priv gets
+-- 1142 here, before anything is dropped: repair refuses (AQ124) rather than lose the grants.
+INSERT IGNORE INTO {{ns}}._assetq_repair_grants
+       (routine_type, routine_name, grantee_user, grantee_host, privileges)
+SELECT p.Routine_type, p.Routine_name, p.User, p.Host, p.Proc_priv
+  FROM mysql.procs_priv p
+ WHERE p.Db = :namespace AND p.Routine_name = :routine AND p.Proc_priv <> ''
+
+-- repair_grant_statements --
+-- repair: the GRANT giving back each saved privilege, on the routines that exist again, to
+-- the accounts that still exist (GRANT would create a missing account on MariaDB). A
+-- MariaDB role is stored with host '' and is named without a host in GRANT.
+SELECT CONCAT('GRANT ',
+              CONCAT_WS(', ', IF(FIND_IN_SET('Execute', g.privileges) > 0, 'EXECUTE', NULL),
+                        IF(FIND_IN_SET('Alter Routine', g.privileges) > 0, 'ALTER ROUTINE', NULL)),
+              ' ON ', g.routine_type, ' ', '{{ns}}', '.`', REPLACE(g.routine_name, '`', '``'),
+              '` TO ', QUOTE(g.grantee_user),
+              IF(g.grantee_host = '', '', CONCAT('@', QUOTE(g.grantee_host))),
+              IF(FIND_IN_SET('Grant', g.privileges) > 0, ' WITH GRANT OPTION', '')) AS statement
+  FROM {{ns}}._assetq_repair_grants g
+ WHERE (FIND_IN_SET('Execute', g.privileges) > 0 OR FIND_IN_SET('Alter Routine', g.privileges) > 0)
+   AND EXISTS (SELECT 1 FROM information_schema.routines r
+                WHERE r.routine_schema = :namespace AND r.routine_name = g.routine_name
+                  AND r.routine_type = g.routine_type)
+   AND EXISTS (SELECT 1 FROM mysql.user u
+                WHERE u.User = g.grantee_user AND u.Host = g.grantee_host)
+ ORDER BY g.routine_type, g.routine_name, g.grantee_user, g.grantee_host
+
+-- repair_drop_grants_table --
+-- repair: every saved grant was given back (or its routine or account is gone).
+DROP TABLE IF EXISTS {{ns}}._assetq_repair_grants
+
+-- repair_drop_routine --
+-- repair: routine {{name}} ({{type}}: PROCEDURE or FUNCTION) goes, to be created again from
+-- the reference. A call in between fails with 1305: RoutineUnavailable, which the API retries.
+DROP {{type}} IF EXISTS {{ns}}.{{name}}
+
+-- repair_lock_table --
+-- repair: a trigger of {{table}} is dropped and created again with the table locked for
+-- writing, so no row is inserted in between without it (MySQL has no CREATE OR REPLACE
+-- TRIGGER; a producer's INSERT waits, at most its lock timeout, and then fires the new
+-- trigger: tests/test_repair.py). Also how 0009_partitions swaps the fan-out trigger. The
+-- lock waits at most the repair's lock timeout for producers' open transactions.
+LOCK TABLES {{ns}}.{{table}} WRITE
+
+-- repair_drop_trigger --
+-- repair: the trigger {{name}} on {{table}} goes, under repair_lock_table.
+DROP TRIGGER IF EXISTS {{ns}}.{{name}}
+
+-- unlock_tables --
+-- repair: the end of the trigger swap.
+UNLOCK TABLES
