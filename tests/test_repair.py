@@ -427,3 +427,16 @@ def test_mysql_an_account_that_may_not_read_the_grants_is_refused_before_any_cha
     assert "mysql.procs_priv" in err
     assert snapshot(db) == broken
     assert _definitions(db).severity == "problem"
+
+
+def test_mysql_uninstall_after_an_interrupted_repair_leaves_nothing(
+    my: TestDatabase, producer: Login, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = my
+    _break_register_event(db)
+    assetq.grant_roles(db.engine, producer=producer.grantee, namespace=db.namespace)
+    monkeypatch.setattr(migrate, "_restore_grants", lambda *args: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        migrate.repair(db.engine, db.namespace)
+    assert assetq.uninstall(db.engine, namespace=db.namespace) is not None
+    assert db.rows("SHOW DATABASES LIKE :ns", ns=db.namespace) == []

@@ -1042,6 +1042,8 @@ def _remove(conn: Connection, dialect: Dialect, namespace: str) -> None:
         with _alembic_command():
             command.downgrade(_config(conn, namespace), "base")
         dialect.execute(conn, "drop_version_table", namespace)
+    if dialect is MYSQL:  # grants an interrupted repair kept, of routines now gone
+        conn.execute(text(_upgrade_sql(dialect, "repair_drop_grants_table", namespace)))
     # On MySQL the count includes the connection's own database, which is never
     # dropped: a user with a single database installs assetq into it.
     left = _scalar(dialect, conn, "namespace_object_count", namespace)
