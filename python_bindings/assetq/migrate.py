@@ -1502,6 +1502,7 @@ def _repair_mysql(
     broken = sorted(broken, key=lambda d: (order[d.kind], d.name))
     routines = [d for d in broken if d.kind == "routine"]
     if routines:
+        kept = _grants_kept(conn, dialect, namespace)  # by an interrupted repair: stay
         conn.execute(text(_upgrade_sql(dialect, "repair_grants_table", namespace)))
         save = text(_upgrade_sql(dialect, "repair_save_grants", namespace))
         for d in routines:
@@ -1510,7 +1511,9 @@ def _repair_mysql(
             except DBAPIError as exc:
                 if dialect.error_code(exc) != "1142":
                     raise
-                conn.execute(text(_upgrade_sql(dialect, "repair_drop_grants_table", namespace)))
+                if not kept:
+                    drop_table = _upgrade_sql(dialect, "repair_drop_grants_table", namespace)
+                    conn.execute(text(drop_table))
                 raise InstallRefused(
                     f"repair of namespace {namespace!r} refused, nothing was changed: the"
                     " account may not read mysql.procs_priv, so the grants of the routines it"
@@ -1550,14 +1553,22 @@ def _repair_mysql(
                 conn.execute(text(set_mode), {"sql_mode": mode})
             log.info("assetq: repaired %s %s in namespace %s", d.kind, d.name, namespace)
     finally:
-        conn.execute(text(set_mode), {"sql_mode": mode})
+        try:
+            conn.execute(text(set_mode), {"sql_mode": mode})
+        except Exception as exc:  # a lost connection: the first error is the one to report
+            log.debug("assetq: putting the sql_mode back: %s", exc)
     _restore_grants(conn, dialect, namespace)
+
+
+def _grants_kept(conn: Connection, dialect: Dialect, namespace: str) -> bool:
+    """Whether the namespace holds grants a repair saved and has not given back yet."""
+    exists = text(_upgrade_sql(dialect, "repair_grants_table_exists", namespace))
+    return bool(conn.execute(exists, {"namespace": namespace}).scalar())
 
 
 def _restore_grants(conn: Connection, dialect: Dialect, namespace: str) -> None:
     """Give back the grants repair saved (this one's, or those an interrupted repair left)."""
-    exists = text(_upgrade_sql(dialect, "repair_grants_table_exists", namespace))
-    if not conn.execute(exists, {"namespace": namespace}).scalar():
+    if not _grants_kept(conn, dialect, namespace):
         return
     rows = conn.execute(
         text(_upgrade_sql(dialect, "repair_grant_statements", namespace)),
