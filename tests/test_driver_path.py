@@ -98,3 +98,76 @@ def test_a_connection_lost_on_the_driver_path_is_replaced_and_the_claim_retried(
     with engine.connect() as conn:
         new_pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
     assert new_pid != old_pid
+
+
+# -- the lean path: a claim, a heartbeat, a completion on an Engine (issue 12) -------------------
+
+
+def _warm(engine: sa.Engine) -> None:
+    """The first call of a process checks the schema through SQLAlchemy (one statement);
+    only the calls after it take the lean path."""
+    assert assetq.claim_runs(engine, "warm-up", dag_ids=["nobody"]) == []
+
+
+@pytest.mark.engines("postgresql")
+def test_after_the_first_call_an_engines_calls_make_no_sqlalchemy_connection(
+    db: TestDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """White box: claim_runs, heartbeat and complete_run on an Engine take the driver's
+    connection straight from the pool (Engine.raw_connection), never Engine.connect."""
+    make_runs(db, 1)
+    engine = db.new_engine(pool_size=1, max_overflow=0)
+    _warm(engine)
+    connects: list[str] = []
+    real_connect = sa.Engine.connect
+
+    def counted(self: sa.Engine) -> sa.Connection:
+        connects.append("connect")
+        return real_connect(self)
+
+    monkeypatch.setattr(sa.Engine, "connect", counted)
+    (claim,) = assetq.claim_runs(engine, "w", lease=timedelta(seconds=30))
+    renewed = assetq.heartbeat(engine, claim, lease=timedelta(seconds=60))
+    info = assetq.complete_run(engine, renewed, "success")
+    assert connects == []
+    assert (info.state, info.attempt, info.worker) == ("success", 1, "w")
+    assert renewed.lease_until > claim.lease_until
+
+
+def test_the_pooled_connection_a_call_used_is_handed_back_in_transactions(
+    db: TestDatabase,
+) -> None:
+    """The lean path switches the pool's connection to autocommit for its call and back:
+    the next user of that connection still gets a transaction, which a rollback undoes."""
+    make_runs(db, 2)
+    engine = db.new_engine(pool_size=1, max_overflow=0)
+    _warm(engine)
+    (claim,) = assetq.claim_runs(engine, "w")
+    assetq.complete_run(engine, claim, "success")
+    with engine.connect() as conn:  # the same, only, pooled connection
+        conn.execute(
+            sa.text(db.sql("UPDATE {ns}.dag SET max_active_runs = 7 WHERE dag_id = :d")),
+            {"d": claim.dag_id},
+        )
+        conn.rollback()
+    assert db.scalar("SELECT max_active_runs FROM {ns}.dag WHERE dag_id = :d", d=claim.dag_id) != 7
+
+
+@pytest.mark.engines("postgresql")
+def test_a_connection_lost_on_the_lean_path_is_replaced_and_the_claim_retried(
+    db: TestDatabase,
+) -> None:
+    """As above, once the schema was checked: the claim's first attempt fails on the dead
+    pooled connection, comes out as ConnectionLost (retried), the connection is thrown out
+    of the pool, and the retry claims on a new one."""
+    make_runs(db, 1)
+    engine = db.new_engine(pool_size=1, max_overflow=0)
+    _warm(engine)
+    with engine.connect() as conn:
+        old_pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+    db.scalar(f"SELECT pg_terminate_backend({int(old_pid)})")
+    (claim,) = assetq.claim_runs(engine, "w")
+    assert claim.attempt == 1
+    with engine.connect() as conn:
+        new_pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+    assert new_pid != old_pid

@@ -26,7 +26,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from . import conditions, errors, logs, partitions
 from .dialects import Dialect, dialect_for, dialect_of
 from .handles import Handle, connection_of, engine_of
-from .migrate import DEFAULT_NAMESPACE, check_schema
+from .migrate import DEFAULT_NAMESPACE, check_schema, schema_checked
 from .validation import (
     ASSET_NAME_MAX,
     BATCH_MAX_BYTES,
@@ -717,6 +717,7 @@ def read_committed_transaction(
     max_attempts: int,
     retry_codes: frozenset[str] = frozenset(),
     one_statement: bool = False,
+    connection_attempts: int | None = None,
 ) -> Sequence[Any]:
     """Run named query ``query`` in a short READ COMMITTED transaction of its own and return
     its rows; roll back and retry, with jittered exponential backoff, what a retry cures
@@ -727,12 +728,25 @@ def read_committed_transaction(
     sent alone on an autocommit connection: one round trip instead of four (BEGIN, SET
     TRANSACTION, the call, COMMIT). Its isolation is then the server's default: READ
     COMMITTED unless a DBA changed it, and at a stricter level a conflict is a serialization
-    failure, retried like any other."""
+    failure, retried like any other.
+
+    ``connection_attempts``: at most this many attempts end with a lost connection (default
+    CONNECTION_ATTEMPTS; 1: a call whose outcome a lost connection leaves unknown is not sent
+    again)."""
     dialect = dialect_of(engine)
     alone = one_statement and dialect.atomic_routines
+    if connection_attempts is None:
+        connection_attempts = CONNECTION_ATTEMPTS
     lost = 0
     for attempt in range(1, max_attempts + 1):
         try:
+            if alone and schema_checked(engine, namespace):
+                # A worker's claim and heartbeat: straight from the pool to the driver.
+                with _translated(dialect):
+                    lean = dialect.execute_alone(engine, query, namespace, params)
+                if lean is not None:
+                    logs.connection_back(engine)
+                    return lean
             # Connecting is inside _translated too: a server that is down, restarting or
             # failing over raises at connect time, and that is a ConnectionLost to retry.
             with _translated(dialect), engine.connect() as conn:
@@ -765,7 +779,7 @@ def read_committed_transaction(
             # the caller's loop (which can stop) backs off from the rest.
             if isinstance(exc, errors.ConnectionLost):
                 lost += 1
-                retry = retry and lost < CONNECTION_ATTEMPTS
+                retry = retry and lost < connection_attempts
             if not retry or attempt == max_attempts:
                 raise
             delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
@@ -1300,7 +1314,7 @@ def _output_events(claim: Claim, events: object) -> str | None:
 
 
 def complete_run(
-    conn: Handle,
+    conn: Handle | Engine,
     claim: Claim,
     state: CompletionState,
     *,
@@ -1321,8 +1335,16 @@ def complete_run(
     Raises :class:`~assetq.LeaseLost` when the run is no longer held at the claim's attempt
     (nothing written: roll back). A worker whose lease expired may still complete while
     nobody claimed the run again.
+
+    ``conn`` may also be an Engine, for work that wrote nothing to this database (a call to
+    another service, a file): the completion is then a short transaction of its own, with
+    its output events (on PostgreSQL one statement on an autocommit connection, a single
+    round trip). A deadlock is retried there; a lost connection is not, because the
+    completion may have committed before it was lost: :class:`~assetq.ConnectionLost` is
+    raised and :func:`get_run` tells.
     """
-    conn = connection_of(conn, "complete_run")
+    engine = conn if isinstance(conn, Engine) else None
+    connection = None if engine is not None else connection_of(conn, "complete_run", or_engine=True)
     claim = _check_claim(claim)
     if state not in ("success", "failed"):
         raise errors.InvalidRunState(
@@ -1336,7 +1358,6 @@ def complete_run(
             raise errors.InvalidArgumentType(f"error must be a str, got {type(error).__name__}")
         error = error.replace("\x00", "")[:ERROR_MAX]
     namespace = check_namespace(namespace)
-    dialect = _checked(conn, namespace)
     params = {
         "dag_id": claim.dag_id,
         "run_id": claim.run_id,
@@ -1345,8 +1366,22 @@ def complete_run(
         "error": error,
         "events": payload,
     }
-    with _translated(dialect), dialect.atomic(conn):
-        rows = dialect.execute(conn, "complete_run", namespace, params)
+    if engine is not None:
+        rows = read_committed_transaction(
+            engine,
+            "complete_run",
+            namespace,
+            params,
+            "complete_run",
+            3,
+            one_statement=True,
+            connection_attempts=1,
+        )
+    else:
+        assert connection is not None
+        dialect = _checked(connection, namespace)
+        with _translated(dialect), dialect.atomic(connection):
+            rows = dialect.execute(connection, "complete_run", namespace, params)
     info = _run_info(rows[0])
     log.info(
         "assetq: run %s of %s attempt %d completed %s: now %s",

@@ -1171,6 +1171,13 @@ _compatible_lock = threading.Lock()
 _NOT_THERE = frozenset({"1146", "1049"})
 
 
+def schema_checked(engine: Engine, namespace: str) -> bool:
+    """Whether :func:`check_schema` already found ``namespace`` compatible on ``engine`` (a
+    dict lookup): a call that skips the check must ask this first."""
+    found = _compatible.get(id(engine))
+    return found is not None and namespace in found[1] and found[0]() is engine
+
+
 def check_schema(conn: Connection, namespace: str) -> None:
     """Raise NotInstalled, SchemaTooOld or SchemaTooNew (with the fix) unless this package
     works against the schema in ``namespace``; once per process for each engine and
