@@ -53,6 +53,15 @@ class Outage:
             if self.down:
                 raise dialect.loaded_dbapi.OperationalError("connection refused (the outage)")
 
+        @event.listens_for(engine, "checkout")
+        def dead(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+            # A pooled connection is dead from the moment the outage starts, as after a
+            # server stop, not only once start() reached its session: a call retried between
+            # two kills must not find one of the sessions still to be killed alive (the pool
+            # throws the connection out and connects again, which is refused).
+            if self.down:
+                raise sa.exc.DisconnectionError("the outage")
+
     def start(self) -> None:
         self.down = True
         with self._db.engine.connect() as killer:

@@ -1,9 +1,10 @@
 """Handles (issue 15, item 1): what each public function accepts as its database handle.
 
 A function that runs in the caller's transaction takes a Connection or an ORM Session; one
-that owns its transactions takes an Engine. Anything else is refused before anything is sent,
-with InvalidArgumentType (code AQ101) and a message that says what to pass. ``namespace`` is
-keyword-only everywhere.
+that owns its transactions takes an Engine; complete_run takes either (an Engine: the
+completion is a transaction of its own, for work that wrote nothing to the database).
+Anything else is refused before anything is sent, with InvalidArgumentType (code AQ101) and
+a message that says what to pass. ``namespace`` is keyword-only everywhere.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ import assetq
 from assetq import errors
 from dbs import TestDatabase
 
-#: Public functions by the handle they take: "conn" (the caller's transaction), "engine", or
-#: "bind" (install and uninstall: an Engine, or a Connection whose transaction they join, as
-#: a host's alembic revision does; a Session's connection).
+#: Public functions by the handle they take: "conn" (the caller's transaction), "engine",
+#: "conn or engine" (complete_run: the caller's transaction, or one of its own), or "bind"
+#: (install and uninstall: an Engine, or a Connection whose transaction they join, as a
+#: host's alembic revision does; a Session's connection).
 HANDLE_KINDS = {
     "declare_asset": "conn",
     "declare_dag": "conn",
@@ -40,7 +42,7 @@ HANDLE_KINDS = {
     "get_run": "conn",
     "delete_dag": "conn",
     "delete_asset": "conn",
-    "complete_run": "conn",
+    "complete_run": "conn or engine",
     "retry_run": "conn",
     "status": "conn",
     "processes": "conn",

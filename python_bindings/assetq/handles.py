@@ -46,9 +46,11 @@ def _wrong(message: str) -> errors.InvalidArgumentType:
     return errors.InvalidArgumentType(message, code=WRONG_HANDLE_CODE)
 
 
-def connection_of(handle: object, function: str) -> Connection:
+def connection_of(handle: object, function: str, *, or_engine: bool = False) -> Connection:
     """The Connection to run ``function`` on, in the caller's transaction: ``handle`` itself,
-    or a Session's connection (which begins the Session's transaction if it had not)."""
+    or a Session's connection (which begins the Session's transaction if it had not).
+    ``or_engine``: ``function`` takes an Engine too (the caller checks for one first), and
+    the refusal of anything else says so."""
     if isinstance(handle, Connection):
         return handle
     if isinstance(handle, scoped_session):
@@ -67,9 +69,12 @@ def connection_of(handle: object, function: str) -> Connection:
             f" Session, not an Engine (with engine.begin() as conn: assetq.{function}(conn,"
             " ...))"
         )
-    raise _wrong(
-        f"{function} takes a SQLAlchemy Connection or an ORM Session, got {name} (docs/python.md)"
+    kinds = (
+        "a SQLAlchemy Connection, an ORM Session or an Engine"
+        if or_engine
+        else ("a SQLAlchemy Connection or an ORM Session")
     )
+    raise _wrong(f"{function} takes {kinds}, got {name} (docs/python.md)")
 
 
 def engine_of(handle: object, function: str) -> Engine:
