@@ -171,3 +171,29 @@ def test_a_connection_lost_on_the_lean_path_is_replaced_and_the_claim_retried(
     with engine.connect() as conn:
         new_pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
     assert new_pid != old_pid
+
+
+def test_a_completion_on_a_connection_outside_a_transaction_commits_with_its_commit(
+    db: TestDatabase,
+) -> None:
+    """SQLAlchemy's commit-as-you-go: the call begins the Connection's transaction, as any
+    statement executed on it would, and conn.commit() commits the completion. Through the
+    driver path the transaction used to be the driver's alone: conn.commit() committed
+    nothing and the pool's rollback undid the completion (the run stayed running)."""
+    (run,) = make_runs(db, 1)
+    (claim,) = assetq.claim_runs(db.engine, "w")
+    with db.engine.connect() as conn:
+        assert not conn.in_transaction()
+        info = assetq.complete_run(conn, claim, "success")
+        assert conn.in_transaction()
+        conn.commit()
+    assert info.state == "success"
+    with db.engine.connect() as conn:
+        assert assetq.get_run(conn, run.dag_id, run.run_id).state == "success"
+    # And a rollback undoes it, as for any statement of the transaction.
+    (claim,) = make_runs(db, 1, prefix="other") and assetq.claim_runs(db.engine, "w")
+    with db.engine.connect() as conn:
+        assetq.complete_run(conn, claim, "success")
+        conn.rollback()
+    with db.engine.connect() as conn:
+        assert assetq.get_run(conn, claim.dag_id, claim.run_id).state == "running"
