@@ -4,12 +4,21 @@ procrastinate's fetch + finish of N jobs on the same PostgreSQL server.
     python benchmarks/burndown.py                        # 10,000 runs, 8 threads, both engines
     python benchmarks/burndown.py --runs 2000 --rounds 1 --engines postgresql
 
-assetq: each thread loops ``assetq.claim_runs(engine, worker, limit=1)`` (its own READ
-COMMITTED transaction) and ``assetq.complete_run(conn, claim, "success")`` in a transaction of
-its own, until a claim comes back empty. procrastinate: each thread registers itself as a
-worker (``register_worker``), then loops the ``fetch_job`` query (procrastinate_fetch_job_v2)
-and the ``finish_job`` query (procrastinate_finish_job_v1, status succeeded, the job kept, as
-its worker's default delete_jobs="never" does), each in a transaction of its own, as its
+assetq: each thread keeps a connection of its own in autocommit mode
+(``engine.connect().execution_options(isolation_level="AUTOCOMMIT")``, as procrastinate's
+side keeps one) and loops ``assetq.claim_runs(conn, worker, limit=1)`` (its own READ
+COMMITTED transaction) and ``assetq.complete_run(conn, claim, "success")`` (a no-op handler
+writes nothing, so the completion is a transaction of its own: on PostgreSQL each is the
+call alone, one round trip), until a claim comes back empty. Two more alternatives: the
+same calls on the Engine (``claim_runs(engine, ...)``, ``complete_run(engine, ...)``: a
+pool checkout for each call), and the completion in the caller's transaction, ``with
+engine.begin() as conn: assetq.complete_run(conn, claim, "success")``, as a handler that
+writes to the database must (BEGIN, the call, COMMIT: three round trips, and SQLAlchemy's
+Connection and transaction on the client).
+procrastinate: each thread registers itself as a worker (``register_worker``), then loops
+the ``fetch_job`` query (procrastinate_fetch_job_v2) and the ``finish_job`` query
+(procrastinate_finish_job_v1, status succeeded, the job kept, as its worker's default
+delete_jobs="never" does), each in a transaction of its own, as its
 psycopg connector runs them (a pool connection in a transaction: BEGIN, the query, COMMIT; the
 pool's liveness check before each query, one more round trip, is left out, in
 procrastinate's favour). The queries and the schema are read from the installed procrastinate
@@ -32,8 +41,10 @@ before its timed burn-down (autovacuum may be off on the server, and is here).
 Alternatives, in interleaved rounds (the order rotates each round), each burning down N
 fresh runs: assetq with no other runs; assetq with ``--history`` finished runs (success,
 attempt 1, the way complete_run leaves them; tests/history.py's set-based history, one event
-per run) in the same tables; procrastinate (PostgreSQL only: it has no MySQL/MariaDB
-support, so MariaDB reports assetq alone). Ratios are taken per round, medians reported.
+per run) in the same tables; assetq through the Engine; assetq completing in the caller's
+transaction; procrastinate
+(PostgreSQL only: it has no MySQL/MariaDB support, so MariaDB reports assetq alone).
+Ratios are taken per round, medians reported.
 
 Counters (not timings) prove that a claim's cost does not grow with finished runs: before
 the timed rounds, ``--probes`` claims are made in each assetq namespace on one connection,
@@ -101,6 +112,8 @@ LEASE_SECONDS = 600.0
 
 ASSETQ = "assetq"
 HISTORY = "assetq with history"
+ON_ENGINE = "assetq, calls on the Engine"
+IN_TRANSACTION = "assetq, completion in the caller's transaction"
 PEER = "procrastinate"
 
 
@@ -557,25 +570,40 @@ def outcome(engine: Engine, namespace: str) -> dict[str, int]:
     return {f"{row[0]}/{row[1]}": int(row[2]) for row in rows}
 
 
-def _assetq_worker(url: URL, dialect_name: str, namespace: str) -> Callable[[], Callable[[], bool]]:
+def _assetq_worker(
+    url: URL, dialect_name: str, namespace: str, *, how: str = "own connection"
+) -> Callable[[], Callable[[], bool]]:
     """A thread's engine (one connection) and loop step for assetq: claim one run, complete
-    it as success in a transaction of its own."""
+    it as success. ``how``: "own connection", both calls on an autocommit connection the
+    thread keeps; "engine", both on the engine (a pool checkout each); "transaction", the
+    claim on the engine and the completion inside ``engine.begin()``."""
 
     def connect() -> Callable[[], bool]:
         engine = _create_engine(url, dialect_name, pool_size=1, max_overflow=0)
         with engine.connect() as conn:  # connect, and the dialect's first-connect queries
             conn.execute(sa.text("SELECT 1"))
         worker = f"bd-{threading.get_ident()}"
+        own = (
+            engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            if how == "own connection"
+            else None
+        )
+        handle: Engine | Connection = engine if own is None else own
 
         def step() -> bool:
             claims = assetq.claim_runs(
-                engine, worker, limit=1, lease=LEASE_SECONDS, namespace=namespace
+                handle, worker, limit=1, lease=LEASE_SECONDS, namespace=namespace
             )
             if not claims:
+                if own is not None:
+                    own.close()
                 engine.dispose()
                 return False
-            with engine.begin() as conn:
-                assetq.complete_run(conn, claims[0], "success", namespace=namespace)
+            if how == "transaction":
+                with engine.begin() as conn:
+                    assetq.complete_run(conn, claims[0], "success", namespace=namespace)
+            else:
+                assetq.complete_run(handle, claims[0], "success", namespace=namespace)
             return True
 
         return step
@@ -733,6 +761,16 @@ def measure(engine: Engine, settings: Settings) -> dict[str, Any]:
                     check,
                 )
             )
+        namespace = namespace_name(0)
+        for label, how in ((ON_ENGINE, "engine"), (IN_TRANSACTION, "transaction")):
+            sides.append(
+                Side(
+                    label,
+                    functools.partial(fill_namespace, engine, namespace, runs, 0),
+                    _assetq_worker(url, dialect_name, namespace, how=how),
+                    sides[0].check,
+                )
+            )
         if module is not None:
             peer = install_peer(url, module)
             cleanup.append(functools.partial(drop_peer, peer))
@@ -797,6 +835,13 @@ def table(results: dict[str, dict[str, Any]]) -> list[str]:
         if PEER in rates:
             ratios = [a / b for a, b in zip(rates[ASSETQ], rates[PEER], strict=True)]
             parts.append(f"assetq/procrastinate {_median(ratios):.2f}x")
+            for label, short in (
+                (ON_ENGINE, "on the Engine"),
+                (IN_TRANSACTION, "in engine.begin()"),
+            ):
+                if label in rates:
+                    ratios = [a / b for a, b in zip(rates[label], rates[PEER], strict=True)]
+                    parts.append(f"{short}/procrastinate {_median(ratios):.2f}x")
         if HISTORY in rates:
             ratios = [a / b for a, b in zip(rates[HISTORY], rates[ASSETQ], strict=True)]
             parts.append(f"with/without history {_median(ratios):.2f}x")

@@ -409,6 +409,8 @@ def profile_section(profile: dict[str, Any]) -> list[str]:
 
 #: The labels of benchmarks/burndown.py's alternatives, as its figures store them.
 BURN_ASSETQ, BURN_HISTORY, BURN_PEER = "assetq", "assetq with history", "procrastinate"
+BURN_ON_ENGINE = "assetq, calls on the Engine"
+BURN_IN_TRANSACTION = "assetq, completion in the caller's transaction"
 #: Counters per claim, as benchmarks/burndown.py's probes name them.
 BURN_COUNTERS = {
     "buffers": "buffers, all the namespace's tables and indexes (hits + reads)",
@@ -435,6 +437,21 @@ def _burndown_targets(title: str, burn: dict[str, Any]) -> list[dict[str, Any]]:
                 "met": _median(ratios) >= 1.0,
             }
         )
+        for label, what in (
+            (BURN_ON_ENGINE, "claims and completions on the Engine (a pool checkout each)"),
+            (BURN_IN_TRANSACTION, "each completion in the caller's transaction (engine.begin())"),
+        ):
+            if label not in rates:
+                continue
+            ratios = _ratios(rates[label], rates[BURN_PEER])
+            rows.append(
+                {
+                    "engine": title,
+                    "target": f"the same, {what}, assetq / procrastinate >= 1.0x",
+                    "measured": _spread(ratios, digits=2, unit="x"),
+                    "met": _median(ratios) >= 1.0,
+                }
+            )
     probes = burn.get("probes", {})
     high = str(burn.get("history", 0))
     if high != "0" and "0" in probes and high in probes:
@@ -470,10 +487,17 @@ def burndown_section(report: dict[str, Any]) -> list[str]:
         "## Worker burn-down",
         "",
         f"A no-op burn-down of {runs:,} queued runs by {threads} worker threads, each thread"
-        " looping `assetq.claim_runs(engine, worker, limit=1)` (a transaction of its own: on"
+        " keeping a connection of its own in autocommit mode"
+        ' (`engine.connect().execution_options(isolation_level="AUTOCOMMIT")`) and looping'
+        " `assetq.claim_runs(conn, worker, limit=1)` (a transaction of its own: on"
         " PostgreSQL the function call alone, on MariaDB at READ COMMITTED)"
-        ' and `assetq.complete_run(conn, claim, "success")` in a transaction'
-        " of its own until nothing is left; against procrastinate's fetch + finish of"
+        ' and `assetq.complete_run(conn, claim, "success")` (a no-op handler writes'
+        " nothing: the completion is a transaction of its own, on PostgreSQL the call alone)"
+        " until nothing is left; beside it the same calls on the Engine (a pool checkout for"
+        " each call), and the completion in the caller's transaction, as a handler that"
+        ' writes to the database completes: `with engine.begin() as conn:'
+        ' assetq.complete_run(conn, claim, "success")` (BEGIN, the call, COMMIT); against'
+        " procrastinate's fetch + finish of"
         f" {runs:,} jobs on the same PostgreSQL server, through its own SQL functions"
         " (procrastinate_fetch_job_v2, procrastinate_finish_job_v1, the queries its worker"
         " sends, each in a transaction of its own as its psycopg connector runs them; the"
@@ -495,14 +519,24 @@ def burndown_section(report: dict[str, Any]) -> list[str]:
         rates = burn["rates"]
         peer_rates = rates.get(BURN_PEER)
         hist = rates.get(BURN_HISTORY)
+        in_tx = rates.get(BURN_IN_TRANSACTION)
+        on_engine = rates.get(BURN_ON_ENGINE)
         rows.append(
             [
                 _engine_title(report, engine),
                 _spread(rates[BURN_ASSETQ]),
+                _spread(on_engine) if on_engine else "",
+                _spread(in_tx) if in_tx else "",
                 _spread(hist) if hist else "",
                 _spread(peer_rates) if peer_rates else burn.get("peer_note", ""),
                 _spread(_ratios(rates[BURN_ASSETQ], peer_rates), digits=2, unit="x")
                 if peer_rates
+                else "",
+                _spread(_ratios(on_engine, peer_rates), digits=2, unit="x")
+                if peer_rates and on_engine
+                else "",
+                _spread(_ratios(in_tx, peer_rates), digits=2, unit="x")
+                if peer_rates and in_tx
                 else "",
                 _spread(_ratios(hist, rates[BURN_ASSETQ]), digits=2, unit="x") if hist else "",
             ]
@@ -511,9 +545,13 @@ def burndown_section(report: dict[str, Any]) -> list[str]:
         [
             "engine",
             "assetq, runs/s",
+            "assetq on the Engine, runs/s",
+            "assetq, completion in engine.begin(), runs/s",
             f"assetq, {history:,} finished runs",
             "procrastinate, runs/s",
             "assetq / procrastinate",
+            "on the Engine / procrastinate",
+            "in engine.begin() / procrastinate",
             "with / without history",
         ],
         rows,

@@ -126,3 +126,66 @@ def test_a_completion_on_an_engine_whose_connection_is_lost_is_not_sent_again(
 def test_an_engine_completion_is_refused_for_what_is_neither_and_says_what_to_pass() -> None:
     with pytest.raises(assetq.InvalidArgumentType, match="Connection, an ORM Session or an Engine"):
         assetq.complete_run(object(), object(), "success")  # type: ignore[arg-type]
+
+
+# -- a worker's own connection, in autocommit mode --------------------------------------------
+
+
+def _own(engine: sa.Engine) -> sa.Connection:
+    return engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+
+
+def test_a_worker_claims_renews_and_completes_on_an_autocommit_connection_it_keeps(
+    db: TestDatabase,
+) -> None:
+    """Each call is a transaction of its own on the connection: committed when it returns
+    (another connection sees it), and the connection is left outside any transaction."""
+    declare(db, "downstream", OUTPUT)
+    run = one_run(db)
+    with _own(db.engine) as conn:
+        (claim,) = assetq.claim_runs(conn, "w1")
+        assert not conn.in_transaction()
+        assert run_row(db, run.dag_id, run.run_id)["state"] == "running"  # committed
+        renewed = assetq.heartbeat(conn, claim)
+        assert renewed.lease_until > claim.lease_until
+        info = assetq.complete_run(conn, renewed, "success", events=[assetq.NewEvent(OUTPUT)])
+        assert not conn.in_transaction()
+        assert run_row(db, run.dag_id, run.run_id)["state"] == "success"
+        assert events_from(db, run.dag_id, run.run_id) == list(info.output_event_ids)
+        with conn.begin():  # nothing SQLAlchemy thinks is still open
+            pass
+        assert assetq.claim_runs(conn, "w1") == []
+
+
+def test_calls_that_commit_by_themselves_refuse_a_connection_in_transactions(
+    db: TestDatabase,
+) -> None:
+    run = one_run(db)
+    with db.engine.connect() as conn:
+        for call in (
+            lambda: assetq.claim_runs(conn, "w1"),
+            lambda: assetq.heartbeat(conn, object()),  # type: ignore[arg-type]
+        ):
+            with pytest.raises(assetq.InvalidArgumentType, match="autocommit mode") as raised:
+                call()
+            assert raised.value.code == "AQ101"
+    assert run_row(db, run.dag_id, run.run_id)["state"] == "queued"  # nothing claimed
+
+
+def test_a_claim_on_a_kept_connection_that_was_lost_is_not_retried_on_it(
+    db: TestDatabase,
+) -> None:
+    """The connection is the caller's: a claim that finds it dead raises ConnectionLost at
+    once (no retry, nothing claimed), and the worker connects again."""
+    run = one_run(db)
+    engine = db.new_engine()
+    conn = _own(engine)
+    assert assetq.claim_runs(conn, "w1", dag_ids=["nobody"]) == []  # schema checked
+    db.kill(conn)
+    with pytest.raises(assetq.ConnectionLost):
+        assetq.claim_runs(conn, "w1")
+    conn.close()
+    assert run_row(db, run.dag_id, run.run_id)["state"] == "queued"
+    with _own(engine) as again:
+        (claim,) = assetq.claim_runs(again, "w1")
+    assert (claim.run_id, claim.attempt) == (run.run_id, 1)

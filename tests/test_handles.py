@@ -25,7 +25,9 @@ from assetq import errors
 from dbs import TestDatabase
 
 #: Public functions by the handle they take: "conn" (the caller's transaction), "engine",
-#: "conn or engine" (complete_run: the caller's transaction, or one of its own), or "bind"
+#: "conn or engine" (complete_run: the caller's transaction, or one of its own), "engine or
+#: autocommit conn" (claim_runs and heartbeat: a Connection in autocommit mode a worker
+#: keeps, each call a transaction of its own on it), or "bind"
 #: (install and uninstall: an Engine, or a Connection whose transaction they join, as a
 #: host's alembic revision does; a Session's connection).
 HANDLE_KINDS = {
@@ -48,8 +50,8 @@ HANDLE_KINDS = {
     "processes": "conn",
     "current_revision": "conn",
     "schedule": "engine",
-    "claim_runs": "engine",
-    "heartbeat": "engine",
+    "claim_runs": "engine or autocommit conn",
+    "heartbeat": "engine or autocommit conn",
     "purge": "engine",
     "doctor": "engine",
     "grant_roles": "engine",
@@ -129,7 +131,7 @@ def test_a_connection_or_session_given_for_an_engine_says_where_the_engine_is(
     db: TestDatabase,
 ) -> None:
     owning = sorted(
-        n for n, k in HANDLE_KINDS.items() if k == "engine" and n not in NOT_COERCED_YET
+        n for n, k in HANDLE_KINDS.items() if k.startswith("engine") and n not in NOT_COERCED_YET
     )
     assert len(owning) >= 6
     with db.engine.connect() as conn, Session(db.engine) as session:

@@ -9,6 +9,7 @@ and nothing is written.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -25,7 +26,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from . import conditions, errors, logs, partitions
 from .dialects import Dialect, dialect_for, dialect_of
-from .handles import Handle, connection_of, engine_of
+from .handles import WRONG_HANDLE_CODE, Handle, connection_of, engine_of
 from .migrate import DEFAULT_NAMESPACE, check_schema, schema_checked
 from .validation import (
     ASSET_NAME_MAX,
@@ -219,8 +220,25 @@ def _utc_or_none(value: datetime | None) -> datetime | None:
     return None if value is None else _utc(value)
 
 
+#: Zones seen on timestamps the driver returned that are UTC itself (psycopg's zone for a
+#: session in UTC, ZoneInfo("Etc/UTC")), and the offset-zero zones that are not (a zone
+#: with daylight saving time): a value in one of the first is re-labelled, not converted
+#: (a worker turns some ten timestamps per run into UTC; converting costs three times as
+#: much).
+_UTC_ZONES: dict[Any, bool] = {timezone.utc: True}
+
+
 def _utc(value: datetime) -> datetime:
-    if value.tzinfo is None:  # MySQL DATETIME(6) holds UTC without a zone
+    zone = value.tzinfo
+    if zone is None:  # MySQL DATETIME(6) holds UTC without a zone
+        return value.replace(tzinfo=timezone.utc)
+    utc = _UTC_ZONES.get(zone)
+    if utc is None:
+        key = getattr(zone, "key", None)  # zoneinfo's name
+        utc = key in ("UTC", "Etc/UTC", "Etc/UCT", "Etc/Zulu", "UCT", "Zulu")
+        if len(_UTC_ZONES) < 64:  # a few zone objects per process; never grows unbounded
+            _UTC_ZONES[zone] = utc
+    if utc:
         return value.replace(tzinfo=timezone.utc)
     return value.astimezone(timezone.utc)
 
@@ -708,8 +726,80 @@ def _ids_in_order(value: Any) -> tuple[int, ...]:
 CONNECTION_ATTEMPTS = 8
 
 
+def _engine_or_autocommit(handle: object, function: str) -> Engine | Connection:
+    """The handle of a call that commits by itself: an Engine (a pooled connection for each
+    call), or a Connection in autocommit mode that the caller keeps (a worker's own
+    connection: no pool checkout per call)."""
+    if isinstance(handle, Connection):
+        if _autocommit(handle):
+            return handle
+        raise errors.InvalidArgumentType(
+            f"{function} commits by itself: pass an Engine (conn.engine is the one this"
+            " Connection came from), or a Connection in autocommit mode"
+            ' (conn.execution_options(isolation_level="AUTOCOMMIT")), on which each call is'
+            " a transaction of its own",
+            code=WRONG_HANDLE_CODE,
+        )
+    return engine_of(handle, function)
+
+
+def _on_own_connection(
+    conn: Connection,
+    query: str,
+    namespace: str,
+    params: Mapping[str, Any],
+    what: str,
+    max_attempts: int,
+    retry_codes: frozenset[str],
+    one_statement: bool,
+) -> Sequence[Any]:
+    """read_committed_transaction on a Connection in autocommit mode that the caller keeps:
+    the call alone where a routine call is atomic by itself (PostgreSQL), else READ
+    COMMITTED for the next transaction and the call in a transaction of the driver's
+    (dialect.atomic). Deadlocks and the like are retried on the same connection; a lost
+    connection is not (it is the caller's: ConnectionLost, and the caller connects again)."""
+    dialect = dialect_for(conn)
+    began = conn.in_transaction()
+    for attempt in range(1, max_attempts + 1):
+        try:
+            with _translated(dialect):
+                check_schema(conn, namespace)
+                if one_statement and dialect.atomic_routines:
+                    rows = dialect.execute(conn, query, namespace, params)
+                else:
+                    dialect.execute(conn, "scheduler_transaction", namespace)
+                    with dialect.atomic(conn):
+                        rows = dialect.execute(conn, query, namespace, params)
+                if not began and conn.in_transaction():
+                    # SQLAlchemy's autobegin marked a transaction the autocommit connection
+                    # does not have; the caller's next conn.begin() must not find it.
+                    conn.commit()
+            logs.connection_back(conn.engine)
+            return rows
+        except errors.AssetqError as exc:
+            if not began and conn.in_transaction():
+                with contextlib.suppress(DBAPIError):
+                    conn.rollback()
+            retry = isinstance(exc, errors.TransientError) or exc.code in retry_codes
+            retry = retry and not isinstance(exc, errors.ConnectionLost | errors.ReadOnlyServer)
+            if not retry or attempt == max_attempts:
+                raise
+            delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
+            log.log(
+                logs.retry_level(conn.engine, exc),
+                "assetq: %s attempt %d failed ([%s] %s); retrying in %.0f ms",
+                what,
+                attempt,
+                exc.code or "no code",
+                logs.first_line(exc),
+                delay * 1000,
+            )
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
 def read_committed_transaction(
-    engine: Engine,
+    engine: Engine | Connection,
     query: str,
     namespace: str,
     params: Mapping[str, Any],
@@ -732,7 +822,13 @@ def read_committed_transaction(
 
     ``connection_attempts``: at most this many attempts end with a lost connection (default
     CONNECTION_ATTEMPTS; 1: a call whose outcome a lost connection leaves unknown is not sent
-    again)."""
+    again).
+
+    ``engine`` may be a Connection in autocommit mode the caller keeps (_on_own_connection)."""
+    if isinstance(engine, Connection):
+        return _on_own_connection(
+            engine, query, namespace, params, what, max_attempts, retry_codes, one_statement
+        )
     dialect = dialect_of(engine)
     alone = one_statement and dialect.atomic_routines
     if connection_attempts is None:
@@ -1188,7 +1284,7 @@ def _check_claim(claim: object) -> Claim:
 
 
 def claim_runs(
-    engine: Engine,
+    engine: Engine | Connection,
     worker: str,
     *,
     limit: int = 1,
@@ -1208,8 +1304,13 @@ def claim_runs(
     ``max_attempts`` times). Safe to call from any number of workers at once: each attempt is
     claimed by exactly one of them (row locks, SKIP LOCKED: claimers never wait for each
     other).
+
+    ``engine`` may also be a Connection in autocommit mode that the worker keeps
+    (``engine.connect().execution_options(isolation_level="AUTOCOMMIT")``): each call is
+    then a transaction of its own on it, with no pool checkout; a lost connection is not
+    retried there (:class:`~assetq.ConnectionLost`: connect again).
     """
-    engine = engine_of(engine, "claim_runs")
+    engine = _engine_or_autocommit(engine, "claim_runs")
     worker = check_name(worker, "worker", WORKER_MAX)
     check_int(limit, "limit", 1, 1000)
     lease_seconds = seconds(lease, "lease")
@@ -1231,9 +1332,10 @@ def claim_runs(
     rows = read_committed_transaction(
         engine, "claim_runs", namespace, params, "claim", max_attempts, one_statement=True
     )
-    claims = sorted(
-        (_claim(row, timedelta(seconds=lease_seconds)) for row in rows), key=lambda c: c.id
-    )
+    held = timedelta(seconds=lease_seconds)
+    claims = [_claim(row, held) for row in rows]
+    if len(claims) > 1:
+        claims.sort(key=lambda c: c.id)
     for claim in claims:
         log.info(
             "assetq: %s claimed run %s of %s (attempt %d, lease until %s)",
@@ -1247,7 +1349,7 @@ def claim_runs(
 
 
 def heartbeat(
-    engine: Engine,
+    engine: Engine | Connection,
     claim: Claim,
     *,
     lease: timedelta | float | None = None,
@@ -1259,9 +1361,10 @@ def heartbeat(
     Raises :class:`~assetq.LeaseLost` (nothing written) when the run is no longer held at
     the claim's attempt: another worker claimed it after the lease expired, or it was
     finished. A lease that expired while nobody claimed the run is simply renewed. One short
-    transaction of its own; a deadlock or lost connection is retried.
+    transaction of its own; a deadlock or lost connection is retried. ``engine`` may be a
+    Connection in autocommit mode, as for :func:`claim_runs`.
     """
-    engine = engine_of(engine, "heartbeat")
+    engine = _engine_or_autocommit(engine, "heartbeat")
     claim = _check_claim(claim)
     lease_seconds = claim.lease.total_seconds() if lease is None else seconds(lease, "lease")
     namespace = check_namespace(namespace)
@@ -1379,9 +1482,15 @@ def complete_run(
         )
     else:
         assert connection is not None
+        began = connection.in_transaction()
         dialect = _checked(connection, namespace)
         with _translated(dialect), dialect.atomic(connection):
             rows = dialect.execute(connection, "complete_run", namespace, params)
+        if not began and connection.in_transaction() and _autocommit(connection):
+            # On a connection in autocommit mode the call was a transaction of its own;
+            # SQLAlchemy's autobegin marked one it does not have (MySQL's path executes
+            # through SQLAlchemy), which the caller's next conn.begin() must not find.
+            connection.commit()
     info = _run_info(rows[0])
     log.info(
         "assetq: run %s of %s attempt %d completed %s: now %s",

@@ -362,13 +362,14 @@ class _PostgreSQL(Dialect):
         call goes through SQLAlchemy as every other one does, so listeners see it."""
         if name not in _DRIVER_QUERIES or _listened(conn):
             return super().execute(conn, name, namespace, params)
-        if not conn.in_transaction():
+        dbapi_connection = conn.connection.dbapi_connection
+        assert dbapi_connection is not None  # a Connection in use always has one
+        if not conn.in_transaction() and not getattr(dbapi_connection, "autocommit", False):
             # What conn.execute() does first (autobegin): the caller's transaction is then
             # SQLAlchemy's to commit. Without it the driver began one SQLAlchemy did not
             # know of, conn.commit() committed nothing and the pool rolled the call back.
+            # (In autocommit the call is its own transaction: nothing to begin.)
             conn.begin()
-        dbapi_connection = conn.connection.dbapi_connection
-        assert dbapi_connection is not None  # a Connection in use always has one
         return self._driver_rows(conn.dialect, dbapi_connection, name, namespace, params, conn)
 
     def execute_alone(
