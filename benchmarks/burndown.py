@@ -38,13 +38,15 @@ against a run made by ``assetq.schedule``. procrastinate's N jobs are one INSERT
 into procrastinate_jobs (its triggers run). Every side's tables are vacuumed and analyzed
 before its timed burn-down (autovacuum may be off on the server, and is here).
 
-Alternatives, in interleaved rounds (the order rotates each round), each burning down N
-fresh runs: assetq with no other runs; assetq with ``--history`` finished runs (success,
-attempt 1, the way complete_run leaves them; tests/history.py's set-based history, one event
-per run) in the same tables; assetq through the Engine; assetq completing in the caller's
-transaction; procrastinate
-(PostgreSQL only: it has no MySQL/MariaDB support, so MariaDB reports assetq alone).
-Ratios are taken per round, medians reported.
+Alternatives, in rounds, each burning down N fresh runs, all of them at once in turns of a
+quarter second (burn_sliced: one alternative's threads step while the others' wait, round
+robin, the order rotating each round), so that load from elsewhere falls on all of them
+alike; an alternative's time is the sum of its turns. They are: assetq with no other runs;
+assetq with ``--history`` finished runs (success, attempt 1, the way complete_run leaves
+them; tests/history.py's set-based history, one event per run) in the same tables; assetq
+through the Engine; assetq completing in the caller's transaction (each of these two in a
+namespace of its own); procrastinate (PostgreSQL only: it has no MySQL/MariaDB support, so
+MariaDB reports assetq alone). Ratios are taken per round, medians reported.
 
 Counters (not timings) prove that a claim's cost does not grow with finished runs: before
 the timed rounds, ``--probes`` claims are made in each assetq namespace on one connection,
@@ -109,6 +111,8 @@ PEER_NAME = "procrastinate"
 PROBE_WARMUP = 10
 #: Lease of the claims: far longer than a burn-down, so no run is claimed twice.
 LEASE_SECONDS = 600.0
+#: The turns of a sliced burn-down (burn_sliced), as the other figures' slices.
+SLICE_SECONDS = 0.25
 
 ASSETQ = "assetq"
 HISTORY = "assetq with history"
@@ -512,10 +516,10 @@ def _peer_worker(peer: Peer) -> Callable[[], Callable[[], bool]]:
 # -- assetq ------------------------------------------------------------------------------------
 
 
-def namespace_name(history: int) -> str:
+def namespace_name(history: int, variant: str = "") -> str:
     """The namespace of an alternative (a MySQL database: the pid keeps two runs on one
-    server apart)."""
-    return f"aqbd_{os.getpid()}_h{history}"
+    server apart); ``variant`` tells apart alternatives that burn down at the same level."""
+    return f"aqbd_{os.getpid()}_h{history}{variant}"
 
 
 def _create_engine(url: URL, dialect_name: str, **kwargs: Any) -> Engine:
@@ -652,6 +656,115 @@ def burn(connect: Callable[[], Callable[[], bool]], threads: int) -> tuple[int, 
     return sum(counts), max(finished) - started[0]
 
 
+class _Sliced:
+    """One alternative's ``threads`` threads in a sliced burn-down: connected first, then
+    stepping only while the alternative's turn is on (see burn_sliced)."""
+
+    def __init__(self, label: str, connect: Callable[[], Callable[[], bool]], threads: int):
+        self.label = label
+        self.turn = threading.Condition()
+        self.on = False
+        self.inflight = 0
+        self.alive = threads
+        self.ready = 0
+        self.steps = 0
+        self.seconds = 0.0
+        self.failures: list[BaseException] = []
+        self.workers = [
+            threading.Thread(target=self._work, args=(connect,), daemon=True)
+            for _ in range(threads)
+        ]
+        for w in self.workers:
+            w.start()
+
+    def _work(self, connect: Callable[[], Callable[[], bool]]) -> None:
+        try:
+            step = connect()
+        except BaseException as exc:  # re-raised by the controller
+            with self.turn:
+                self.failures.append(exc)
+                self.alive -= 1
+                self.turn.notify_all()
+            return
+        with self.turn:
+            self.ready += 1
+            self.turn.notify_all()
+        while True:
+            with self.turn:
+                while not self.on:
+                    self.turn.wait()
+                self.inflight += 1
+            try:
+                more = step()
+            except BaseException as exc:  # re-raised by the controller
+                more = False
+                with self.turn:
+                    self.failures.append(exc)
+            with self.turn:
+                self.inflight -= 1
+                self.steps += bool(more)
+                if not more:
+                    self.alive -= 1
+                self.turn.notify_all()
+            if not more:
+                return
+
+    def wait_ready(self) -> None:
+        with self.turn:
+            while self.ready + len(self.failures) < len(self.workers) and self.alive > 0:
+                self.turn.wait()
+
+    def slice(self, seconds: float) -> None:
+        """One turn: the threads step for ``seconds``, then the turn ends once every step
+        under way has returned; the turn's time is counted."""
+        started = time.perf_counter()
+        with self.turn:
+            self.on = True
+            self.turn.notify_all()
+        time.sleep(seconds)
+        with self.turn:
+            self.on = False
+            while self.inflight:
+                self.turn.wait()
+        self.seconds += time.perf_counter() - started
+
+    @property
+    def done(self) -> bool:
+        return self.alive == 0
+
+
+def burn_sliced(
+    alternatives: Sequence[tuple[str, Callable[[], Callable[[], bool]]]],
+    threads: int,
+    slice_seconds: float = SLICE_SECONDS,
+) -> dict[str, tuple[int, float]]:
+    """The burn-downs of several alternatives at once, taking turns: each has ``threads``
+    threads, connected before anything is timed, and the alternatives step in turns of
+    ``slice_seconds`` (one after the other, round robin) until each found nothing left.
+    Load from elsewhere on the machine then falls on all of them alike, where one whole
+    burn-down after the other gave each the load of its own ten seconds. Returns, per
+    alternative, the steps done and the seconds of its turns."""
+    runs = [_Sliced(label, connect, threads) for label, connect in alternatives]
+    for r in runs:
+        r.wait_ready()
+    while True:
+        left = [r for r in runs if not r.done]
+        if not left:
+            break
+        for r in left:
+            r.slice(slice_seconds)
+            if r.failures:
+                for other in runs:  # release every waiting thread before re-raising
+                    with other.turn:
+                        other.on = True
+                        other.turn.notify_all()
+                raise r.failures[0]
+    for r in runs:
+        for w in r.workers:
+            w.join()
+    return {r.label: (r.steps, r.seconds) for r in runs}
+
+
 # -- counters per claim ------------------------------------------------------------------------
 
 
@@ -761,14 +874,22 @@ def measure(engine: Engine, settings: Settings) -> dict[str, Any]:
                     check,
                 )
             )
-        namespace = namespace_name(0)
         for label, how in ((ON_ENGINE, "engine"), (IN_TRANSACTION, "transaction")):
+            namespace = namespace_name(0, f"_{how}")
+            install_namespace(engine, namespace)
+            cleanup.append(functools.partial(assetq.uninstall, engine, namespace=namespace))
+
+            def check_variant(namespace: str = namespace) -> None:
+                got = outcome(engine, namespace)
+                if got != {"success/1": runs}:
+                    raise SystemExit(f"{namespace}: runs after the burn-down {got}, not {runs}")
+
             sides.append(
                 Side(
                     label,
                     functools.partial(fill_namespace, engine, namespace, runs, 0),
                     _assetq_worker(url, dialect_name, namespace, how=how),
-                    sides[0].check,
+                    check_variant,
                 )
             )
         if module is not None:
@@ -801,13 +922,16 @@ def measure(engine: Engine, settings: Settings) -> dict[str, Any]:
         )
         for rnd in range(settings.rounds):
             got: dict[str, float] = {}
-            for side in _rotated(sides, rnd):
+            order = _rotated(sides, rnd)
+            for side in order:
                 started = time.perf_counter()
                 side.fill()
                 result["fill_s"].setdefault(side.label, []).append(
                     round(time.perf_counter() - started, 2)
                 )
-                done, seconds = burn(side.connect, threads)
+            burned = burn_sliced([(side.label, side.connect) for side in order], threads)
+            for side in sides:
+                done, seconds = burned[side.label]
                 if done != runs:
                     raise SystemExit(f"{side.label}: {done} steps for {runs} runs")
                 side.check()
