@@ -32,7 +32,7 @@ from sqlalchemy import Connection
 
 from assetq import migrate
 from assetq.errors import AssetqError, SchemaTooNew, SchemaTooOld
-from assetq.validation import check_namespace
+from assetq.validation import check_namespace, split_namespace
 
 __all__ = ["downgrade", "include_name", "include_object", "upgrade"]
 
@@ -162,11 +162,23 @@ def include_object(
     and mine(*a)``. A table found in the database and absent from your metadata is assetq's
     when it lives in the namespace (PostgreSQL with ``include_schemas=True``, MySQL with a
     separate database) or, in the default schema, has one of assetq's table names (a MySQL
-    single-database install). Tables of your metadata are always compared.
+    single-database install). With a table prefix (``namespace="appdb.assetq_"``) assetq's
+    tables are those named with it, and only those. Tables of your metadata are always
+    compared.
     """
     if type_ != "table" or not reflected or compare_to is not None:
         return True
     schema = getattr(object, "schema", None)
+    database, prefix = split_namespace(check_namespace(namespace))
+    if prefix:
+        # MySQL, a namespace with a table prefix (appdb.assetq_): assetq's tables are the
+        # prefixed ones, in that database or the default one; an unprefixed `dag` is yours.
+        return not (
+            schema in (None, database)
+            and name is not None
+            and name.startswith(prefix)
+            and name[len(prefix) :] in migrate.table_names()
+        )
     if schema == namespace:
         return False
     return not (schema is None and name in migrate.table_names())
@@ -182,4 +194,4 @@ def include_name(
     """alembic's ``include_name`` hook: with ``include_schemas=True``, leave assetq's
     namespace out of reflection altogether (cheaper than :func:`include_object`, which is
     still needed for a MySQL single-database install)."""
-    return not (type_ == "schema" and name == namespace)
+    return not (type_ == "schema" and name == namespace and "." not in namespace)

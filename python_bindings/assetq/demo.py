@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
 
-from . import api, migrate
+from . import api, migrate, sqlfiles
 from .conditions import AllOf, AnyOf, Condition, Ref, all_of, any_of
 from .dialects import dialect_for, engine_arguments
 from .errors import AssetqError
@@ -289,7 +289,8 @@ class _Threads:
 
 
 def _ns_sql(conn: Connection, namespace: str, statement: str) -> sa.TextClause:
-    return sa.text(statement.replace("{ns}", dialect_for(conn).quote_ns(namespace)))
+    sql = statement.replace("{ns}", sqlfiles.NS_TOKEN)  # rendered with the table prefix, if any
+    return sa.text(sqlfiles.render(sql, dialect_for(conn).quote_ns(namespace)))
 
 
 def _in(name: str, values: Iterable[Any]) -> dict[str, Any]:

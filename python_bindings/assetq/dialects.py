@@ -22,6 +22,7 @@ from sqlalchemy.engine.result import result_tuple
 from sqlalchemy.exc import DBAPIError, OperationalError, StatementError
 
 from . import errors, sqlfiles
+from .validation import PREFIX_MAX, split_namespace
 
 _AQ_CODE = re.compile(r"\[(AQ\d{3})\]")
 
@@ -55,6 +56,15 @@ def _routine_names(engine: str) -> frozenset[str]:
     )
     return frozenset(found)
 
+
+def _is_ours(name: str, routines: frozenset[str]) -> bool:
+    """``name`` is one of ``routines``, or one with a namespace's table prefix (MySQL)."""
+    return name in routines or any(
+        name.endswith(r) and _TABLE_PREFIX.fullmatch(name[: -len(r)]) for r in routines
+    )
+
+
+_TABLE_PREFIX = re.compile(rf"[a-z_][a-z0-9_]{{0,{PREFIX_MAX - 1}}}")
 
 #: Foreign-key violation on insert: PostgreSQL SQLSTATE, MySQL error number.
 _FOREIGN_KEY_CODES = frozenset({"23503", "1452"})
@@ -95,9 +105,28 @@ class Dialect:
     missing_routine_codes: frozenset[str] = field(default_factory=frozenset)
     #: Error codes of a server setting assetq cannot work with, and what to set instead.
     unsupported_setting_codes: Mapping[str, str] = field(default_factory=dict)
+    #: A namespace may be ``database.prefix`` (MySQL: a database shared with an application).
+    supports_table_prefix: bool = False
 
     def quote_ns(self, namespace: str) -> str:
-        return f"{self.quote}{namespace}{self.quote}"
+        """The quoted namespace sqlfiles.render fills in; ``db.prefix`` (MySQL only) is
+        `` `db`.`prefix` ``, which render applies to every object name."""
+        database, prefix = split_namespace(namespace)
+        if not prefix:
+            return f"{self.quote}{namespace}{self.quote}"
+        if not self.supports_table_prefix:
+            raise errors.InvalidArgument(
+                f"namespace {namespace!r} has a table prefix, which only MySQL/MariaDB"
+                f" installs take (there a namespace is a database that an application's"
+                f" tables may share); on {self.name} a namespace is a schema of its own and"
+                f" never collides with an application's tables: use namespace {database!r}"
+                f" or another schema name"
+            )
+        return f"{self.quote}{database}{self.quote}.{self.quote}{prefix}{self.quote}"
+
+    def quote_database(self, namespace: str) -> str:
+        """The quoted database (schema) of ``namespace``, without its table prefix."""
+        return f"{self.quote}{split_namespace(namespace)[0]}{self.quote}"
 
     def query(self, name: str, namespace: str) -> str:
         return _rendered_query(self.name, name, self.quote_ns(namespace))
@@ -182,7 +211,7 @@ class Dialect:
             return deployment
         if code in self.missing_routine_codes:
             missing = _MISSING_ROUTINE.search(message)
-            if missing and missing.group(1) in _routine_names(self.name):
+            if missing and _is_ours(missing.group(1), _routine_names(self.name)):
                 return errors.RoutineUnavailable(
                     f"{message} -- assetq's routine {missing.group(1)} is being re-created (an"
                     " upgrade or a repair drops it and creates it again): transient, retry the"
@@ -622,6 +651,7 @@ POSTGRESQL = _PostgreSQL(
 MYSQL = _MySQL(
     name="mysql",
     quote="`",
+    supports_table_prefix=True,
     # MariaDB has RETURNING, MySQL 8 does not: the MySQL path uses the common subset.
     supports_returning=False,
     supports_notify=False,

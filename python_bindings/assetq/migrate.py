@@ -50,7 +50,7 @@ from .errors import (
     UnknownRevision,
 )
 from .handles import bind_of, connection_of, keyword_namespace
-from .validation import check_namespace
+from .validation import check_namespace, split_namespace
 
 log = logging.getLogger("assetq.migrate")
 
@@ -58,6 +58,14 @@ DEFAULT_NAMESPACE = "assetq"
 #: alembic's version table, inside the namespace. Not "alembic_version": a MySQL user with a
 #: single database installs assetq into the application's database, next to its own.
 VERSION_TABLE = "assetq_alembic_version"
+
+
+def version_table(namespace: str) -> tuple[str, str]:
+    """(schema, table) of alembic's version table in ``namespace``: the table carries the
+    namespace's table prefix (MySQL ``appdb.assetq_``: ``assetq_assetq_alembic_version`` in
+    database ``appdb``)."""
+    database, prefix = split_namespace(namespace)
+    return database, prefix + VERSION_TABLE
 
 #: alembic's ``op`` and ``context`` are process-wide proxies that each alembic command
 #: installs and, when it ends, removes. Our commands run one at a time, and give back the
@@ -392,7 +400,9 @@ def _take_cluster_lock(conn: Connection, dialect: Dialect, namespace: str) -> bo
             {"namespace": namespace},
         ).first()
         other = str(found.holder) if found is not None else "an installer that just finished"
-        drop = f"DROP TABLE {dialect.quote_ns(namespace)}.{INSTALL_LOCK_TABLE}"
+        drop = sqlfiles.render(
+            f"DROP TABLE {sqlfiles.NS_TOKEN}.{INSTALL_LOCK_TABLE}", dialect.quote_ns(namespace)
+        )
         if not waited:
             waited = True
             log.warning(
@@ -499,8 +509,9 @@ def current_revision(conn: Connection, *, namespace: str = DEFAULT_NAMESPACE) ->
     dialect = dialect_for(conn)
     if not _scalar(dialect, conn, "version_table_exists", namespace):
         return None
+    schema, table = version_table(namespace)
     ctx = MigrationContext.configure(
-        conn, opts={"version_table": VERSION_TABLE, "version_table_schema": namespace}
+        conn, opts={"version_table": table, "version_table_schema": schema}
     )
     return ctx.get_current_revision()
 
@@ -673,8 +684,9 @@ def _check_conflicts(
     if unfinished in revisions() and _position(unfinished) > _position(current):
         ours |= set(_creations(dialect.name, current, unfinished, replay=False))
     present = {(_KIND_GROUP[kind], name): kind for kind, name in _objects(conn, dialect, namespace)}
+    prefix = split_namespace(namespace)[1]  # named as the database names them
     clashes = sorted(
-        (creates[obj], f"{present[obj]} {obj[1]}")
+        (creates[obj], f"{present[obj]} {prefix}{obj[1]}")
         for obj in creates
         if obj in present and obj not in ours and obj[1] != INSTALL_LOCK_TABLE
     )
@@ -685,8 +697,9 @@ def _check_conflicts(
             f" was created: the namespace already holds {len(names)} objects that are not"
             f" assetq's with names assetq would create: {', '.join(names)}. Install assetq"
             " into a database of its own (the default namespace 'assetq', or --namespace"
-            " NAME; docs/operations.md, MySQL single-database installs); objects an earlier"
-            " failed assetq install left there can be dropped by hand",
+            " NAME), or next to the application's tables with a table prefix (--namespace"
+            " DATABASE.assetq_; docs/operations.md, MySQL single-database installs); objects"
+            " an earlier failed assetq install left there can be dropped by hand",
             code="AQ122",
             revision=clashes[0][0],
             conflicts=names,
@@ -1000,9 +1013,11 @@ def _remove_created(
     queries = _lifecycle_queries(dialect.name)
 
     def run(name: str, object_name: str = "") -> None:
-        sql = sqlfiles.render(queries[name], dialect.quote_ns(namespace))
+        # The name first: rendering then gives it the namespace's table prefix, as the
+        # install did (_objects lists names without it).
         quoted = dialect.quote + object_name.replace(dialect.quote, dialect.quote * 2)
-        conn.execute(text(sql.replace("{{name}}", quoted + dialect.quote)))
+        sql = queries[name].replace("{{name}}", quoted + dialect.quote)
+        conn.execute(text(sqlfiles.render(sql, dialect.quote_ns(namespace))))
 
     try:
         created = {
@@ -1045,7 +1060,11 @@ def _remove(conn: Connection, dialect: Dialect, namespace: str) -> None:
     if dialect is MYSQL:  # grants an interrupted repair kept, of routines now gone
         conn.execute(text(_upgrade_sql(dialect, "repair_drop_grants_table", namespace)))
     # On MySQL the count includes the connection's own database, which is never
-    # dropped: a user with a single database installs assetq into it.
+    # dropped: a user with a single database installs assetq into it. A namespace with a
+    # table prefix is the application's database: never dropped either.
+    if split_namespace(namespace)[1]:
+        log.info("assetq: database of namespace %s left in place (a table prefix)", namespace)
+        return
     left = _scalar(dialect, conn, "namespace_object_count", namespace)
     if left:
         log.warning(
@@ -1389,6 +1408,9 @@ def reference_definitions(
     ``creates`` (MySQL): also read the statement that creates each object (repair)."""
     dialect = dialect_for(conn)
     scratch = reference_database()
+    prefix = split_namespace(namespace)[1]
+    if prefix:  # the same names as the namespace's (MySQL only)
+        scratch = f"{scratch}.{prefix}"
     if dialect is POSTGRESQL:
         conn.execute(text(_upgrade_sql(dialect, "reference_savepoint", namespace)))
         try:
@@ -1409,9 +1431,9 @@ def reference_definitions(
                 log.debug("assetq: dropping the reference database %s: %s", scratch, exc)
 
     def moved(value: str) -> str:
-        value = value.replace(dialect.quote_ns(scratch), dialect.quote_ns(namespace))
+        value = value.replace(dialect.quote_database(scratch), dialect.quote_database(namespace))
         if dialect is MYSQL:
-            return value.replace(scratch, namespace)
+            return value.replace(split_namespace(scratch)[0], split_namespace(namespace)[0])
         return value.replace(scratch, _printed(namespace))
 
     return {

@@ -28,7 +28,7 @@ from .dialects import Dialect, dialect_for, dialect_of
 from .handles import Handle, connection_of, engine_of, keyword_namespace
 from .liveness import STALE_INTERVALS, ProcessKind
 from .migrate import DEFAULT_NAMESPACE
-from .validation import check_int, check_namespace
+from .validation import check_int, check_namespace, split_namespace
 
 log = logging.getLogger("assetq.ops")
 
@@ -350,7 +350,9 @@ def _cutoff(dialect: Dialect, conn: Connection, namespace: str, older_than: time
 
 
 def _table(namespace: str, name: str, *columns: str) -> sa.TableClause:
-    return sa.table(name, *(sa.column(c) for c in columns), schema=namespace)
+    # A MySQL namespace with a table prefix (appdb.assetq_): the prefixed table in its database.
+    database, prefix = split_namespace(namespace)
+    return sa.table(prefix + name, *(sa.column(c) for c in columns), schema=database)
 
 
 def _purge_processes(engine: Engine, namespace: str, cutoff: Any) -> int | None:

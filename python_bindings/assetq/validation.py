@@ -29,6 +29,9 @@ DURATION_MAX = 604_800.0
 #: Largest ``extra`` accepted, in bytes of its UTF-8 JSON text.
 EXTRA_MAX_BYTES = 65_535
 NAMESPACE_MAX = 63
+#: Longest table prefix of a MySQL namespace (``appdb.assetq_``): MySQL names are at most 64
+#: characters and assetq's longest (a constraint name) has 42.
+PREFIX_MAX = 20
 #: Most events one :func:`assetq.register_events` call takes (the routines refuse more too).
 BATCH_MAX_EVENTS = 10_000
 #: Most bytes of JSON one batch may send: below MariaDB's default max_allowed_packet (16 MiB),
@@ -37,6 +40,7 @@ BATCH_MAX_BYTES = 8 * 1024 * 1024
 
 _DAG_ID = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _NAMESPACE = re.compile(r"^[a-z_][a-z0-9_]*$")
+_PREFIXED_NAMESPACE = re.compile(r"^([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*)$")
 _INT32 = (-(2**31), 2**31 - 1)
 
 
@@ -78,14 +82,40 @@ def check_dag_id(value: object) -> str:
 
 
 def check_namespace(value: object) -> str:
-    """A namespace is a lower-case SQL identifier, so it needs no quoting rules per engine."""
-    ns = check_name(value, "namespace", NAMESPACE_MAX)
+    """A namespace is a lower-case SQL identifier, so it needs no quoting rules per engine;
+    on MySQL/MariaDB it may be ``database.prefix`` (two of them): assetq's objects then live
+    in that database, each named with the prefix (the dialect refuses it on PostgreSQL)."""
+    ns = check_name(value, "namespace", NAMESPACE_MAX + 1 + PREFIX_MAX)
+    prefixed = _PREFIXED_NAMESPACE.match(ns)
+    if prefixed is not None:
+        database, prefix = prefixed.groups()
+        if len(database) > NAMESPACE_MAX:
+            raise NameTooLong(
+                f"the database of namespace {ns!r} is {len(database)} characters long;"
+                f" the limit is {NAMESPACE_MAX}"
+            )
+        if len(prefix) > PREFIX_MAX:
+            raise NameTooLong(
+                f"the table prefix of namespace {ns!r} is {len(prefix)} characters long;"
+                f" the limit is {PREFIX_MAX}"
+            )
+        return ns
+    if len(ns) > NAMESPACE_MAX:
+        raise NameTooLong(f"namespace is {len(ns)} characters long; the limit is {NAMESPACE_MAX}")
     if not _NAMESPACE.match(ns):
         raise InvalidArgument(
             f"namespace {ns!r} must start with a lower-case letter or '_' and contain only"
-            " lower-case letters, digits and '_'"
+            " lower-case letters, digits and '_' (on MySQL/MariaDB it may also be"
+            " 'database.prefix_': assetq's tables then live in that database, named"
+            " prefix_<name>)"
         )
     return ns
+
+
+def split_namespace(namespace: str) -> tuple[str, str]:
+    """(database or schema, table prefix) of a checked namespace; no prefix: ''."""
+    database, _, prefix = namespace.partition(".")
+    return database, prefix
 
 
 def check_bool(value: object, what: str) -> bool:

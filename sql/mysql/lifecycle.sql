@@ -77,7 +77,7 @@ SHOW VARIABLES LIKE 'wsrep_on'
 -- holder wrote into the lock table's comment (no row when nobody holds it).
 SELECT TABLE_COMMENT AS holder
   FROM information_schema.TABLES
- WHERE TABLE_SCHEMA = :namespace AND TABLE_NAME = 'assetq_install_lock'
+ WHERE TABLE_SCHEMA = {{database}} AND TABLE_NAME = '{{prefix}}assetq_install_lock'
 
 -- install_lock_me --
 -- Who this installer is, written into the lock table's comment: the Galera node, this

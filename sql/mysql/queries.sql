@@ -171,13 +171,14 @@ SELECT RELEASE_LOCK(LEFT(CONCAT('assetq:', :namespace), 64)) AS released
 
 -- namespace_exists --
 -- 1 when the namespace exists.
-SELECT COUNT(*) AS n FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = :namespace
+SELECT COUNT(*) AS n FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = {{database}}
 
 -- version_table_exists --
 -- 1 when alembic's version table exists in the namespace.
 SELECT COUNT(*) AS n
   FROM information_schema.TABLES
- WHERE TABLE_SCHEMA = :namespace AND TABLE_NAME = 'assetq_alembic_version' AND TABLE_TYPE = 'BASE TABLE'
+ WHERE TABLE_SCHEMA = {{database}} AND TABLE_NAME = '{{prefix}}assetq_alembic_version'
+   AND TABLE_TYPE = 'BASE TABLE'
 
 -- drop_version_table --
 -- Remove alembic's version table after a downgrade to base.
@@ -188,13 +189,19 @@ DROP TABLE IF EXISTS {{ns}}.assetq_alembic_version
 -- plus one when the namespace is the connection's own database: a user with a single
 -- database installs assetq into it, and uninstall must never drop that database. The install
 -- lock of a Galera cluster (lifecycle.sql, take_install_lock) is not counted: the uninstall
--- holding it drops the namespace with it.
+-- holding it drops the namespace with it. A namespace with a table prefix (appdb.assetq_)
+-- counts the objects with the prefix only, plus one: its database is the application's and
+-- is never dropped.
 SELECT (SELECT COUNT(*) FROM information_schema.TABLES
-         WHERE TABLE_SCHEMA = :namespace AND TABLE_NAME <> 'assetq_install_lock')
-     + (SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = :namespace)
-     + (SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = :namespace)
-     + (SELECT COUNT(*) FROM information_schema.EVENTS WHERE EVENT_SCHEMA = :namespace)
-     + (CASE WHEN DATABASE() = :namespace THEN 1 ELSE 0 END) AS n
+         WHERE TABLE_SCHEMA = {{database}} AND TABLE_NAME <> '{{prefix}}assetq_install_lock'
+           AND LEFT(TABLE_NAME, CHAR_LENGTH('{{prefix}}')) = '{{prefix}}')
+     + (SELECT COUNT(*) FROM information_schema.ROUTINES
+         WHERE ROUTINE_SCHEMA = {{database}} AND LEFT(ROUTINE_NAME, CHAR_LENGTH('{{prefix}}')) = '{{prefix}}')
+     + (SELECT COUNT(*) FROM information_schema.TRIGGERS
+         WHERE TRIGGER_SCHEMA = {{database}} AND LEFT(TRIGGER_NAME, CHAR_LENGTH('{{prefix}}')) = '{{prefix}}')
+     + (SELECT COUNT(*) FROM information_schema.EVENTS
+         WHERE EVENT_SCHEMA = {{database}} AND LEFT(EVENT_NAME, CHAR_LENGTH('{{prefix}}')) = '{{prefix}}')
+     + (CASE WHEN DATABASE() = {{database}} OR '{{prefix}}' <> '' THEN 1 ELSE 0 END) AS n
 
 -- drop_namespace --
 -- Drop the (empty) database. MySQL has no RESTRICT: DROP DATABASE drops whatever is inside,
@@ -296,28 +303,29 @@ CALL {{ns}}.revoke_access(:grantee, :host)
 
 -- namespace_objects --
 -- Every table, view, routine and trigger in the namespace as (kind, name, detail). MySQL
--- cannot disable a trigger: they are always enabled.
+-- cannot disable a trigger: they are always enabled. With a table prefix: the objects named
+-- with it, by their names without it (the names assetq's scripts give them).
 SELECT CASE t.TABLE_TYPE WHEN 'VIEW' THEN 'view' ELSE 'table' END AS kind,
-       t.TABLE_NAME AS name, NULL AS detail
+       SUBSTRING(t.TABLE_NAME, CHAR_LENGTH('{{prefix}}') + 1) AS name, NULL AS detail
   FROM information_schema.TABLES t
- WHERE t.TABLE_SCHEMA = :namespace
+ WHERE t.TABLE_SCHEMA = {{database}} AND LEFT(t.TABLE_NAME, CHAR_LENGTH('{{prefix}}')) = '{{prefix}}'
 UNION ALL
-SELECT 'routine', r.ROUTINE_NAME, NULL
+SELECT 'routine', SUBSTRING(r.ROUTINE_NAME, CHAR_LENGTH('{{prefix}}') + 1), NULL
   FROM information_schema.ROUTINES r
- WHERE r.ROUTINE_SCHEMA = :namespace
+ WHERE r.ROUTINE_SCHEMA = {{database}} AND LEFT(r.ROUTINE_NAME, CHAR_LENGTH('{{prefix}}')) = '{{prefix}}'
 UNION ALL
-SELECT 'trigger', g.TRIGGER_NAME, 'enabled'
+SELECT 'trigger', SUBSTRING(g.TRIGGER_NAME, CHAR_LENGTH('{{prefix}}') + 1), 'enabled'
   FROM information_schema.TRIGGERS g
- WHERE g.TRIGGER_SCHEMA = :namespace
+ WHERE g.TRIGGER_SCHEMA = {{database}} AND LEFT(g.TRIGGER_NAME, CHAR_LENGTH('{{prefix}}')) = '{{prefix}}'
  ORDER BY 1, 2
 
 -- routine_security --
 -- Per routine: whose rights it runs with (DEFINER or INVOKER), its definer, whether that is a
 -- superuser (NULL: MySQL cannot tell) and its pinned settings (none on MySQL).
-SELECT r.ROUTINE_NAME AS name, r.SECURITY_TYPE AS security, r.DEFINER AS owner,
+SELECT SUBSTRING(r.ROUTINE_NAME, CHAR_LENGTH('{{prefix}}') + 1) AS name, r.SECURITY_TYPE AS security, r.DEFINER AS owner,
        NULL AS owner_is_superuser, NULL AS config
   FROM information_schema.ROUTINES r
- WHERE r.ROUTINE_SCHEMA = :namespace
+ WHERE r.ROUTINE_SCHEMA = {{database}} AND LEFT(r.ROUTINE_NAME, CHAR_LENGTH('{{prefix}}')) = '{{prefix}}'
  ORDER BY 1
 
 -- account_exists --

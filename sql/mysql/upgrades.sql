@@ -28,7 +28,7 @@ ALTER TABLE {{ns}}.assetq_alembic_version COMMENT = {{marker}}
 -- The marker write_compat_marker left (empty before assetq wrote one).
 SELECT table_comment AS marker
   FROM information_schema.tables
- WHERE table_schema = :namespace AND table_name = 'assetq_alembic_version'
+ WHERE table_schema = {{database}} AND table_name = '{{prefix}}assetq_alembic_version'
 
 -- schema_state --
 -- The first API call's check (migrate.check_schema): the installed revision and the marker
@@ -36,7 +36,8 @@ SELECT table_comment AS marker
 -- rolls back this statement only and is NotInstalled.
 SELECT 1 AS installed, v.version_num AS revision,
        (SELECT t.table_comment FROM information_schema.tables t
-         WHERE t.table_schema = :namespace AND t.table_name = 'assetq_alembic_version') AS marker
+         WHERE t.table_schema = {{database}}
+           AND t.table_name = '{{prefix}}assetq_alembic_version') AS marker
   FROM {{ns}}.assetq_alembic_version v
 
 -- definitions --
@@ -47,8 +48,9 @@ SELECT 1 AS installed, v.version_num AS revision,
 -- not see it); triggers: timing, event, table, level and body (ACTION_STATEMENT); views:
 -- security, check option and the text the server rewrote (names qualified with the
 -- database, which the comparison replaces). The definer and sql_mode are not compared: an
--- install by another account, from another session, is still the revision's.
-SELECT 'routine' AS kind, r.routine_name AS name,
+-- install by another account, from another session, is still the revision's. With a table
+-- prefix: the objects named with it, by their names without it.
+SELECT 'routine' AS kind, SUBSTRING(r.routine_name, CHAR_LENGTH('{{prefix}}') + 1) AS name,
        CONCAT_WS('\n', r.routine_type,
                  (SELECT GROUP_CONCAT(CONCAT_WS(' ', p.parameter_mode, p.parameter_name,
                                                 p.dtd_identifier)
@@ -60,19 +62,19 @@ SELECT 'routine' AS kind, r.routine_name AS name,
                  r.routine_comment, r.routine_definition) AS definition,
        CAST(NULL AS CHAR) AS owner_table
   FROM information_schema.routines r
- WHERE r.routine_schema = :namespace
+ WHERE r.routine_schema = {{database}} AND LEFT(r.routine_name, CHAR_LENGTH('{{prefix}}')) = '{{prefix}}'
 UNION ALL
-SELECT 'trigger', t.trigger_name,
+SELECT 'trigger', SUBSTRING(t.trigger_name, CHAR_LENGTH('{{prefix}}') + 1),
        CONCAT_WS('\n', t.action_timing, t.event_manipulation, t.event_object_table,
                  t.action_orientation, t.action_statement),
-       t.event_object_table
+       SUBSTRING(t.event_object_table, CHAR_LENGTH('{{prefix}}') + 1)
   FROM information_schema.triggers t
- WHERE t.trigger_schema = :namespace
+ WHERE t.trigger_schema = {{database}} AND LEFT(t.trigger_name, CHAR_LENGTH('{{prefix}}')) = '{{prefix}}'
 UNION ALL
-SELECT 'view', v.table_name, CONCAT_WS('\n', v.security_type, v.check_option, v.view_definition),
+SELECT 'view', SUBSTRING(v.table_name, CHAR_LENGTH('{{prefix}}') + 1), CONCAT_WS('\n', v.security_type, v.check_option, v.view_definition),
        NULL
   FROM information_schema.views v
- WHERE v.table_schema = :namespace
+ WHERE v.table_schema = {{database}} AND LEFT(v.table_name, CHAR_LENGTH('{{prefix}}')) = '{{prefix}}'
 
 -- show_create_procedure --
 -- repair: the statement that creates procedure {{name}} as the reference install has it,
@@ -118,10 +120,11 @@ CREATE TABLE IF NOT EXISTS {{ns}}._assetq_repair_grants (
 -- repair_grants_table_exists --
 -- repair: 1 when an earlier repair left grants to give back.
 SELECT COUNT(*) FROM information_schema.tables
- WHERE table_schema = :namespace AND table_name = '_assetq_repair_grants'
+ WHERE table_schema = {{database}} AND table_name = '{{prefix}}_assetq_repair_grants'
 
 -- repair_save_grants --
--- repair: the privileges accounts hold on routine :routine, saved before it is dropped. IGNORE
+-- repair: the privileges accounts hold on routine :routine (its name with the namespace's
+-- table prefix, if any), saved before it is dropped. IGNORE
 -- only skips grants an interrupted repair saved already (the table has no foreign key or
 -- check whose failure it could hide). An account that may not read mysql.procs_priv gets
 -- 1142 here, before anything is dropped: repair refuses (AQ124) rather than lose the grants.
@@ -129,7 +132,8 @@ INSERT IGNORE INTO {{ns}}._assetq_repair_grants
        (routine_type, routine_name, grantee_user, grantee_host, privileges)
 SELECT p.Routine_type, p.Routine_name, p.User, p.Host, p.Proc_priv
   FROM mysql.procs_priv p
- WHERE p.Db = :namespace AND p.Routine_name = :routine AND p.Proc_priv <> ''
+ WHERE p.Db = {{database}} AND p.Routine_name = CONCAT('{{prefix}}', :routine)
+   AND p.Proc_priv <> ''
 
 -- repair_grant_statements --
 -- repair: the GRANT giving back each saved privilege, on the routines that exist again, to
@@ -145,7 +149,7 @@ SELECT CONCAT('GRANT ',
   FROM {{ns}}._assetq_repair_grants g
  WHERE (FIND_IN_SET('Execute', g.privileges) > 0 OR FIND_IN_SET('Alter Routine', g.privileges) > 0)
    AND EXISTS (SELECT 1 FROM information_schema.routines r
-                WHERE r.routine_schema = :namespace AND r.routine_name = g.routine_name
+                WHERE r.routine_schema = {{database}} AND r.routine_name = g.routine_name
                   AND r.routine_type = g.routine_type)
    AND EXISTS (SELECT 1 FROM mysql.user u
                 WHERE u.User = g.grantee_user AND u.Host = g.grantee_host)
