@@ -1359,8 +1359,9 @@ def _common_options() -> argparse.ArgumentParser:
     parent.add_argument(
         "--namespace",
         default=default,
-        help=f"PostgreSQL schema / MySQL database holding assetq's tables (default:"
-        f" ${NAMESPACE_ENV}, else 'assetq'; the demo uses 'assetq_demo')",
+        help=f"PostgreSQL schema / MySQL database holding assetq's tables; MySQL also"
+        f" DATABASE.PREFIX_, assetq's tables named PREFIX_<name> in an application's"
+        f" database (default: ${NAMESPACE_ENV}, else 'assetq'; the demo uses 'assetq_demo')",
     )
     parent.add_argument(
         "-v", "--verbose", action="store_true", default=default, help="log what assetq does"
