@@ -65,6 +65,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL, make_url
 
 import assetq
+from assetq import sqlfiles
 from assetq.dialects import MYSQL, POSTGRESQL, Dialect
 
 NAMESPACE = "assetq"
@@ -281,8 +282,10 @@ class TestDatabase:
         return self.backend.dialect.name
 
     def sql(self, statement: str) -> str:
-        """``statement`` with ``{ns}`` replaced by the quoted namespace."""
-        return statement.replace("{ns}", self.dialect.quote_ns(self.namespace))
+        """``statement`` with ``{ns}`` replaced by the quoted namespace (``{ns}.name``: the
+        table of a namespace with a table prefix too, as the package renders it)."""
+        statement = statement.replace("{ns}", sqlfiles.NS_TOKEN)
+        return sqlfiles.render(statement, self.dialect.quote_ns(self.namespace))
 
     def engine_sql(self, name: str) -> sa.TextClause:
         """The engine's version of statement ``name`` from :data:`ENGINE_SQL`."""
