@@ -430,3 +430,41 @@ def test_a_prefixed_routine_that_is_being_recreated_is_transient() -> None:
     assert dialects._is_ours("assetq_claim_runs", routines)
     assert dialects._is_ours("claim_runs", routines)
     assert not dialects._is_ours("app_procedure", routines)
+
+
+@pytest.mark.engines("mysql")
+def test_repair_recreates_a_prefixed_installs_routine_trigger_and_view(
+    app_db: TestDatabase,
+) -> None:
+    assetq.install(app_db.engine, namespace=NS)
+    _app(app_db, "CREATE USER IF NOT EXISTS 'aq_prefix_worker'@'%' IDENTIFIED BY 'pw'")
+    try:
+        _app(
+            app_db,
+            "DROP TRIGGER assetq_asset_event_fan_out",
+            "DROP VIEW assetq_dag_queue_status",
+            "DROP PROCEDURE assetq_claim_runs",
+            "CREATE PROCEDURE assetq_claim_runs() SELECT 'changed by hand' AS body",
+        )
+        # After the drop (which revoked the routine's grants): repair must give these back.
+        assetq.grant_roles(app_db.engine, worker="aq_prefix_worker", namespace=NS)
+        before = _app_state(app_db)
+        repaired = migrate.repair(app_db.engine, namespace=NS)
+        assert len(repaired) == 3, repaired
+        assert {c.name: c.severity for c in assetq.doctor(app_db.engine, namespace=NS).checks}[
+            "definitions"
+        ] == "ok"
+        with app_db.engine.connect() as conn:
+            grants = "\n".join(
+                conn.execute(sa.text("SHOW GRANTS FOR 'aq_prefix_worker'@'%'")).scalars()
+            )
+        assert f"`{MYSQL_APP_DATABASE}`.`assetq_claim_runs`" in grants  # given back
+        with app_db.engine.begin() as conn:
+            assetq.declare_dag(conn, "consumer", "orders", namespace=NS)
+            assetq.register_event(conn, "orders", namespace=NS)  # fans out again
+        assert len(assetq.schedule(app_db.engine, namespace=NS)) == 1
+        assert len(assetq.claim_runs(app_db.engine, "w", namespace=NS)) == 1
+        assert _app_state(app_db) == before
+        assert not [o for o in _objects(app_db) if "repair_grants" in o[1]]
+    finally:
+        _app(app_db, "DROP USER IF EXISTS 'aq_prefix_worker'@'%'")

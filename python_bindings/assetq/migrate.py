@@ -1350,10 +1350,11 @@ def _printed(namespace: str) -> str:
 def _named(dialect: Dialect, query: str, namespace: str, **parts: str) -> str:
     """Query ``query`` of upgrades.sql with ``{{part}}`` placeholders filled in: object
     names as the server printed them, quoted here."""
-    sql = _upgrade_sql(dialect, query, namespace)
+    sql = _upgrade_queries(dialect.name)[query]
     for key, value in parts.items():
         sql = sql.replace("{{" + key + "}}", value)
-    return sql
+    # Rendered after the names are in: {{ns}}.`name` then carries a table prefix (MySQL).
+    return sqlfiles.render(sql, dialect.quote_ns(namespace))
 
 
 def _quoted(dialect: Dialect, name: str) -> str:
@@ -1381,8 +1382,12 @@ def _with_creates(
         if d.kind == "routine":
             # The server prints a routine's name unqualified (the routine's own database):
             # qualified here, so the statement runs whatever the connection's database is.
-            unqualified = f"{kind.upper()} {_quoted(dialect, d.name)}("
-            qualified = f"{kind.upper()} {dialect.quote_ns(namespace)}.{_quoted(dialect, d.name)}("
+            prefix = split_namespace(namespace)[1]  # in the names the server prints
+            unqualified = f"{kind.upper()} {_quoted(dialect, prefix + d.name)}("
+            qualified = sqlfiles.render(
+                f"{kind.upper()} {sqlfiles.NS_TOKEN}.{_quoted(dialect, d.name)}(",
+                dialect.quote_ns(namespace),
+            )
             if unqualified not in create:
                 raise AssetqError(
                     f"SHOW CREATE {kind.upper()} printed {create[:80]!r}, not the"
