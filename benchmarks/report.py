@@ -508,10 +508,11 @@ def burndown_section(report: dict[str, Any]) -> list[str]:
         f" history is {history:,} finished runs (success, attempt 1) in the same tables."
         f" Runs/s, median (min-max) of {rounds} rounds; in each, the alternatives burn down"
         " at once, taking turns of a quarter second (the order rotates each round), and an"
-        " alternative's time is the sum of its turns; ratios per round. procrastinate runs on PostgreSQL only: MariaDB has"
-        " assetq alone. Reproduce with `python benchmarks/burndown.py` (both engines, prints"
-        " these figures) or `python benchmarks/bench.py --figures burndown`"
-        " (benchmarks/burndown.py explains every choice).",
+        " alternative's time is the sum of its turns; ratios per round. procrastinate runs"
+        " on PostgreSQL only: MariaDB has assetq alone. Reproduce with"
+        " `python benchmarks/burndown.py` (both engines, prints these figures) or"
+        " `python benchmarks/bench.py --figures burndown` (benchmarks/burndown.py explains"
+        " every choice).",
         "",
     ]
     rows = []
