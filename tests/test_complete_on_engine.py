@@ -24,6 +24,12 @@ from work_scenario import declare, events_from, expire_lease, one_run, run_row, 
 
 OUTPUT = "sales_report"
 
+#: Whether session ``pid`` is still there.
+SESSION_ALIVE = {
+    "postgresql": "SELECT count(*) FROM pg_stat_activity WHERE pid = :pid",
+    "mysql": "SELECT count(*) FROM information_schema.PROCESSLIST WHERE ID = :pid",
+}
+
 #: Whether session ``pid`` waits for a lock.
 LOCK_WAITING = {
     "postgresql": "SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"
@@ -181,7 +187,16 @@ def test_a_claim_on_a_kept_connection_that_was_lost_is_not_retried_on_it(
     engine = db.new_engine()
     conn = _own(engine)
     assert assetq.claim_runs(conn, "w1", dag_ids=["nobody"]) == []  # schema checked
-    db.kill(conn)
+    pid = conn.execute(db.engine_sql("backend_id")).scalar()
+    conn.commit()  # the autobegin marker of that statement (autocommit: nothing to commit)
+    with db.engine.begin() as killer:
+        killer.execute(db.engine_sql("kill"), {"pid": pid})
+    # The kill only asks the server to end the session: the claim must not start before it
+    # has ended (PostgreSQL's pg_terminate_backend returns first).
+    wait_for(
+        "the killed session to end",
+        lambda: db.scalar(SESSION_ALIVE[db.engine_name], pid=pid) == 0,
+    )
     with pytest.raises(assetq.ConnectionLost):
         assetq.claim_runs(conn, "w1")
     conn.close()
