@@ -81,15 +81,20 @@ def test_without_a_listener_the_calls_bypass_sqlalchemy_execution(
 
 
 @pytest.mark.engines("postgresql")
+@pytest.mark.parametrize("warmed", [False, True], ids=["first-call", "lean-path"])
 def test_a_connection_lost_on_the_driver_path_is_replaced_and_the_claim_retried(
-    db: TestDatabase,
+    db: TestDatabase, warmed: bool
 ) -> None:
     """The only pooled connection is terminated by the server before a claim: the claim's
     first attempt fails on it with the driver's error, which must come out as assetq's
-    ConnectionLost (retried) and not as a raw psycopg error, and the retry claims on a new
-    connection."""
+    ConnectionLost (retried) and not as a raw psycopg error, the connection is thrown out of
+    the pool, and the retry claims on a new connection. ``warmed``: the schema was checked by
+    an earlier call, so the claim takes the lean path (the driver's connection straight
+    from the pool, no SQLAlchemy Connection)."""
     make_runs(db, 1)
     engine = db.new_engine(pool_size=1, max_overflow=0)
+    if warmed:
+        _warm(engine)
     with engine.connect() as conn:
         old_pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
     db.scalar(f"SELECT pg_terminate_backend({int(old_pid)})")
@@ -100,13 +105,13 @@ def test_a_connection_lost_on_the_driver_path_is_replaced_and_the_claim_retried(
     assert new_pid != old_pid
 
 
-# -- the lean path: a claim, a heartbeat, a completion on an Engine (issue 12) -------------------
-
-
 def _warm(engine: sa.Engine) -> None:
     """The first call of a process checks the schema through SQLAlchemy (one statement);
     only the calls after it take the lean path."""
     assert assetq.claim_runs(engine, "warm-up", dag_ids=["nobody"]) == []
+
+
+# -- the lean path: a claim, a heartbeat, a completion on an Engine (issue 12) -------------------
 
 
 @pytest.mark.engines("postgresql")
@@ -151,26 +156,6 @@ def test_the_pooled_connection_a_call_used_is_handed_back_in_transactions(
         )
         conn.rollback()
     assert db.scalar("SELECT max_active_runs FROM {ns}.dag WHERE dag_id = :d", d=claim.dag_id) != 7
-
-
-@pytest.mark.engines("postgresql")
-def test_a_connection_lost_on_the_lean_path_is_replaced_and_the_claim_retried(
-    db: TestDatabase,
-) -> None:
-    """As above, once the schema was checked: the claim's first attempt fails on the dead
-    pooled connection, comes out as ConnectionLost (retried), the connection is thrown out
-    of the pool, and the retry claims on a new one."""
-    make_runs(db, 1)
-    engine = db.new_engine(pool_size=1, max_overflow=0)
-    _warm(engine)
-    with engine.connect() as conn:
-        old_pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
-    db.scalar(f"SELECT pg_terminate_backend({int(old_pid)})")
-    (claim,) = assetq.claim_runs(engine, "w")
-    assert claim.attempt == 1
-    with engine.connect() as conn:
-        new_pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
-    assert new_pid != old_pid
 
 
 def test_a_completion_on_a_connection_outside_a_transaction_commits_with_its_commit(

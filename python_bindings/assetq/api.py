@@ -743,6 +743,24 @@ def _engine_or_autocommit(handle: object, function: str) -> Engine | Connection:
     return engine_of(handle, function)
 
 
+def _pause_before_retry(
+    engine: Engine, what: str, attempt: int, exc: errors.AssetqError
+) -> None:
+    """Say that attempt ``attempt`` of ``what`` failed and sleep a jittered exponential
+    backoff before the next (read_committed_transaction and _on_own_connection)."""
+    delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
+    log.log(
+        logs.retry_level(engine, exc),  # DEBUG while the connection stays lost
+        "assetq: %s attempt %d failed ([%s] %s); retrying in %.0f ms",
+        what,
+        attempt,
+        exc.code or "no code",
+        logs.first_line(exc),
+        delay * 1000,
+    )
+    time.sleep(delay)
+
+
 def _on_own_connection(
     conn: Connection,
     query: str,
@@ -784,17 +802,7 @@ def _on_own_connection(
             retry = retry and not isinstance(exc, errors.ConnectionLost | errors.ReadOnlyServer)
             if not retry or attempt == max_attempts:
                 raise
-            delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
-            log.log(
-                logs.retry_level(conn.engine, exc),
-                "assetq: %s attempt %d failed ([%s] %s); retrying in %.0f ms",
-                what,
-                attempt,
-                exc.code or "no code",
-                logs.first_line(exc),
-                delay * 1000,
-            )
-            time.sleep(delay)
+            _pause_before_retry(conn.engine, what, attempt, exc)
     raise AssertionError("unreachable")
 
 
@@ -878,17 +886,7 @@ def read_committed_transaction(
                 retry = retry and lost < connection_attempts
             if not retry or attempt == max_attempts:
                 raise
-            delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
-            log.log(
-                logs.retry_level(engine, exc),  # DEBUG while the connection stays lost
-                "assetq: %s attempt %d failed ([%s] %s); retrying in %.0f ms",
-                what,
-                attempt,
-                exc.code or "no code",
-                logs.first_line(exc),
-                delay * 1000,
-            )
-            time.sleep(delay)
+            _pause_before_retry(engine, what, attempt, exc)
     raise AssertionError("unreachable")
 
 
