@@ -623,39 +623,6 @@ def _tests_module(name: str) -> Any:
 # -- one burn-down -------------------------------------------------------------------------------
 
 
-def burn(connect: Callable[[], Callable[[], bool]], threads: int) -> tuple[int, float]:
-    """``threads`` threads, each connected first, then looping its step from one start
-    until the step finds nothing left; returns the steps done and the seconds from the start
-    to the last thread's end."""
-    started: list[float] = []
-    barrier = threading.Barrier(threads, action=lambda: started.append(time.perf_counter()))
-    counts = [0] * threads
-    finished = [0.0] * threads
-    failures: list[BaseException] = []
-
-    def work(index: int) -> None:
-        try:
-            step = connect()
-            barrier.wait()
-            n = 0
-            while step():
-                n += 1
-            counts[index] = n
-            finished[index] = time.perf_counter()
-        except BaseException as exc:  # re-raised below
-            failures.append(exc)
-            barrier.abort()
-
-    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    if failures:
-        raise failures[0]
-    return sum(counts), max(finished) - started[0]
-
-
 class _Sliced:
     """One alternative's ``threads`` threads in a sliced burn-down: connected first, then
     stepping only while the alternative's turn is on (see burn_sliced)."""

@@ -69,7 +69,7 @@ def test_the_procrastinate_side_fetches_and_finishes_every_job(
     peer = burndown.install_peer(db.engine.url, importlib.import_module("procrastinate"))
     try:
         burndown.fill_peer(peer, 200)
-        done, _ = burndown.burn(burndown._peer_worker(peer), 2)
+        ((done, _),) = burndown.burn_sliced([("peer", burndown._peer_worker(peer))], 2).values()
         assert done == 200
         assert burndown.peer_outcome(peer) == {"succeeded": 200}
     finally:

@@ -302,16 +302,6 @@ _driver_keys_cache: dict[tuple[str, str], tuple[str, ...]] = {}
 
 
 def _driver_failure(
-    conn: Connection, exc: Exception, statement: str, bound: Mapping[str, Any], cursor: Any
-) -> tuple[StatementError, bool]:
-    """A DB-API error raised where assetq reads the driver's cursor itself, as the
-    DBAPIError SQLAlchemy would have raised, and whether it means the connection is lost."""
-    return _wrapped_failure(
-        conn.dialect, conn.connection.dbapi_connection, exc, statement, bound, cursor
-    )
-
-
-def _wrapped_failure(
     sa_dialect: SADialect,
     dbapi_connection: Any,
     exc: Exception,
@@ -319,7 +309,8 @@ def _wrapped_failure(
     bound: Mapping[str, Any],
     cursor: Any,
 ) -> tuple[StatementError, bool]:
-    """_driver_failure for a driver connection without a SQLAlchemy Connection around it."""
+    """A DB-API error raised where assetq reads the driver's cursor itself, as the
+    DBAPIError SQLAlchemy would have raised, and whether it means the connection is lost."""
     lost = sa_dialect.is_disconnect(
         exc,  # type: ignore[arg-type]  # a DB-API Error, typed loosely by the callers
         dbapi_connection,
@@ -468,7 +459,7 @@ class _PostgreSQL(Dialect):
             if keys is None:
                 keys = _driver_keys_cache[key] = tuple(str(c[0]) for c in cursor.description)
         except dbapi_error as exc:
-            wrapped, lost = _wrapped_failure(sa_dialect, dbapi_connection, exc, sql, bound, cursor)
+            wrapped, lost = _driver_failure(sa_dialect, dbapi_connection, exc, sql, bound, cursor)
             if lost:
                 # As SQLAlchemy does for its own statements: the pool must not hand this
                 # connection out again.
@@ -536,7 +527,10 @@ class _MySQL(Dialect):
                         f"{name} returned more than one result set; assetq's routines return one"
                     )
         except dbapi_error as exc:
-            raise _driver_failure(conn, exc, statement, bound, cursor)[0] from exc
+            dbapi_connection = conn.connection.dbapi_connection
+            raise _driver_failure(
+                conn.dialect, dbapi_connection, exc, statement, bound, cursor
+            )[0] from exc
         finally:
             result.close()
         return _rows(keys, raw)
