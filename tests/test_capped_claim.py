@@ -90,17 +90,23 @@ def test_capped_claims_are_those_of_the_documented_algorithm(db: TestDatabase) -
         # One batch: queue order is id order. Events of other assets are not queued for it.
         model = [(e.id, e.asset) for e in events if e.asset in members]
         assert [event for event, _ in model] == queued(db, dag_id)
-        while True:
-            expected = reference_claim(model, clauses, cap)
-            made = [r for r in assetq.schedule(db.engine) if r.dag_id == dag_id]
-            if expected is None:
-                assert made == [], (trial, condition, cap, model)
-                break
-            (run,) = made
-            assert list(run.event_ids) == expected, (trial, condition, cap, model)
-            assert len(run.event_ids) <= max(cap, len(clauses))
-            model = [(event, asset) for event, asset in model if event not in expected]
-            runs_checked += 1
+        # One pass makes every run the queue fills, one after another (0011_runs_per_pass:
+        # one consumer taken, so its share is the pass's limit, more than 25 runs): each is
+        # the reference's claim of what the runs before it left, and after the pass the
+        # reference finds no claim either. The next pass makes nothing.
+        passes = 0
+        while made := [r for r in assetq.schedule(db.engine) if r.dag_id == dag_id]:
+            passes += 1
+            assert passes == 1, (trial, condition, cap, model)
+            for run in made:
+                expected = reference_claim(model, clauses, cap)
+                assert list(run.event_ids) == expected, (trial, condition, cap, model)
+                assert len(run.event_ids) <= max(cap, len(clauses))
+                model = [(event, asset) for event, asset in model if event not in expected]
+                runs_checked += 1
+            assert [r.seq for r in made] == list(range(made[0].seq, made[0].seq + len(made)))
+        assert reference_claim(model, clauses, cap) is None, (trial, condition, cap, model)
+        assert [event for event, _ in model] == queued(db, dag_id)
         with db.engine.begin() as conn:
             assetq.delete_dag(conn, dag_id)
     assert runs_checked > 24  # most trials drained in several capped runs
@@ -125,7 +131,8 @@ def _backlog(db: TestDatabase, count: int, asset: str) -> None:
 
 
 def _pg_reads(db: TestDatabase) -> dict[str, int]:
-    """Rows and index entries of the queue read by one pass (its own connection's stats)."""
+    """Rows and index entries of the queue read by one pass of limit 1 (one consumer taken,
+    a share of one run: one capped claim), on its own connection's stats."""
     stats = (
         "SELECT coalesce(t.seq_scan, 0), coalesce(t.seq_tup_read, 0),"
         "       coalesce(t.idx_tup_fetch, 0),"
@@ -145,7 +152,7 @@ def _pg_reads(db: TestDatabase) -> dict[str, int]:
             return tuple(int(v) for v in row)
 
         before = reads()
-        runs = conn.execute(sa.text(db.sql("SELECT * FROM {ns}.schedule_pass(100)"))).all()
+        runs = conn.execute(sa.text(db.sql("SELECT * FROM {ns}.schedule_pass(1)"))).all()
         conn.commit()
         after = reads()
     assert len(runs) == 1
@@ -205,8 +212,10 @@ def _handler_reads(conn: sa.Connection) -> dict[str, int]:
 
 
 def _pass(db: TestDatabase, conn: sa.Connection) -> list[sa.Row[object]]:
+    """One pass of limit 1: the one consumer with work, a share of one run (one capped
+    claim; the idle consumers are probed all the same)."""
     with conn.begin():
-        return list(db.dialect.execute(conn, "schedule_pass", db.namespace, {"limit": 100}))
+        return list(db.dialect.execute(conn, "schedule_pass", db.namespace, {"limit": 1}))
 
 
 def _mysql_reads(db: TestDatabase, conn: sa.Connection) -> dict[str, int]:

@@ -902,6 +902,11 @@ def schedule(
     The pass is a short READ COMMITTED transaction of its own. Each consumer with queued
     events is locked (skipped if another scheduler holds it), its committed queue rows are
     claimed, and if its condition holds on them one run consumes exactly those events.
+    A consumer with ``max_events_per_run`` gets runs one after another while its queue fills
+    them, each claimed from what the one before left, up to its share of the pass: ``limit``
+    divided by the number of consumers the pass takes, at least one, and never past its
+    ``max_active_runs`` (docs/semantics.md, §5). So a pass creates at most ``limit`` runs of
+    unpartitioned consumers, and a capped backlog drains up to ``limit`` runs per pass.
     Consumers are taken least recently examined first, so repeated calls reach every consumer.
     Safe to call from any number of threads and processes at once: each (consumer, event)
     is linked at most once, enforced by a unique constraint. Transient failures (deadlock,
