@@ -103,6 +103,7 @@ SLICE_SECONDS = 0.25
 PGMQ_REQUIREMENT = "pgmq>=1.1"
 ASSETQ = "assetq"
 ASSETQ_API = "assetq (Python API)"
+ASSETQ_ONE = "assetq, limit 1"
 PGQ, PGMQ, PROCRASTINATE, PLAIN = "PgQ", "pgmq", "procrastinate", "plain statements"
 #: Every consumer is scheduled on any of these; producers write a0.
 ASSETS = ("a0", "a1", "a2", "a3")
@@ -690,11 +691,13 @@ class PgqConsumer:
         self.conn.close()
 
 
-def _assetq_pass(ns: str) -> Callable[..., int]:
+def _assetq_pass(ns: str, limit: int = 100) -> Callable[..., int]:
+    """One pass as assetq.schedule sends it, with its default limit unless told."""
     sql = q("aq_pass", ns)
+    params = {"limit": limit}
 
     def call(conn: psycopg.Connection[Any]) -> int:
-        rows = conn.execute(sql, prepare=True).fetchall()
+        rows = conn.execute(sql, params, prepare=True).fetchall()
         return sum(len(r[1]) for r in rows)
 
     return call
@@ -785,6 +788,8 @@ def _capped_drain(
 
     add(ASSETQ, shared, _simple(info, _assetq_pass(ns)), vacuum)
     if cap == 1:
+        # One run per pass, as every pass was before 0011_runs_per_pass.
+        add(ASSETQ_ONE, shared, _simple(info, _assetq_pass(ns, 1)), vacuum)
         api_engine = sa.create_engine(
             s.engine.url, connect_args={"options": "-c synchronous_commit=off"}
         )
@@ -794,7 +799,7 @@ def _capped_drain(
         @dataclass
         class Api:
             def step(self) -> int:
-                runs = assetq.schedule(api_engine, limit=1, namespace=ns)
+                runs = assetq.schedule(api_engine, namespace=ns)
                 return sum(len(r.event_ids) for r in runs)
 
             def close(self) -> None:

@@ -149,7 +149,7 @@ def targets_summary(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 # -- against the peers (benchmarks/peers.py) -------------------------------------------------
 
-P_ASSETQ, P_API = "assetq", "assetq (Python API)"
+P_ASSETQ, P_API, P_ONE = "assetq", "assetq (Python API)", "assetq, limit 1"
 P_PGQ, P_PGMQ, P_PROC, P_PLAIN = "PgQ", "pgmq", "procrastinate", "plain statements"
 P_PEERS = (P_PGQ, P_PGMQ, P_PROC)
 
@@ -257,7 +257,9 @@ def peers_section(report: dict[str, Any]) -> list[str]:
         " N queues (one row per queue); procrastinate defers N jobs in one call; assetq"
         " declares N consumers on the asset (one event row and N queue rows). Drains: the"
         f" backlog of {st['backlog']:,} events (one consumer) is topped up before each slice,"
-        " untimed; assetq's run is one scheduler pass (`max_events_per_run` capping it), PgQ's"
+        " untimed; assetq's step is one scheduler pass as `assetq.schedule` sends it (limit"
+        " 100; `max_events_per_run` capping each run, a pass making up to 100 capped runs,"
+        " schema 0011_runs_per_pass; *limit 1* is one run per pass), PgQ's"
         " a batch (the events between two ticks, ticked by hand every 1,000 events or once"
         " for the whole backlog), pgmq's a read of N messages and their delete, procrastinate's"
         " a fetch and a finish. Events/s, median (min-max) of"
@@ -276,6 +278,8 @@ def peers_section(report: dict[str, Any]) -> list[str]:
         assetq_cell = _spread(rates[P_ASSETQ]) if P_ASSETQ in rates else ""
         if P_API in rates:
             assetq_cell += f"<br>API {_spread(rates[P_API])}"
+        if P_ONE in rates:
+            assetq_cell += f"<br>limit 1: {_spread(rates[P_ONE])}"
         target = ", ".join(f"{peer} >= {t:g}x" for peer, t in targets.items())
         mysql_cell = ""
         if my and what.startswith("producer"):

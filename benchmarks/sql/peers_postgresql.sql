@@ -22,8 +22,10 @@ SELECT a.id
  ORDER BY g
 
 -- aq_pass --
--- One scheduler pass over the namespace's one consumer: what assetq.schedule sends.
-SELECT dag_run_id, event_ids FROM {{ns}}.schedule_pass(p_limit => 1)
+-- One scheduler pass over the namespace's one consumer: what assetq.schedule sends (its
+-- default limit is 100: a capped consumer gets up to 100 runs in a pass, 0011_runs_per_pass;
+-- limit 1 is one run per pass, as every pass was before).
+SELECT dag_run_id, event_ids FROM {{ns}}.schedule_pass(p_limit => %(limit)s)
 
 -- aq_vacuum --
 -- Dead rows of the previous slices gone and statistics fresh (autovacuum may be off).
