@@ -2195,8 +2195,10 @@ END $$
 -- skips it while it has max_active_runs active runs (queued or running: its queue is left
 -- whole); claims its committed queue rows (all of them, or with max_events_per_run the
 -- oldest that satisfy the condition, see below), evaluates the condition on exactly those
--- rows, and when it holds creates one run, links exactly the claimed events and deletes
--- exactly the claimed rows by key. Returns one result set, one row per run created
+-- rows, and when it holds creates a run, links exactly the claimed events and deletes
+-- exactly the claimed rows by key. A consumer without max_events_per_run gets at most one
+-- run a pass (it consumes its whole queue); a capped one may get several (see below).
+-- Returns one result set, one row per run created, in the order they were created
 -- (dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids as a JSON array,
 -- triggering_event_id: the newest claimed row, state).
 --
@@ -2217,6 +2219,18 @@ END $$
 -- satisfy the condition, each member asset's oldest row through asset_dag_run_queue_asset_idx;
 -- never the backlog behind them (tests/test_capped_claim.py counts it). The claims are those
 -- of 0006, row for row.
+--
+-- Runs per pass (migration 0011_runs_per_pass): a capped consumer gets runs one after
+-- another in the same pass, each claimed as above from what the runs before it left, until
+-- no claim satisfies the condition (no run, as before), a claim took the whole remaining
+-- queue (it read at most N rows), the consumer made its share of the pass, or, with
+-- max_active_runs, its active runs (counted once, at the cap check) plus the runs this pass
+-- made for it reach the cap. The share is p_limit divided by the number of candidates with
+-- work when the pass starts (at most p_limit), rounded down, at least 1: one capped consumer
+-- drains up to p_limit runs in a pass, 100 consumers get one each, and the runs of consumers
+-- without partitions never exceed p_limit. Before, a capped backlog drained one run a pass:
+-- at N = 1, a pass per event (issue 16). A consumer's runs of one pass have consecutive seq
+-- numbers and one created_at.
 --
 -- Run it at READ COMMITTED, in a transaction of its own (assetq.schedule does). At READ
 -- COMMITTED every plain read below takes a fresh snapshot, after the lock, and locks nothing.
@@ -2252,6 +2266,10 @@ BEGIN
     DECLARE v_partitioned BOOLEAN;
     DECLARE v_members    BOOLEAN;
     DECLARE v_temps      BOOLEAN DEFAULT FALSE;
+    DECLARE v_candidates BIGINT;
+    DECLARE v_share      BIGINT;
+    DECLARE v_made       BIGINT;
+    DECLARE v_seq        BIGINT;
     DECLARE v_active     BIGINT;
     DECLARE v_queued     BIGINT;
     DECLARE v_take       BIGINT;
@@ -2414,6 +2432,12 @@ BEGIN
            END IS NOT NULL
      ORDER BY l.last_scheduled_at, l.dag_id;
 
+    -- Each capped consumer's share of the pass's runs (see above): p_limit over the number of
+    -- candidates with work, at most p_limit, rounded down. MySQL 8 / MariaDB: DIV is integer
+    -- division on both; the candidates are never counted as 0 here (no division by zero).
+    SELECT COUNT(*) INTO v_candidates FROM {{ns}}._assetq_candidate;
+    SET v_share = GREATEST(1, p_limit DIV LEAST(GREATEST(v_candidates, 1), p_limit));
+
     candidate_loop: WHILE v_taken < p_limit DO
         SET v_dag_id = NULL;
         SELECT c.pos, c.dag_id INTO v_pos, v_dag_id
@@ -2574,173 +2598,182 @@ BEGIN
               FROM {{ns}}.dag_condition_clause c WHERE c.dag_id = v_dag_id;
         END IF;
 
-        -- The claim: a plain read of the consumer's committed queue rows, taken after the
-        -- lock, so it sees every row committed so far, including the deletions of a pass that
-        -- held this consumer a moment ago. A row committed after this read is not in the
-        -- claim and waits for the next pass: selection is by reference, never by time (I3).
-        -- An uncommitted producer row is neither read nor waited for.
-        DELETE FROM {{ns}}._assetq_claim;
-        IF v_max_events IS NULL THEN
-            INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
-            SELECT q.asset_event_id, q.asset_id, q.created_at
-              FROM {{ns}}.asset_dag_run_queue q
-             WHERE q.target_dag_id = v_dag_id;
-        ELSE
-            -- Capped at N = max_events_per_run: the N + 1 oldest rows only, in queue order
-            -- (created_at, asset_event_id) through asset_dag_run_queue_order_idx, which holds
-            -- every column read: a capped run costs what it consumes, never the backlog
-            -- behind it (issue 16). Numbered in that order; the selection below works on this
-            -- copy, and on each member asset's oldest row if it must (the witness search).
-            -- MySQL 8 / MariaDB: LIMIT takes a routine variable, not an expression.
-            DELETE FROM {{ns}}._assetq_queue;
-            DELETE FROM {{ns}}._assetq_oldest;
-            DELETE FROM {{ns}}._assetq_chosen;
-            SET v_take = v_max_events + 1;
-            INSERT INTO {{ns}}._assetq_queue (pos, asset_event_id, asset_id, created_at)
-            SELECT ROW_NUMBER() OVER (ORDER BY o.created_at, o.asset_event_id),
-                   o.asset_event_id, o.asset_id, o.created_at
-              FROM (SELECT q.asset_event_id, q.asset_id, q.created_at
-                      FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (asset_dag_run_queue_order_idx)
-                     WHERE q.target_dag_id = v_dag_id
-                     ORDER BY q.created_at, q.asset_event_id
-                     LIMIT v_take) o;
-            SELECT COUNT(*) INTO v_queued FROM {{ns}}._assetq_queue;
-            SET v_met = 0;
-            IF v_queued > v_max_events THEN
-                SELECT COUNT(DISTINCT m.clause_no) INTO v_met
-                  FROM {{ns}}._assetq_member m
-                 WHERE m.asset_id IN (SELECT q.asset_id FROM {{ns}}._assetq_queue q
-                                       WHERE q.pos <= v_max_events);
-            END IF;
-            IF v_queued <= v_max_events THEN
-                -- At most N queued: the whole queue.
-                INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
-                SELECT q.asset_event_id, q.asset_id, q.created_at FROM {{ns}}._assetq_queue q;
-            ELSEIF v_clauses > 0 AND v_met = v_clauses THEN
-                -- The N oldest rows satisfy the condition: they are the claim.
+        -- Its runs, one after another (migration 0011_runs_per_pass): each one's claim is built
+        -- afresh, so the temporary tables of the claim are emptied for each run; the members
+        -- are the consumer's and stay. A consumer without max_events_per_run leaves after its
+        -- first run: that one consumed its whole queue.
+        SET v_made = 0;
+        run_loop: LOOP
+            -- The claim: a plain read of the consumer's committed queue rows, taken after the
+            -- lock, so it sees every row committed so far, including the deletions of a pass that
+            -- held this consumer a moment ago. A row committed after this read is not in the
+            -- claim and waits for the next pass: selection is by reference, never by time (I3).
+            -- An uncommitted producer row is neither read nor waited for. A run after the
+            -- first sees the rows the ones before it deleted (this transaction's own).
+            DELETE FROM {{ns}}._assetq_claim;
+            IF v_max_events IS NULL THEN
                 INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
                 SELECT q.asset_event_id, q.asset_id, q.created_at
-                  FROM {{ns}}._assetq_queue q
-                 WHERE q.pos <= v_max_events;
-            ELSEIF v_clauses > 0 THEN
-                -- The N oldest rows do not satisfy the condition. Greedy witnesses over the
-                -- whole queue, by index: first each member asset's oldest queued row, one
-                -- probe of asset_dag_run_queue_asset_idx each, its id and timestamp read
-                -- together. MySQL 8 / MariaDB: MariaDB has no LATERAL join, hence the loop.
-                SET v_asset = 0;
-                asset_loop: LOOP
-                    SELECT MIN(m.asset_id) INTO v_asset
-                      FROM {{ns}}._assetq_member m WHERE m.asset_id > v_asset;
-                    IF v_asset IS NULL THEN
-                        LEAVE asset_loop;
-                    END IF;
-                    SET v_pick_id = NULL;
-                    SELECT q.asset_event_id, q.created_at INTO v_pick_id, v_pick_time
-                      FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (asset_dag_run_queue_asset_idx)
-                     WHERE q.target_dag_id = v_dag_id AND q.asset_id = v_asset
-                     ORDER BY q.created_at, q.asset_event_id
-                     LIMIT 1;
-                    IF v_pick_id IS NOT NULL THEN
-                        INSERT INTO {{ns}}._assetq_oldest (asset_id, asset_event_id, created_at)
-                        VALUES (v_asset, v_pick_id, v_pick_time);
-                    END IF;
-                END LOOP;
-                -- Then, for each clause not yet hit, the member asset whose oldest row is the
-                -- oldest, and that row. A clause with no queued member: the whole queue does
-                -- not satisfy the condition, no run.
-                SET v_clause = 0;
-                SET v_missing = FALSE;
-                clause_loop: LOOP
-                    SET v_next = NULL;
-                    SELECT MIN(m.clause_no) INTO v_next
-                      FROM {{ns}}._assetq_member m WHERE m.clause_no > v_clause;
-                    IF v_next IS NULL THEN
-                        LEAVE clause_loop;
-                    END IF;
-                    SET v_clause = v_next;
-                    SELECT COUNT(*) INTO v_hit
-                      FROM {{ns}}._assetq_chosen c
-                      JOIN {{ns}}._assetq_member m ON m.asset_id = c.asset_id
-                     WHERE m.clause_no = v_clause;
-                    IF v_hit = 0 THEN
-                        SET v_pick = NULL;
-                        SELECT o.asset_id, o.asset_event_id, o.created_at
-                          INTO v_pick, v_pick_id, v_pick_time
-                          FROM {{ns}}._assetq_oldest o
-                          JOIN {{ns}}._assetq_member m ON m.asset_id = o.asset_id
-                         WHERE m.clause_no = v_clause
-                         ORDER BY o.created_at, o.asset_event_id
-                         LIMIT 1;
-                        IF v_pick IS NULL THEN
-                            SET v_missing = TRUE;
-                            LEAVE clause_loop;
-                        END IF;
-                        INSERT INTO {{ns}}._assetq_chosen (asset_id, asset_event_id, created_at)
-                        VALUES (v_pick, v_pick_id, v_pick_time);
-                    END IF;
-                END LOOP;
-                IF NOT v_missing THEN
-                    -- Prune, newest choice first: what is left is a minimal set of assets.
-                    SELECT MAX(c.pick_no) + 1 INTO v_pick_no FROM {{ns}}._assetq_chosen c;
-                    prune_loop: LOOP
-                        SET v_pick = NULL;
-                        SELECT c.pick_no, c.asset_id INTO v_pick_no, v_pick
-                          FROM {{ns}}._assetq_chosen c
-                         WHERE c.pick_no < v_pick_no
-                         ORDER BY c.pick_no DESC
-                         LIMIT 1;
-                        IF v_pick IS NULL THEN
-                            LEAVE prune_loop;
-                        END IF;
-                        SELECT COUNT(DISTINCT m.clause_no) INTO v_met
-                          FROM {{ns}}._assetq_chosen c
-                          JOIN {{ns}}._assetq_member m ON m.asset_id = c.asset_id
-                         WHERE c.asset_id <> v_pick;
-                        IF v_met = v_clauses THEN
-                            DELETE FROM {{ns}}._assetq_chosen WHERE asset_id = v_pick;
-                        END IF;
-                    END LOOP;
-                    -- The witness rows, then the oldest others, N in all (more only if the
-                    -- witnesses alone are more). The others come from the N + 1 oldest rows
-                    -- read above: at most N minus the witnesses are needed, and that many
-                    -- are among them.
-                    UPDATE {{ns}}._assetq_queue q
-                      JOIN {{ns}}._assetq_chosen c ON c.asset_event_id = q.asset_event_id
-                       SET q.witness = TRUE;
+                  FROM {{ns}}.asset_dag_run_queue q
+                 WHERE q.target_dag_id = v_dag_id;
+            ELSE
+                -- Capped at N = max_events_per_run: the N + 1 oldest rows only, in queue order
+                -- (created_at, asset_event_id) through asset_dag_run_queue_order_idx, which holds
+                -- every column read: a capped run costs what it consumes, never the backlog
+                -- behind it (issue 16). Numbered in that order; the selection below works on this
+                -- copy, and on each member asset's oldest row if it must (the witness search).
+                -- MySQL 8 / MariaDB: LIMIT takes a routine variable, not an expression.
+                DELETE FROM {{ns}}._assetq_queue;
+                DELETE FROM {{ns}}._assetq_oldest;
+                DELETE FROM {{ns}}._assetq_chosen;
+                SET v_take = v_max_events + 1;
+                INSERT INTO {{ns}}._assetq_queue (pos, asset_event_id, asset_id, created_at)
+                SELECT ROW_NUMBER() OVER (ORDER BY o.created_at, o.asset_event_id),
+                       o.asset_event_id, o.asset_id, o.created_at
+                  FROM (SELECT q.asset_event_id, q.asset_id, q.created_at
+                          FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (asset_dag_run_queue_order_idx)
+                         WHERE q.target_dag_id = v_dag_id
+                         ORDER BY q.created_at, q.asset_event_id
+                         LIMIT v_take) o;
+                SELECT COUNT(*) INTO v_queued FROM {{ns}}._assetq_queue;
+                SET v_met = 0;
+                IF v_queued > v_max_events THEN
+                    SELECT COUNT(DISTINCT m.clause_no) INTO v_met
+                      FROM {{ns}}._assetq_member m
+                     WHERE m.asset_id IN (SELECT q.asset_id FROM {{ns}}._assetq_queue q
+                                           WHERE q.pos <= v_max_events);
+                END IF;
+                IF v_queued <= v_max_events THEN
+                    -- At most N queued: the whole queue.
                     INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
-                    SELECT c.asset_event_id, c.asset_id, c.created_at FROM {{ns}}._assetq_chosen c;
-                    SELECT GREATEST(v_max_events - COUNT(*), 0) INTO v_take
-                      FROM {{ns}}._assetq_chosen;
+                    SELECT q.asset_event_id, q.asset_id, q.created_at FROM {{ns}}._assetq_queue q;
+                ELSEIF v_clauses > 0 AND v_met = v_clauses THEN
+                    -- The N oldest rows satisfy the condition: they are the claim.
                     INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
                     SELECT q.asset_event_id, q.asset_id, q.created_at
                       FROM {{ns}}._assetq_queue q
-                     WHERE NOT q.witness
-                     ORDER BY q.pos
-                     LIMIT v_take;
+                     WHERE q.pos <= v_max_events;
+                ELSEIF v_clauses > 0 THEN
+                    -- The N oldest rows do not satisfy the condition. Greedy witnesses over the
+                    -- whole queue, by index: first each member asset's oldest queued row, one
+                    -- probe of asset_dag_run_queue_asset_idx each, its id and timestamp read
+                    -- together. MySQL 8 / MariaDB: MariaDB has no LATERAL join, hence the loop.
+                    SET v_asset = 0;
+                    asset_loop: LOOP
+                        SELECT MIN(m.asset_id) INTO v_asset
+                          FROM {{ns}}._assetq_member m WHERE m.asset_id > v_asset;
+                        IF v_asset IS NULL THEN
+                            LEAVE asset_loop;
+                        END IF;
+                        SET v_pick_id = NULL;
+                        SELECT q.asset_event_id, q.created_at INTO v_pick_id, v_pick_time
+                          FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (asset_dag_run_queue_asset_idx)
+                         WHERE q.target_dag_id = v_dag_id AND q.asset_id = v_asset
+                         ORDER BY q.created_at, q.asset_event_id
+                         LIMIT 1;
+                        IF v_pick_id IS NOT NULL THEN
+                            INSERT INTO {{ns}}._assetq_oldest (asset_id, asset_event_id, created_at)
+                            VALUES (v_asset, v_pick_id, v_pick_time);
+                        END IF;
+                    END LOOP;
+                    -- Then, for each clause not yet hit, the member asset whose oldest row is the
+                    -- oldest, and that row. A clause with no queued member: the whole queue does
+                    -- not satisfy the condition, no run.
+                    SET v_clause = 0;
+                    SET v_missing = FALSE;
+                    clause_loop: LOOP
+                        SET v_next = NULL;
+                        SELECT MIN(m.clause_no) INTO v_next
+                          FROM {{ns}}._assetq_member m WHERE m.clause_no > v_clause;
+                        IF v_next IS NULL THEN
+                            LEAVE clause_loop;
+                        END IF;
+                        SET v_clause = v_next;
+                        SELECT COUNT(*) INTO v_hit
+                          FROM {{ns}}._assetq_chosen c
+                          JOIN {{ns}}._assetq_member m ON m.asset_id = c.asset_id
+                         WHERE m.clause_no = v_clause;
+                        IF v_hit = 0 THEN
+                            SET v_pick = NULL;
+                            SELECT o.asset_id, o.asset_event_id, o.created_at
+                              INTO v_pick, v_pick_id, v_pick_time
+                              FROM {{ns}}._assetq_oldest o
+                              JOIN {{ns}}._assetq_member m ON m.asset_id = o.asset_id
+                             WHERE m.clause_no = v_clause
+                             ORDER BY o.created_at, o.asset_event_id
+                             LIMIT 1;
+                            IF v_pick IS NULL THEN
+                                SET v_missing = TRUE;
+                                LEAVE clause_loop;
+                            END IF;
+                            INSERT INTO {{ns}}._assetq_chosen (asset_id, asset_event_id, created_at)
+                            VALUES (v_pick, v_pick_id, v_pick_time);
+                        END IF;
+                    END LOOP;
+                    IF NOT v_missing THEN
+                        -- Prune, newest choice first: what is left is a minimal set of assets.
+                        SELECT MAX(c.pick_no) + 1 INTO v_pick_no FROM {{ns}}._assetq_chosen c;
+                        prune_loop: LOOP
+                            SET v_pick = NULL;
+                            SELECT c.pick_no, c.asset_id INTO v_pick_no, v_pick
+                              FROM {{ns}}._assetq_chosen c
+                             WHERE c.pick_no < v_pick_no
+                             ORDER BY c.pick_no DESC
+                             LIMIT 1;
+                            IF v_pick IS NULL THEN
+                                LEAVE prune_loop;
+                            END IF;
+                            SELECT COUNT(DISTINCT m.clause_no) INTO v_met
+                              FROM {{ns}}._assetq_chosen c
+                              JOIN {{ns}}._assetq_member m ON m.asset_id = c.asset_id
+                             WHERE c.asset_id <> v_pick;
+                            IF v_met = v_clauses THEN
+                                DELETE FROM {{ns}}._assetq_chosen WHERE asset_id = v_pick;
+                            END IF;
+                        END LOOP;
+                        -- The witness rows, then the oldest others, N in all (more only if the
+                        -- witnesses alone are more). The others come from the N + 1 oldest rows
+                        -- read above: at most N minus the witnesses are needed, and that many
+                        -- are among them.
+                        UPDATE {{ns}}._assetq_queue q
+                          JOIN {{ns}}._assetq_chosen c ON c.asset_event_id = q.asset_event_id
+                           SET q.witness = TRUE;
+                        INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
+                        SELECT c.asset_event_id, c.asset_id, c.created_at FROM {{ns}}._assetq_chosen c;
+                        SELECT GREATEST(v_max_events - COUNT(*), 0) INTO v_take
+                          FROM {{ns}}._assetq_chosen;
+                        INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
+                        SELECT q.asset_event_id, q.asset_id, q.created_at
+                          FROM {{ns}}._assetq_queue q
+                         WHERE NOT q.witness
+                         ORDER BY q.pos
+                         LIMIT v_take;
+                    END IF;
                 END IF;
             END IF;
-        END IF;
-        SELECT COUNT(*), MAX(k.created_at), MIN(k.created_at), MAX(k.asset_event_id)
-          INTO v_claimed, v_run_after, v_oldest, v_newest_id
-          FROM {{ns}}._assetq_claim k;
+            SELECT COUNT(*), MAX(k.created_at), MIN(k.created_at), MAX(k.asset_event_id)
+              INTO v_claimed, v_run_after, v_oldest, v_newest_id
+              FROM {{ns}}._assetq_claim k;
 
-        -- I6: every clause of the condition needs an asset among the claimed rows.
-        IF v_members THEN
-            SELECT COUNT(DISTINCT m.clause_no) INTO v_met
-              FROM {{ns}}._assetq_member m
-             WHERE m.asset_id IN (SELECT k.asset_id FROM {{ns}}._assetq_claim k);
-        ELSE
-            SELECT COUNT(DISTINCT c.clause_no) INTO v_met
-              FROM {{ns}}.dag_condition_clause c
-             WHERE c.dag_id = v_dag_id
-               AND c.asset_id IN (SELECT k.asset_id FROM {{ns}}._assetq_claim k);
-        END IF;
+            -- I6: every clause of the condition needs an asset among the claimed rows.
+            IF v_members THEN
+                SELECT COUNT(DISTINCT m.clause_no) INTO v_met
+                  FROM {{ns}}._assetq_member m
+                 WHERE m.asset_id IN (SELECT k.asset_id FROM {{ns}}._assetq_claim k);
+            ELSE
+                SELECT COUNT(DISTINCT c.clause_no) INTO v_met
+                  FROM {{ns}}.dag_condition_clause c
+                 WHERE c.dag_id = v_dag_id
+                   AND c.asset_id IN (SELECT k.asset_id FROM {{ns}}._assetq_claim k);
+            END IF;
 
-        IF v_claimed = 0 OR v_clauses = 0 OR v_met < v_clauses THEN
-            UPDATE {{ns}}.dag_lock SET last_scheduled_at = v_now WHERE dag_id = v_dag_id;
-        ELSE
+            IF v_claimed = 0 OR v_clauses = 0 OR v_met < v_clauses THEN
+                UPDATE {{ns}}.dag_lock SET last_scheduled_at = v_now WHERE dag_id = v_dag_id;
+                LEAVE run_loop;
+            END IF;
+            SET v_seq = v_locked_seq + v_made + 1;
             UPDATE {{ns}}.dag_lock
-               SET last_run_seq = v_locked_seq + 1, last_scheduled_at = v_now
+               SET last_run_seq = v_seq, last_scheduled_at = v_now
              WHERE dag_id = v_dag_id;
             -- The triggering event: the newest claimed row (created_at, then id). When every
             -- claimed row has one timestamp (a single row, or one batch) that is the highest
@@ -2755,12 +2788,11 @@ BEGIN
             END IF;
             SET v_run_id = CONCAT('asset_triggered__',
                                   DATE_FORMAT(v_run_after, '%Y-%m-%dT%H:%i:%s.%f'),
-                                  '+00:00__', v_locked_seq + 1);
+                                  '+00:00__', v_seq);
             -- not_before: claimable by workers (claim_runs) from now on.
             INSERT INTO {{ns}}.dag_run (dag_id, run_id, seq, run_after, created_at,
                                         triggering_event_id, event_count, not_before)
-            VALUES (v_dag_id, v_run_id, v_locked_seq + 1, v_run_after, v_now, v_trigger, v_claimed,
-                    v_now);
+            VALUES (v_dag_id, v_run_id, v_seq, v_run_after, v_now, v_trigger, v_claimed, v_now);
             -- MySQL 8 / MariaDB: no RETURNING on MySQL.
             SET v_run_pk = LAST_INSERT_ID();
 
@@ -2809,9 +2841,18 @@ BEGIN
             INSERT INTO {{ns}}._assetq_run
                    (dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids,
                     triggering_event_id, state, partition_key)
-            VALUES (v_run_pk, v_dag_id, v_run_id, v_locked_seq + 1, v_run_after, v_now, v_event_ids,
+            VALUES (v_run_pk, v_dag_id, v_run_id, v_seq, v_run_after, v_now, v_event_ids,
                     v_trigger, 'queued', NULL);
-        END IF;
+
+            -- The next run, unless this one took the whole remaining queue (uncapped, or it
+            -- read at most N rows), the consumer made its share of the pass, or its active
+            -- runs, counted at the cap check, and this pass's reach the cap.
+            SET v_made = v_made + 1;
+            IF v_max_events IS NULL OR v_queued <= v_max_events OR v_made >= v_share
+               OR (v_max_active IS NOT NULL AND v_active + v_made >= v_max_active) THEN
+                LEAVE run_loop;
+            END IF;
+        END LOOP run_loop;
     END WHILE candidate_loop;
 
     SELECT r.dag_run_id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at, r.event_ids,
