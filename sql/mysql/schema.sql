@@ -2269,6 +2269,8 @@ BEGIN
     DECLARE v_candidates BIGINT;
     DECLARE v_share      BIGINT;
     DECLARE v_made       BIGINT;
+    DECLARE v_from_t     DATETIME(6);
+    DECLARE v_from_id    BIGINT;
     DECLARE v_seq        BIGINT;
     DECLARE v_active     BIGINT;
     DECLARE v_queued     BIGINT;
@@ -2282,6 +2284,7 @@ BEGIN
     DECLARE v_pick_no    BIGINT;
     DECLARE v_asset      BIGINT;
     DECLARE v_missing    BOOLEAN;
+    DECLARE v_witnessed  BOOLEAN;
     DECLARE v_claimed    BIGINT;
     DECLARE v_deleted    BIGINT;
     DECLARE v_run_after  DATETIME(6);
@@ -2603,6 +2606,7 @@ BEGIN
         -- are the consumer's and stay. A consumer without max_events_per_run leaves after its
         -- first run: that one consumed its whole queue.
         SET v_made = 0;
+        SET v_from_t = '1000-01-01 00:00:00.000000', v_from_id = 0;
         run_loop: LOOP
             -- The claim: a plain read of the consumer's committed queue rows, taken after the
             -- lock, so it sees every row committed so far, including the deletions of a pass that
@@ -2622,17 +2626,27 @@ BEGIN
                 -- every column read: a capped run costs what it consumes, never the backlog
                 -- behind it (issue 16). Numbered in that order; the selection below works on this
                 -- copy, and on each member asset's oldest row if it must (the witness search).
+                -- A run after the first reads on from the oldest row the one before it read
+                -- and left (v_from_t, v_from_id), here and in the witness search: the rows
+                -- before it are the ones this pass deleted, whose delete-marked index records
+                -- stay until it commits, and stepping over them again would make a pass of R
+                -- runs cost R² of them. A row committed meanwhile with an older timestamp is
+                -- left to the next pass. MySQL 8 / MariaDB: the position as two ranges (OR),
+                -- which both range optimizers take, not a row comparison.
                 -- MySQL 8 / MariaDB: LIMIT takes a routine variable, not an expression.
                 DELETE FROM {{ns}}._assetq_queue;
                 DELETE FROM {{ns}}._assetq_oldest;
                 DELETE FROM {{ns}}._assetq_chosen;
                 SET v_take = v_max_events + 1;
+                SET v_witnessed = FALSE;
                 INSERT INTO {{ns}}._assetq_queue (pos, asset_event_id, asset_id, created_at)
                 SELECT ROW_NUMBER() OVER (ORDER BY o.created_at, o.asset_event_id),
                        o.asset_event_id, o.asset_id, o.created_at
                   FROM (SELECT q.asset_event_id, q.asset_id, q.created_at
                           FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (asset_dag_run_queue_order_idx)
                          WHERE q.target_dag_id = v_dag_id
+                           AND (q.created_at > v_from_t
+                                OR (q.created_at = v_from_t AND q.asset_event_id >= v_from_id))
                          ORDER BY q.created_at, q.asset_event_id
                          LIMIT v_take) o;
                 SELECT COUNT(*) INTO v_queued FROM {{ns}}._assetq_queue;
@@ -2654,6 +2668,7 @@ BEGIN
                       FROM {{ns}}._assetq_queue q
                      WHERE q.pos <= v_max_events;
                 ELSEIF v_clauses > 0 THEN
+                    SET v_witnessed = TRUE;
                     -- The N oldest rows do not satisfy the condition. Greedy witnesses over the
                     -- whole queue, by index: first each member asset's oldest queued row, one
                     -- probe of asset_dag_run_queue_asset_idx each, its id and timestamp read
@@ -2669,6 +2684,8 @@ BEGIN
                         SELECT q.asset_event_id, q.created_at INTO v_pick_id, v_pick_time
                           FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (asset_dag_run_queue_asset_idx)
                          WHERE q.target_dag_id = v_dag_id AND q.asset_id = v_asset
+                           AND (q.created_at > v_from_t
+                                OR (q.created_at = v_from_t AND q.asset_event_id >= v_from_id))
                          ORDER BY q.created_at, q.asset_event_id
                          LIMIT 1;
                         IF v_pick_id IS NOT NULL THEN
@@ -2850,6 +2867,23 @@ BEGIN
             SET v_made = v_made + 1;
             IF v_max_events IS NULL OR v_queued <= v_max_events OR v_made >= v_share
                OR (v_max_active IS NOT NULL AND v_active + v_made >= v_max_active) THEN
+                LEAVE run_loop;
+            END IF;
+            -- Where the next claim reads from: the oldest row read and not claimed (the N + 1st
+            -- when the N oldest were the claim).
+            SET v_from_id = NULL;
+            IF v_witnessed THEN
+                SELECT q.created_at, q.asset_event_id INTO v_from_t, v_from_id
+                  FROM {{ns}}._assetq_queue q
+                 WHERE NOT EXISTS (SELECT 1 FROM {{ns}}._assetq_claim k
+                                    WHERE k.asset_event_id = q.asset_event_id)
+                 ORDER BY q.pos
+                 LIMIT 1;
+            ELSE
+                SELECT q.created_at, q.asset_event_id INTO v_from_t, v_from_id
+                  FROM {{ns}}._assetq_queue q WHERE q.pos = v_take;
+            END IF;
+            IF v_from_id IS NULL THEN
                 LEAVE run_loop;
             END IF;
         END LOOP run_loop;
