@@ -18,8 +18,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -27,6 +28,7 @@ from sqlalchemy.exc import DBAPIError
 
 import assetq
 from assetq import migrate
+from assetq.dialects import MYSQL
 from dbs import TestDatabase
 
 #: The upgrade's lock timeout, in seconds (MySQL's lock timeouts take whole seconds).
@@ -125,7 +127,8 @@ class Traffic:
             thread.join(DEADLINE)
 
 
-def register_event(db: TestDatabase, conn: sa.Connection) -> None:
+def register_event(db: TestDatabase, conn: sa.Connection) -> int:
+    """One event of asset orders, in ``conn``'s transaction; its id."""
     params = {
         "asset": "orders",
         "extra": "{}",
@@ -135,7 +138,8 @@ def register_event(db: TestDatabase, conn: sa.Connection) -> None:
         "source_map_index": -1,
         "idempotency_key": None,
     }
-    db.dialect.execute(conn, "register_event", db.namespace, params)
+    (row,) = db.dialect.execute(conn, "register_event", db.namespace, params)
+    return int(row.event_id)
 
 
 class Retries(logging.Handler):
@@ -271,3 +275,87 @@ def test_an_upgrade_from_every_older_revision_under_traffic(
             )
         )
     _upgrade_under_traffic(empty_db, start)
+
+
+def test_mysql_a_registration_waiting_for_a_trigger_swap_of_0004_is_fanned_out(
+    empty_db: TestDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0004_semantics replaces the fan-out trigger under LOCK TABLES (see its script): a
+    register_event CALL that began before a swap and waits for the lock fires the new trigger
+    once it has it, completes, and its event is queued. Forced: at each swap, after the LOCK
+    TABLES, one CALL from a session whose previous CALL fired the trigger being replaced,
+    waiting for the lock before the DROP TRIGGER runs. On MariaDB 10.11 such a CALL fails with
+    1146 when the new trigger reads a table the old one did not (a one-step swap from 0003's
+    trigger to 0004's), and without the lock an event inserted between the DROP and the CREATE
+    gets no queue row."""
+    db = empty_db
+    if db.engine_name != "mysql":
+        pytest.skip("MySQL only: PostgreSQL replaces the trigger function in one statement")
+    _at_revision(db, "0003_operations")
+    producer = db.engine.connect()
+    producer.execute(sa.text("SET SESSION lock_wait_timeout = 60"))
+    producer_id = producer.execute(sa.text("SELECT CONNECTION_ID()")).scalar_one()
+    producer.commit()
+    events: list[int] = []
+    swaps: list[list[str]] = []
+
+    def waiting_for_the_lock() -> bool:
+        state = db.scalar(
+            "SELECT state FROM information_schema.PROCESSLIST WHERE id = :id", id=producer_id
+        )
+        return state == "Waiting for table metadata lock"
+
+    def interleaved(self: Any, conn: sa.Connection, statements: Sequence[str]) -> None:
+        """The script's statements one by one, as run_statements sends them, with a CALL
+        waiting for each LOCK TABLES through its trigger swap."""
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        waiting: threading.Thread | None = None
+        outcome: list[object] = []
+
+        def call() -> None:
+            try:
+                with producer.begin():
+                    outcome.append(register_event(db, producer))
+            except Exception as exc:  # reported by the assertion below
+                outcome.append(exc)
+
+        try:
+            for statement in statements:
+                if statement.startswith("LOCK TABLES"):
+                    with producer.begin():  # fires the trigger this swap replaces
+                        events.append(register_event(db, producer))
+                    swaps.append([])
+                cursor.execute(statement)
+                while cursor.nextset():
+                    pass
+                if statement.startswith("LOCK TABLES"):
+                    waiting = threading.Thread(target=call, daemon=True)
+                    waiting.start()
+                    _wait(waiting_for_the_lock, "the CALL to wait for the lock")
+                elif waiting is not None:
+                    swaps[-1].append(statement.split("\n", 1)[0])
+                if statement.startswith("UNLOCK TABLES") and waiting is not None:
+                    waiting.join(DEADLINE)
+                    assert len(outcome) == 1 and isinstance(outcome[0], int), outcome
+                    events.append(outcome.pop())
+                    waiting = None
+        finally:
+            if waiting is not None:
+                cursor.execute("UNLOCK TABLES")
+                waiting.join(DEADLINE)
+            cursor.close()
+
+    monkeypatch.setattr(type(MYSQL), "run_statements", interleaved)
+    try:
+        assert assetq.install(db.engine, revision="0004_semantics") == "0004_semantics"
+    finally:
+        producer.close()
+    trigger = f"DROP TRIGGER IF EXISTS {db.dialect.quote_ns(db.namespace)}.asset_event_fan_out"
+    assert swaps and all(s[0] == trigger and s[-1] == "UNLOCK TABLES" for s in swaps), swaps
+    # Every event, the ones registered before each swap and the ones that waited for it, is
+    # queued for the consumer, once.
+    assert len(events) == 2 * len(swaps)
+    rows = db.rows("SELECT asset_event_id, target_dag_id FROM {ns}.asset_dag_run_queue")
+    assert sorted((r.asset_event_id, r.target_dag_id) for r in rows) == [
+        (e, "orders_report") for e in sorted(events)
+    ]

@@ -274,17 +274,45 @@ CALL {{ns}}._assetq_alter_if(FALSE, 'dag_run', 'index', 'dag_run_dag_state_idx',
 -- table through a join buffer, which would lock the rows of every consumer.
 -- MySQL 8 / MariaDB: a locking clause covers the tables of its own query block only, so each
 -- block of the UNION has its own (in parentheses, as both require).
+--
+-- Replacing the trigger under traffic (an online upgrade, I1). MySQL has no CREATE OR REPLACE
+-- TRIGGER: it is dropped and created again with the event table locked for writing, as
+-- 0009_partitions and repair do, so no event is inserted in between without its queue rows;
+-- a producer waits for the swap, bounded by the lock timeout, then fires the new trigger.
+-- (As first released, this script dropped and created it unlocked: under traffic 1 or 2
+-- events in a few hundred got no queue row. The schema this script leaves is the same.)
+--
+-- The lock alone is not enough on MariaDB 10.11: a CALL already running when the trigger is
+-- replaced (every producer that waited for the lock) fires the new trigger with only the
+-- tables the old one read opened for it, and the new one's first read of a table the old one
+-- never read, asset_alias_asset, fails with error 1146 ("Table '...aa' doesn't exist"; as in
+-- MariaDB's MDEV-26048). A raw INSERT that waited, and a CALL that begins after the swap, are
+-- not affected (tests/test_online_upgrade.py); MySQL re-parses a stored program's statement
+-- when its tables change (since 5.6, WL#4179). So the fan-out goes in with two swaps. Here a
+-- bridge: the fan-out with one difference, which lets such a CALL through on the short path,
+-- reading only what the 0003 trigger read (no alias has resolved to an asset yet: only the
+-- routines created below resolve aliases; on a re-run the trigger replaced here already
+-- reads asset_alias_asset). At the end of this script, long after every CALL that began
+-- before the first swap has ended, the fan-out itself replaces the bridge, whose tables cover
+-- its own. Both swaps are SQL that MySQL 8 accepts too: LOCK TABLES, then DROP and CREATE
+-- TRIGGER on the locked table.
+LOCK TABLES {{ns}}.asset_event WRITE;
 DELIMITER $$
 DROP TRIGGER IF EXISTS {{ns}}.asset_event_fan_out $$
 CREATE TRIGGER {{ns}}.asset_event_fan_out
     AFTER INSERT ON {{ns}}.asset_event
     FOR EACH ROW
 BEGIN
-    DECLARE v_resolutions BIGINT;
-    SELECT COUNT(*) INTO v_resolutions
-      FROM {{ns}}.asset_alias_asset aa FORCE INDEX (asset_alias_asset_asset_idx)
-     WHERE aa.asset_id = NEW.asset_id
-      LOCK IN SHARE MODE;
+    DECLARE v_resolutions BIGINT DEFAULT 0;
+    -- The bridge's one difference: a CALL that began before this swap may not reach
+    -- asset_alias_asset (1146, see above); it finds no resolution and takes the short path.
+    BEGIN
+        DECLARE CONTINUE HANDLER FOR 1146 BEGIN END;
+        SELECT COUNT(*) INTO v_resolutions
+          FROM {{ns}}.asset_alias_asset aa FORCE INDEX (asset_alias_asset_asset_idx)
+         WHERE aa.asset_id = NEW.asset_id
+          LOCK IN SHARE MODE;
+    END;
     IF v_resolutions = 0 THEN
         INSERT INTO {{ns}}.asset_dag_run_queue (target_dag_id, asset_event_id, asset_id, created_at)
         SELECT d.dag_id, NEW.id, NEW.asset_id, NEW.`timestamp`
@@ -313,6 +341,7 @@ BEGIN
     END IF;
 END $$
 DELIMITER ;
+UNLOCK TABLES;
 
 
 DELIMITER $$
@@ -1807,6 +1836,49 @@ BEGIN
 END $$
 
 DELIMITER ;
+
+-- The fan-out (see the bridge, after the dag_run columns), in place of the bridge.
+LOCK TABLES {{ns}}.asset_event WRITE;
+DELIMITER $$
+DROP TRIGGER IF EXISTS {{ns}}.asset_event_fan_out $$
+CREATE TRIGGER {{ns}}.asset_event_fan_out
+    AFTER INSERT ON {{ns}}.asset_event
+    FOR EACH ROW
+BEGIN
+    DECLARE v_resolutions BIGINT;
+    SELECT COUNT(*) INTO v_resolutions
+      FROM {{ns}}.asset_alias_asset aa FORCE INDEX (asset_alias_asset_asset_idx)
+     WHERE aa.asset_id = NEW.asset_id
+      LOCK IN SHARE MODE;
+    IF v_resolutions = 0 THEN
+        INSERT INTO {{ns}}.asset_dag_run_queue (target_dag_id, asset_event_id, asset_id, created_at)
+        SELECT d.dag_id, NEW.id, NEW.asset_id, NEW.`timestamp`
+          FROM {{ns}}.dag_schedule_asset_reference r FORCE INDEX (PRIMARY)
+          STRAIGHT_JOIN {{ns}}.dag d FORCE INDEX (PRIMARY) ON d.dag_id = r.dag_id
+         WHERE r.asset_id = NEW.asset_id
+           AND (NOT d.is_paused OR d.queue_while_paused)
+          LOCK IN SHARE MODE;
+    ELSE
+        INSERT INTO {{ns}}.asset_dag_run_queue (target_dag_id, asset_event_id, asset_id, created_at)
+        SELECT d.dag_id, NEW.id, NEW.asset_id, NEW.`timestamp`
+          FROM ((SELECT r.dag_id
+                   FROM {{ns}}.dag_schedule_asset_reference r
+                  WHERE r.asset_id = NEW.asset_id
+                   LOCK IN SHARE MODE)
+                UNION
+                (SELECT ca.dag_id
+                   FROM {{ns}}.asset_alias_asset aa FORCE INDEX (asset_alias_asset_asset_idx)
+                   STRAIGHT_JOIN {{ns}}.dag_condition_alias ca FORCE INDEX (dag_condition_alias_alias_idx)
+                      ON ca.alias_id = aa.alias_id
+                  WHERE aa.asset_id = NEW.asset_id
+                   LOCK IN SHARE MODE)) t
+          STRAIGHT_JOIN {{ns}}.dag d FORCE INDEX (PRIMARY) ON d.dag_id = t.dag_id
+         WHERE NOT d.is_paused OR d.queue_while_paused
+          LOCK IN SHARE MODE;
+    END IF;
+END $$
+DELIMITER ;
+UNLOCK TABLES;
 
 CALL {{ns}}._assetq_restore_grants();
 DROP TABLE IF EXISTS {{ns}}._assetq_0004_grants;
