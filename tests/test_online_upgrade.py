@@ -246,13 +246,9 @@ def _upgrade_under_traffic(db: TestDatabase, start: str) -> None:
     assert "produce" not in traffic.vanished
 
 
-#: The default suite's starting revision. PostgreSQL: 0003, so every later revision runs under
-#: traffic. MySQL: 0005, past 0004_semantics, whose MySQL script replaces the fan-out trigger
-#: with DROP TRIGGER then CREATE TRIGGER: an event committed in between gets no queue row
-#: (measured: 2 events of a few hundred from 0003), see MYSQL_TRIGGER_GAP.
-DEFAULT_START = {"postgresql": "0003_operations", "mysql": "0005_wakeup_on_demand"}
-#: Starting revisions whose MySQL upgrade goes through 0004's trigger replacement.
-MYSQL_TRIGGER_GAP = frozenset(migrate.revisions()[: migrate.revisions().index("0004_semantics")])
+#: The default suite's starting revision: 0003, so that every later revision runs under
+#: traffic, on both engines.
+DEFAULT_START = {"postgresql": "0003_operations", "mysql": "0003_operations"}
 
 
 def test_an_upgrade_under_traffic_never_blocks_producers_past_its_lock_timeout(
@@ -264,16 +260,8 @@ def test_an_upgrade_under_traffic_never_blocks_producers_past_its_lock_timeout(
 @pytest.mark.slow
 @pytest.mark.parametrize("start", migrate.revisions()[:-1])
 def test_an_upgrade_from_every_older_revision_under_traffic(
-    empty_db: TestDatabase, start: str, request: pytest.FixtureRequest
+    empty_db: TestDatabase, start: str
 ) -> None:
-    if empty_db.engine_name == "mysql" and start in MYSQL_TRIGGER_GAP:
-        request.node.add_marker(
-            pytest.mark.xfail(
-                reason="sql/mysql/migrations/0004_semantics.up.sql drops and re-creates the"
-                " fan-out trigger: events committed in between are not fanned out (I1)",
-                strict=False,
-            )
-        )
     _upgrade_under_traffic(empty_db, start)
 
 
