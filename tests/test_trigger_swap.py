@@ -11,9 +11,10 @@ on once the script is done and is fanned out by the new trigger. The forced inte
 not traffic and luck: tests/test_online_upgrade.py's upgrades under traffic found the same
 gap in 0004_semantics only in some runs (2 events of a few hundred).
 
-0004_semantics still drops and creates the trigger without the lock (tests/test_online_upgrade.py
-marks it): with the lock, producers that kept calling the 0003 routines through that whole
-upgrade failed with 1146 ("Table 'assetq.aa' doesn't exist", MariaDB 10.11) instead.
+0004_semantics swaps it under the same lock, through a bridge trigger (see its script): with
+the lock alone, a CALL that waited for it fired 0004's trigger with only the tables 0003's
+trigger read opened for it, and failed with 1146 ("Table 'assetq.aa' doesn't exist", MariaDB
+10.11). tests/test_online_upgrade.py forces that interleaving at each of its swaps.
 """
 
 from __future__ import annotations
