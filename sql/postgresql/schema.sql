@@ -150,7 +150,8 @@ CREATE TABLE {{ns}}.dag_run (
     error       text,
     CONSTRAINT dag_run_run_id_key UNIQUE (dag_id, run_id),
     CONSTRAINT dag_run_seq_key UNIQUE (dag_id, seq),
-    -- Target of the link table's composite foreign key: a link's dag_id is its run's dag_id.
+    -- Was the target of the link table's composite foreign key (until 0012_link_checks); kept,
+    -- so that putting the key back (0012's down script) needs no new index.
     CONSTRAINT dag_run_id_dag_key UNIQUE (id, dag_id),
     CONSTRAINT dag_run_type_check CHECK (run_type IN ('asset_triggered')),
     CONSTRAINT dag_run_state_check CHECK (state IN ('queued', 'running', 'success', 'failed')),
@@ -169,14 +170,25 @@ CREATE TABLE {{ns}}.dag_run (
 -- Which events a run consumed. The unique (dag_id, asset_event_id) is the exactly-once
 -- guarantee written into the schema (I4): even a scheduler bug cannot link an event to two
 -- runs of one consumer.
+--
+-- No foreign keys (migration 0012_link_checks): a link's run and event are guaranteed by the
+-- routines, not checked per row. Their two checks were 1.9 s of a 3.3 s pass consuming a
+-- 100,000-event backlog (auto_explain, 100,000 calls each); without them the pass is 2.5x
+-- faster. What they guaranteed, and what guarantees it now:
+--   * no link without its run and its event: links are written only by schedule_pass and
+--     schedule_partitions, in the transaction that inserts the run, for the events of queue
+--     rows the pass has just deleted by key (the claim guard counts them), and a queued event
+--     cannot be deleted (the queue's foreign key to asset_event has no cascade);
+--   * the cascades: every routine that deletes runs or events deletes their links first
+--     (purge_runs, delete_dag, delete_asset; purge_events deletes only unlinked events), and
+--     says next to it why no pass can add a link behind it.
+-- A DELETE of runs or events by hand must delete their links too (docs/guarantees.md).
 CREATE TABLE {{ns}}.dagrun_asset_event (
     dag_run_id      bigint NOT NULL,
-    asset_event_id  bigint NOT NULL REFERENCES {{ns}}.asset_event (id) ON DELETE CASCADE,
+    asset_event_id  bigint NOT NULL,
     dag_id          varchar(250) NOT NULL,
     PRIMARY KEY (dag_run_id, asset_event_id),
-    CONSTRAINT dagrun_asset_event_once UNIQUE (dag_id, asset_event_id),
-    CONSTRAINT dagrun_asset_event_run_fkey FOREIGN KEY (dag_run_id, dag_id)
-        REFERENCES {{ns}}.dag_run (id, dag_id) ON DELETE CASCADE
+    CONSTRAINT dagrun_asset_event_once UNIQUE (dag_id, asset_event_id)
 );
 CREATE INDEX dagrun_asset_event_event_idx ON {{ns}}.dagrun_asset_event (asset_event_id);
 -- Active runs of a consumer (max_active_runs), and runs(dag_id, state=...).
@@ -1932,16 +1944,28 @@ END
 $$;
 
 
--- Removes consumer p_dag_id with its queue rows, condition, runs and their links (cascades).
--- Waits for a scheduler pass that holds it. Producers racing with it are not disturbed: the
--- fan-out skips a consumer deleted meanwhile. AQ003 for an unknown consumer.
+-- Removes consumer p_dag_id with its queue rows, condition, runs and their links. Waits for
+-- a scheduler pass that holds it. Producers racing with it are not disturbed: the fan-out
+-- skips a consumer deleted meanwhile. AQ003 for an unknown consumer.
+--
+-- The links first, by hand (the link table has no foreign keys since 0012_link_checks; the
+-- rest goes by cascade from the dag row). No pass can add one behind that delete: the dag row
+-- is locked first, FOR UPDATE, which waits for a pass that holds it (FOR NO KEY UPDATE, in
+-- schedule_pass and so in schedule_partitions) to commit, and makes every later pass skip
+-- the consumer (SKIP LOCKED); the link delete after it is a statement of its own, whose
+-- snapshot has the committed pass's links. Its runs are locked before the links, in the
+-- order purge_runs takes them (runs, then links), so the two never deadlock; purge_runs
+-- skips them (SKIP LOCKED).
 CREATE FUNCTION {{ns}}.delete_dag(p_dag_id text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    DELETE FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id;
+    PERFORM 1 FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'unknown dag %', quote_nullable(p_dag_id) USING ERRCODE = 'AQ003';
     END IF;
+    PERFORM 1 FROM {{ns}}.dag_run r WHERE r.dag_id = p_dag_id FOR UPDATE;
+    DELETE FROM {{ns}}.dagrun_asset_event l WHERE l.dag_id = p_dag_id;
+    DELETE FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id;
 END
 $$;
 
@@ -1973,6 +1997,15 @@ BEGIN
     -- Their partition rows (migration 0009_partitions): no index by asset, a scan of the
     -- partitioned consumers' queue rows; deleting an asset is rare.
     DELETE FROM {{ns}}.asset_partition_queue p WHERE p.asset_id = v_id;
+    -- The links of its events, by hand (no foreign keys on the link table since
+    -- 0012_link_checks), after the queue rows: that delete waited for every pass holding one
+    -- of them (a pass deletes the rows it claims and holds them to its commit), and this
+    -- statement's snapshot, taken after it, has those passes' links. A pass that claims one of
+    -- them later finds it deleted by us: its delete waits for our commit, deletes fewer rows
+    -- than it claimed, and the claim guard (AQ900) rolls it back before it links anything.
+    DELETE FROM {{ns}}.dagrun_asset_event l
+     USING {{ns}}.asset_event e
+     WHERE e.asset_id = v_id AND l.asset_event_id = e.id;
     DELETE FROM {{ns}}.asset_event e WHERE e.asset_id = v_id;
     GET DIAGNOSTICS deleted_events = ROW_COUNT;
     -- No reference row names it either: references are the conditions' assets, checked above.
@@ -2087,9 +2120,14 @@ SELECT d.dag_id,
 
 
 -- Retention, step 1: deletes at most p_batch_size runs created before p_older_than, oldest
--- first, with their links (ON DELETE CASCADE). Returns how many were deleted. Run each batch
--- in a short transaction of its own (assetq.purge does). A run locked by someone else is
--- skipped, not waited for (SKIP LOCKED), and left for a later batch.
+-- first, with their links. Returns how many were deleted. Run each batch in a short
+-- transaction of its own (assetq.purge does). A run locked by someone else is skipped, not
+-- waited for (SKIP LOCKED), and left for a later batch.
+--
+-- The links are deleted by hand, in the same statement (no foreign keys on the link table
+-- since 0012_link_checks): the runs locked once, their links, then the runs. Nobody adds a
+-- link to a run it finds: links are written only in the pass that creates their run, in the
+-- same transaction, and the candidates are committed, finished runs.
 CREATE FUNCTION {{ns}}.purge_runs(p_older_than timestamptz, p_batch_size integer)
 RETURNS TABLE (deleted bigint)
 LANGUAGE plpgsql AS $$
@@ -2100,16 +2138,22 @@ BEGIN
                 quote_nullable(p_older_than), quote_nullable(p_batch_size)
             USING ERRCODE = 'AQ002';
     END IF;
+    WITH doomed AS (
+        SELECT o.id
+          FROM {{ns}}.dag_run o
+         WHERE o.created_at < p_older_than
+           -- Never a run someone may still work on (issue 12): a long run's worker would
+           -- find it gone.
+           AND o.state IN ('success', 'failed')
+         ORDER BY o.created_at
+         LIMIT p_batch_size
+           FOR UPDATE SKIP LOCKED
+    ), links AS (
+        DELETE FROM {{ns}}.dagrun_asset_event l
+         WHERE l.dag_run_id IN (SELECT d.id FROM doomed d)
+    )
     DELETE FROM {{ns}}.dag_run r
-     WHERE r.id IN (SELECT o.id
-                      FROM {{ns}}.dag_run o
-                     WHERE o.created_at < p_older_than
-                       -- Never a run someone may still work on (issue 12): a long run's worker
-                       -- would find it gone.
-                       AND o.state IN ('success', 'failed')
-                     ORDER BY o.created_at
-                     LIMIT p_batch_size
-                       FOR UPDATE SKIP LOCKED);
+     WHERE r.id IN (SELECT d.id FROM doomed d);
     GET DIAGNOSTICS deleted = ROW_COUNT;
     RETURN NEXT;
 END
@@ -2128,8 +2172,12 @@ $$;
 -- asset_dag_run_queue, which has no cascade: deleting a queued event fails and rolls the
 -- batch back. Never waits for producers or schedulers: the window is a plain read; only
 -- events that pass the test are locked, SKIP LOCKED. Nobody else locks those: producers
--- insert new events, schedulers lock (KEY SHARE, through the link's foreign key) only events
--- they claimed, which are queued.
+-- insert new events, schedulers lock none (the link table has no foreign keys since
+-- 0012_link_checks). Nor can a pass link one after the test: a pass links only the events of
+-- queue rows it deletes, and the test's one snapshot saw no queue row of the event (a pass
+-- still open holds its deleted rows, which the snapshot still sees; a committed one wrote its
+-- links in the same commit, which the snapshot sees); queue rows are written only with their
+-- event.
 CREATE FUNCTION {{ns}}.purge_events(
     p_older_than      timestamptz,
     p_batch_size      integer,
