@@ -232,7 +232,8 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_run (
     KEY dag_run_lease_idx (state, not_before),
     CONSTRAINT dag_run_run_id_key UNIQUE (dag_id, run_id),
     CONSTRAINT dag_run_seq_key UNIQUE (dag_id, seq),
-    -- Target of the link table's composite foreign key: a link's dag_id is its run's dag_id.
+    -- Was the target of the link table's composite foreign key (until 0012_link_checks); kept,
+    -- so that putting the key back (0012's down script) needs no new index.
     CONSTRAINT dag_run_id_dag_key UNIQUE (id, dag_id),
     CONSTRAINT dag_run_dag_id_fkey FOREIGN KEY (dag_id)
         REFERENCES {{ns}}.dag (dag_id) ON DELETE CASCADE,
@@ -251,6 +252,19 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_run (
 -- Which events a run consumed. The unique (dag_id, asset_event_id) is the exactly-once
 -- guarantee written into the schema (I4): even a scheduler bug cannot link an event to two
 -- runs of one consumer.
+--
+-- No foreign keys (migration 0012_link_checks), as on PostgreSQL: a link's run and event are
+-- guaranteed by the routines, not checked per row (on PostgreSQL the two checks were 1.9 s of
+-- a 3.3 s pass over a 100,000-event backlog; here such a pass is 1.3x faster without them).
+-- Links are written only by schedule_pass and schedule_partitions, in the transaction that
+-- inserts their run, for the events of queue rows the pass has just deleted by key (the claim
+-- guard counts them); a queued event cannot be deleted (the queue's foreign key to
+-- asset_event has no cascade). Every routine that deletes runs or events deletes their links
+-- first (purge_runs, delete_dag, delete_asset; purge_events deletes only unlinked events),
+-- and says next to it why no pass can add a link behind it. A DELETE of runs or events by
+-- hand must delete their links too (docs/guarantees.md). The two indexes that served the
+-- keys stay: the event one serves purge_events and delete_asset, the run one a link lookup
+-- by run (claim_runs, consumed_events).
 CREATE TABLE IF NOT EXISTS {{ns}}.dagrun_asset_event (
     dag_run_id      BIGINT NOT NULL,
     asset_event_id  BIGINT NOT NULL,
@@ -258,11 +272,7 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dagrun_asset_event (
     PRIMARY KEY (dag_run_id, asset_event_id),
     CONSTRAINT dagrun_asset_event_once UNIQUE (dag_id, asset_event_id),
     KEY dagrun_asset_event_event_idx (asset_event_id),
-    KEY dagrun_asset_event_run_idx (dag_run_id, dag_id),
-    CONSTRAINT dagrun_asset_event_asset_event_id_fkey FOREIGN KEY (asset_event_id)
-        REFERENCES {{ns}}.asset_event (id) ON DELETE CASCADE,
-    CONSTRAINT dagrun_asset_event_run_fkey FOREIGN KEY (dag_run_id, dag_id)
-        REFERENCES {{ns}}.dag_run (id, dag_id) ON DELETE CASCADE
+    KEY dagrun_asset_event_run_idx (dag_run_id, dag_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- Asset aliases (migration 0004_semantics): a producer registers an event "through" an
@@ -2988,6 +2998,14 @@ END $$
 -- rows go before its dag row, the order in which the fan-out reads them: a producer in
 -- flight for this consumer finishes first (its queue rows are deleted with the consumer), a
 -- later one waits and then finds no consumer to queue for. Neither fails.
+--
+-- Its links are deleted by hand, before the dag row (the link table has no foreign keys
+-- since 0012_link_checks; the runs still go by cascade). No pass can add one behind that
+-- delete: a pass holds the consumer's lock row from its claim to its commit, and we hold it
+-- from the first statement (every later pass skips the consumer, SKIP LOCKED); the delete
+-- is a locking read, which reads the committed pass's links. Its runs are locked before
+-- the links, in the order purge_runs takes them (runs, then links), so the two never
+-- deadlock; purge_runs skips them (SKIP LOCKED).
 DROP PROCEDURE IF EXISTS {{ns}}.delete_dag $$
 CREATE PROCEDURE {{ns}}.delete_dag(IN p_dag_id TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 MODIFIES SQL DATA
@@ -3025,6 +3043,13 @@ BEGIN
       STRAIGHT_JOIN {{ns}}.dag_condition_alias ca
          ON ca.dag_id = p_dag_id AND ca.clause_no = k.clause_no AND ca.alias_id = k.alias_id;
     DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_delete_alias;
+    SELECT COUNT(*) INTO v_found
+      FROM {{ns}}.dag_run r FORCE INDEX (dag_run_dag_state_idx)
+     WHERE r.dag_id = p_dag_id
+       FOR UPDATE;
+    DELETE l
+      FROM {{ns}}.dagrun_asset_event l FORCE INDEX (dagrun_asset_event_once)
+     WHERE l.dag_id = p_dag_id;
     DELETE FROM {{ns}}.dag WHERE dag_id = p_dag_id;
 END $$
 
@@ -3085,6 +3110,18 @@ BEGIN
       FROM {{ns}}.asset_event e FORCE INDEX (asset_event_idempotency_key)
       STRAIGHT_JOIN {{ns}}.asset_dag_run_queue q FORCE INDEX (asset_dag_run_queue_event_idx)
          ON q.asset_event_id = e.id
+     WHERE e.asset_id = v_id;
+    -- The links of its events, by hand (no foreign keys on the link table since
+    -- 0012_link_checks), after the queue rows: that delete, a locking read, waited for every
+    -- pass holding one of them (a pass deletes the rows it claims and holds them to its
+    -- commit), and this one, a locking read too, reads those passes' committed links. A pass
+    -- that claims one of them later finds it deleted by us: its delete waits for our commit,
+    -- deletes fewer rows than it claimed, and the claim guard (AQ900) rolls it back before it
+    -- links anything.
+    DELETE l
+      FROM {{ns}}.asset_event e FORCE INDEX (asset_event_idempotency_key)
+      STRAIGHT_JOIN {{ns}}.dagrun_asset_event l FORCE INDEX (dagrun_asset_event_event_idx)
+         ON l.asset_event_id = e.id
      WHERE e.asset_id = v_id;
     DELETE e
       FROM {{ns}}.asset_event e FORCE INDEX (asset_event_idempotency_key)
@@ -3232,6 +3269,10 @@ DELIMITER $$
 -- by someone else is skipped, not waited for (SKIP LOCKED), and left for a later batch.
 -- Only finished runs (success, failed) are deleted (migration 0006_work_queue): a queued or
 -- running run may still be worked on, and its worker would find it gone.
+-- The links go by hand, just before their runs (no foreign keys on the link table since
+-- 0012_link_checks): those of the runs locked, by key. Nobody adds a link to a run it finds:
+-- links are written only in the pass that creates their run, in the same transaction, and
+-- the candidates are committed, finished runs.
 DROP PROCEDURE IF EXISTS {{ns}}.purge_runs $$
 CREATE PROCEDURE {{ns}}.purge_runs(IN p_older_than DATETIME(6), IN p_batch_size INT)
 MODIFIES SQL DATA
@@ -3294,6 +3335,9 @@ BEGIN
     END LOOP;
     -- By key. MySQL 8 / MariaDB: a DELETE cannot read its own table in a subquery.
     SELECT COUNT(*) INTO v_deleted FROM {{ns}}._assetq_purge;
+    DELETE l
+      FROM {{ns}}._assetq_purge k
+      STRAIGHT_JOIN {{ns}}.dagrun_asset_event l FORCE INDEX (PRIMARY) ON l.dag_run_id = k.id;
     DELETE r
       FROM {{ns}}._assetq_purge k
       STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id;
@@ -3317,6 +3361,11 @@ END $$
 -- the events that passed the test are then locked, SKIP LOCKED, so the batch never waits
 -- for a producer or a scheduler and never locks an event a scheduler is consuming
 -- (tests/test_purge.py holds a batch open and runs both meanwhile).
+-- Since 0012_link_checks the link table has no foreign keys: a pass takes no lock on an event
+-- it links, but it links only the events of queue rows it deletes, and the test's one
+-- snapshot saw no queue row of the event (a pass still open holds its deleted rows, which
+-- the snapshot still sees; a committed one wrote its links in the same commit); queue rows
+-- are written only with their event. So no link can come to an event the test passed.
 DROP PROCEDURE IF EXISTS {{ns}}.purge_events $$
 CREATE PROCEDURE {{ns}}.purge_events(
     IN p_older_than      DATETIME(6),
