@@ -348,10 +348,12 @@ def peers_section(report: dict[str, Any]) -> list[str]:
             " them matter. A whole-backlog or 1,000-event drain of PgQ writes nothing per event"
             " (a batch is a txid range; finish_batch moves the consumer's position), pgmq"
             " deletes a row per event; assetq's run deletes each queue row (4 index entries"
-            " each) and inserts a link row per event (2 foreign-key checks, 3 index entries)."
+            " each) and inserts a link row per event (3 index entries; no foreign-key check since"
+            " schema 0012_link_checks, whose checks were more than half of a whole-backlog run)."
             " A one-event drain is a run per event: assetq inserts a dag_run row (10 indexes),"
             " a link, deletes the queue row and updates the consumer row, where procrastinate"
-            " updates one job row twice.",
+            " updates one job row twice; a pass makes up to 100 such runs (schema"
+            " 0011_runs_per_pass), one statement and commit where procrastinate sends two.",
         ]
     profile = (pg or {}).get("profile")
     if profile:
@@ -973,8 +975,9 @@ def markdown(report: dict[str, Any], plots: Sequence[str], latency: str | None =
         " of their own in both, so sending one statement instead of two saves a smaller share;"
         " on an autocommit connection the single call is the whole transaction.",
         "- One run of a backlog: the run's links are inserted and its queue rows deleted in"
-        " set-based statements; what grows with the backlog is the work per link (on"
-        " PostgreSQL two foreign-key checks each) and the run's ids returned to Python.",
+        " set-based statements; what grows with the backlog is the work per link (its index"
+        " entries; the link table has no foreign keys since schema 0012_link_checks) and the"
+        " run's ids returned to Python.",
         "- Worker burn-down against procrastinate: per run both sides lock a row with SKIP"
         " LOCKED and update it to claim, update it to finish, and commit. assetq does more"
         " in each: its claim function reads the run's event ids (and, when a candidate's"
