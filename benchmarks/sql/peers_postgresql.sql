@@ -58,8 +58,8 @@ DROP INDEX {{ns}}.asset_dag_run_queue_order_idx, {{ns}}.asset_dag_run_queue_asse
 
 -- prof_unlogged --
 -- Event and queue tables unlogged (no WAL). A logged table cannot reference an unlogged one:
--- the links' and the alias records' foreign keys to asset_event go first (not on the path).
-ALTER TABLE {{ns}}.dagrun_asset_event DROP CONSTRAINT dagrun_asset_event_asset_event_id_fkey;
+-- the alias records' foreign key to asset_event goes first (not on the path; the links have
+-- none since 0012_link_checks).
 ALTER TABLE {{ns}}.asset_event_alias DROP CONSTRAINT asset_event_alias_asset_event_id_fkey;
 ALTER TABLE {{ns}}.asset_dag_run_queue SET UNLOGGED;
 ALTER TABLE {{ns}}.asset_event SET UNLOGGED
