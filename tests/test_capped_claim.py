@@ -21,6 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 import assetq
+import pass_reads
 from assetq import conditions
 from dbs import TestDatabase
 from scenario import declare, queued
@@ -115,49 +116,12 @@ def test_capped_claims_are_those_of_the_documented_algorithm(db: TestDatabase) -
 # -- cost: what a capped pass reads does not grow with the backlog --------------------------
 
 
-def _backlog(db: TestDatabase, count: int, asset: str) -> None:
-    """``count`` more events of ``asset``, in batches of 10,000 (the batch limit). On
-    PostgreSQL the queue is then vacuumed and analyzed: both measurements run with the plans
-    a real backlog gets, and neither reads the dead index entries of the rows the previous
-    pass deleted (those are MVCC's, bounded by what was consumed, not by the backlog)."""
-    with db.engine.begin() as conn:
-        for start in range(0, count, 10_000):
-            batch = [{"asset": asset}] * min(10_000, count - start)
-            assetq.register_events(conn, batch)
-    if db.dialect.name == "postgresql":
-        with db.engine.connect() as conn:
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            conn.execute(sa.text(db.sql("VACUUM ANALYZE {ns}.asset_dag_run_queue")))
-
-
 def _pg_reads(db: TestDatabase) -> dict[str, int]:
     """Rows and index entries of the queue read by one pass of limit 1 (one consumer taken,
-    a share of one run: one capped claim), on its own connection's stats."""
-    stats = (
-        "SELECT coalesce(t.seq_scan, 0), coalesce(t.seq_tup_read, 0),"
-        "       coalesce(t.idx_tup_fetch, 0),"
-        "       (SELECT coalesce(sum(i.idx_tup_read), 0) FROM pg_stat_user_indexes i"
-        "         WHERE i.relid = t.relid)"
-        "  FROM pg_stat_user_tables t"
-        " WHERE t.schemaname = :ns AND t.relname = 'asset_dag_run_queue'"
-    )
-    with db.engine.connect() as conn:
-
-        def reads() -> tuple[int, ...]:
-            conn.execute(sa.text("SELECT pg_stat_force_next_flush()"))
-            conn.commit()
-            conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
-            row = conn.execute(sa.text(stats), {"ns": db.namespace}).one()
-            conn.commit()
-            return tuple(int(v) for v in row)
-
-        before = reads()
-        runs = conn.execute(sa.text(db.sql("SELECT * FROM {ns}.schedule_pass(1)"))).all()
-        conn.commit()
-        after = reads()
-    assert len(runs) == 1
-    keys = ("seq_scan", "seq_tup_read", "idx_tup_fetch", "idx_tup_read")
-    return {k: a - b for k, a, b in zip(keys, after, before, strict=True)}
+    a share of one run: one capped claim)."""
+    runs, reads = pass_reads.pg_queue_reads(db, 1)
+    assert runs == 1
+    return reads
 
 
 #: (condition, the asset of the backlog, the asset of the witness queued behind it) of a
@@ -187,13 +151,13 @@ def test_a_capped_pass_reads_a_bounded_number_of_queue_rows_whatever_the_backlog
     large: int,
 ) -> None:
     declare(db, "capped", condition, max_events_per_run=2)
-    _backlog(db, 2_000, backlog_asset)
+    pass_reads.backlog(db, 2_000, backlog_asset)
     if witness_asset is not None:
-        _backlog(db, 1, witness_asset)
+        pass_reads.backlog(db, 1, witness_asset)
     small = _pg_reads(db)
-    _backlog(db, large, backlog_asset)
+    pass_reads.backlog(db, large, backlog_asset)
     if witness_asset is not None:
-        _backlog(db, 1, witness_asset)
+        pass_reads.backlog(db, 1, witness_asset)
     assert len(queued(db, "capped")) > large
     big = _pg_reads(db)
     # The candidate probe may read the consumer's first queued row by a scan that stops
@@ -206,29 +170,12 @@ def test_a_capped_pass_reads_a_bounded_number_of_queue_rows_whatever_the_backlog
         assert reads["idx_tup_read"] <= 20 and reads["idx_tup_fetch"] <= 20, (small, big)
 
 
-def _handler_reads(conn: sa.Connection) -> dict[str, int]:
-    rows = conn.execute(sa.text("SHOW SESSION STATUS LIKE 'Handler_read%'")).all()
-    return {str(r[0]): int(r[1]) for r in rows}
-
-
-def _pass(db: TestDatabase, conn: sa.Connection) -> list[sa.Row[object]]:
-    """One pass of limit 1: the one consumer with work, a share of one run (one capped
-    claim; the idle consumers are probed all the same)."""
-    with conn.begin():
-        return list(db.dialect.execute(conn, "schedule_pass", db.namespace, {"limit": 1}))
-
-
 def _mysql_reads(db: TestDatabase, conn: sa.Connection) -> dict[str, int]:
-    """Handler_read_* of one pass on ``conn`` (rows the server read through its storage
-    engines, temporary tables included), as tests/test_history.py counts them."""
-    with conn.begin():
-        # SHOW STATUS reads rows itself: its own cost is measured and taken off.
-        first, second = _handler_reads(conn), _handler_reads(conn)
-    runs = _pass(db, conn)
-    with conn.begin():
-        third = _handler_reads(conn)
-    assert len(runs) == 1
-    return {k: (third[k] - second[k]) - (second[k] - first[k]) for k in first}
+    """Handler_read_* of one pass of limit 1 on ``conn``: the one consumer with work, a share
+    of one run (one capped claim; the idle consumers are probed all the same)."""
+    runs, reads = pass_reads.mysql_pass_reads(db, conn, 1)
+    assert runs == 1
+    return reads
 
 
 #: Consumers beside the capped one, with nothing queued: the pass probes each for queued rows.
@@ -249,19 +196,20 @@ def test_a_capped_pass_reads_the_same_handler_rows_whatever_the_backlog(
         for i in range(IDLE_CONSUMERS):
             assetq.declare_dag(conn, f"idle_{i}", "idle")
     declare(db, "capped", condition, max_events_per_run=2)
-    _backlog(db, 2_000, backlog_asset)
+    pass_reads.backlog(db, 2_000, backlog_asset)
     if witness_asset is not None:
-        _backlog(db, 2, witness_asset)  # one for the warm-up pass, one for the measured one
+        # One for the warm-up pass, one for the measured one.
+        pass_reads.backlog(db, 2, witness_asset)
     with db.engine.connect() as raw:
         # Both passes on one connection, after a first pass that did the same work: the first
         # call on a connection also reads the routine's definition into its cache, and the
         # first use of a table its statistics (MariaDB's mysql.*_stats).
         conn = raw.execution_options(isolation_level="READ COMMITTED")
-        assert len(_pass(db, conn)) == 1
+        assert pass_reads.mysql_pass_reads(db, conn, 1)[0] == 1  # warm-up
         small = _mysql_reads(db, conn)
-        _backlog(db, large, backlog_asset)
+        pass_reads.backlog(db, large, backlog_asset)
         if witness_asset is not None:
-            _backlog(db, 1, witness_asset)
+            pass_reads.backlog(db, 1, witness_asset)
         assert len(queued(db, "capped")) > large
         big = _mysql_reads(db, conn)
     # The same rows, ten times the backlog behind them: the N + 1 oldest, the witness probes,

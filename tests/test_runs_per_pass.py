@@ -11,14 +11,15 @@ runs it makes, never with the backlog behind them (counters, not timings).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 import assetq
+import pass_reads
 import scenario
+from assetq import api
 from dbs import TestDatabase
 
 
@@ -28,16 +29,8 @@ def _batch(db: TestDatabase, *assets: str) -> list[assetq.Event]:
         return assetq.register_events(conn, [{"asset": a} for a in assets])
 
 
-def _pass(db: TestDatabase, conn: sa.Connection, limit: int) -> list[Any]:
-    """schedule_pass(limit) as assetq.schedule sends it, in ``conn``'s open transaction."""
-    return list(db.dialect.execute(conn, "schedule_pass", db.namespace, {"limit": limit}))
-
-
-def _event_ids(row: Any) -> list[int]:
-    value = row.event_ids
-    if isinstance(value, str):  # MySQL: a JSON array
-        return [int(v) for v in json.loads(value)]
-    return [int(v) for v in value]
+def _event_ids(row: Any) -> tuple[int, ...]:
+    return api._event_ids(row.event_ids)  # as assetq.schedule reads them, on either engine
 
 
 def test_one_pass_drains_a_capped_backlog_up_to_its_limit_in_queue_order(
@@ -127,14 +120,14 @@ def test_a_second_scheduler_skips_the_consumer_a_pass_holds(db: TestDatabase) ->
         a = a.execution_options(isolation_level="READ COMMITTED")
         b = b.execution_options(isolation_level="READ COMMITTED")
         a.begin()
-        made_a = _pass(db, a, 10)
-        assert [_event_ids(r) for r in made_a] == [[e] for e in events[:10]]
+        made_a = pass_reads.schedule_pass(db, a, 10)
+        assert [_event_ids(r) for r in made_a] == [(e,) for e in events[:10]]
         with b.begin():
-            assert _pass(db, b, 10) == []  # held by A: skipped, not waited for
+            assert pass_reads.schedule_pass(db, b, 10) == []  # held by A: skipped, not waited for
         a.commit()
         with b.begin():
-            made_b = _pass(db, b, 10)
-    assert [_event_ids(r) for r in made_b] == [[e] for e in events[10:20]]
+            made_b = pass_reads.schedule_pass(db, b, 10)
+    assert [_event_ids(r) for r in made_b] == [(e,) for e in events[10:20]]
     assert [int(r.seq) for r in made_a + made_b] == list(range(1, 21))
     assert scenario.queued(db, "each") == list(events[20:])
 
@@ -142,64 +135,13 @@ def test_a_second_scheduler_skips_the_consumer_a_pass_holds(db: TestDatabase) ->
 # -- cost: reads grow with the runs a pass makes, never with the backlog ----------------------
 
 
-def _backlog(db: TestDatabase, count: int) -> None:
-    with db.engine.begin() as conn:
-        for start in range(0, count, 10_000):
-            assetq.register_events(conn, [{"asset": "orders"}] * min(10_000, count - start))
-    if db.dialect.name == "postgresql":
-        with db.engine.connect() as conn:
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            conn.execute(sa.text(db.sql("VACUUM ANALYZE {ns}.asset_dag_run_queue")))
-
-
-def _pg_queue_reads(db: TestDatabase, limit: int) -> tuple[int, dict[str, int]]:
-    """Runs made by one pass and the queue's rows and index entries it read."""
-    stats = (
-        "SELECT coalesce(t.seq_tup_read, 0), coalesce(t.idx_tup_fetch, 0),"
-        "       (SELECT coalesce(sum(i.idx_tup_read), 0) FROM pg_stat_user_indexes i"
-        "         WHERE i.relid = t.relid)"
-        "  FROM pg_stat_user_tables t"
-        " WHERE t.schemaname = :ns AND t.relname = 'asset_dag_run_queue'"
-    )
-    with db.engine.connect() as conn:
-
-        def reads() -> tuple[int, ...]:
-            conn.execute(sa.text("SELECT pg_stat_force_next_flush()"))
-            conn.commit()
-            conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
-            row = conn.execute(sa.text(stats), {"ns": db.namespace}).one()
-            conn.commit()
-            return tuple(int(v) for v in row)
-
-        before = reads()
-        with conn.begin():
-            runs = _pass(db, conn, limit)
-        after = reads()
-    keys = ("seq_tup_read", "idx_tup_fetch", "idx_tup_read")
-    return len(runs), {k: a - b for k, a, b in zip(keys, after, before, strict=True)}
-
-
-def _mysql_reads(db: TestDatabase, conn: sa.Connection, limit: int) -> tuple[int, dict[str, int]]:
-    def handler() -> dict[str, int]:
-        rows = conn.execute(sa.text("SHOW SESSION STATUS LIKE 'Handler_read%'")).all()
-        return {str(r[0]): int(r[1]) for r in rows}
-
-    with conn.begin():
-        first, second = handler(), handler()  # SHOW STATUS's own reads, taken off below
-    with conn.begin():
-        runs = _pass(db, conn, limit)
-    with conn.begin():
-        third = handler()
-    return len(runs), {k: (third[k] - second[k]) - (second[k] - first[k]) for k in first}
-
-
 def test_a_pass_of_many_capped_runs_reads_per_run_whatever_the_backlog(db: TestDatabase) -> None:
     scenario.declare(db, "each", "orders", max_events_per_run=2)
-    _backlog(db, 2_000)
+    pass_reads.backlog(db, 2_000)
     if db.dialect.name == "postgresql":
-        small = _pg_queue_reads(db, 100)
-        _backlog(db, 20_000)
-        big = _pg_queue_reads(db, 100)
+        small = pass_reads.pg_queue_reads(db, 100)
+        pass_reads.backlog(db, 20_000)
+        big = pass_reads.pg_queue_reads(db, 100)
         for runs, reads in (small, big):
             assert runs == 100, (small, big)
             # Per run: the N + 1 oldest by index and the deletion by key, a handful of
@@ -210,10 +152,11 @@ def test_a_pass_of_many_capped_runs_reads_per_run_whatever_the_backlog(db: TestD
         return
     with db.engine.connect() as raw:
         conn = raw.execution_options(isolation_level="READ COMMITTED")
-        assert _mysql_reads(db, conn, 100)[0] == 100  # warm-up: caches and statistics
-        small = _mysql_reads(db, conn, 100)
-        _backlog(db, 20_000)
-        big = _mysql_reads(db, conn, 100)
+        # Warm-up: caches and statistics.
+        assert pass_reads.mysql_pass_reads(db, conn, 100)[0] == 100
+        small = pass_reads.mysql_pass_reads(db, conn, 100)
+        pass_reads.backlog(db, 20_000)
+        big = pass_reads.mysql_pass_reads(db, conn, 100)
     assert small[0] == big[0] == 100
     # The same rows with ten times the backlog behind them: per run the N + 1 oldest, the
     # deletion by key, the position the next run reads from and the temporary tables' own

@@ -1,0 +1,84 @@
+"""What one scheduler pass reads, counted, not timed: the queue's table and index statistics on
+PostgreSQL, the session's Handler_read_* counters on MariaDB/MySQL (tests/test_capped_claim.py,
+tests/test_runs_per_pass.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+import assetq
+from dbs import TestDatabase
+
+
+def backlog(db: TestDatabase, count: int, asset: str = "orders") -> None:
+    """``count`` more events of ``asset``, in batches of 10,000 (the batch limit). On
+    PostgreSQL the queue is then vacuumed and analyzed: both measurements run with the plans
+    a real backlog gets, and neither reads the dead index entries of the rows the previous
+    pass deleted (those are MVCC's, bounded by what was consumed, not by the backlog)."""
+    with db.engine.begin() as conn:
+        for start in range(0, count, 10_000):
+            batch = [{"asset": asset}] * min(10_000, count - start)
+            assetq.register_events(conn, batch)
+    if db.dialect.name == "postgresql":
+        with db.engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.execute(sa.text(db.sql("VACUUM ANALYZE {ns}.asset_dag_run_queue")))
+
+
+def schedule_pass(db: TestDatabase, conn: sa.Connection, limit: int) -> list[Any]:
+    """schedule_pass(limit) as assetq.schedule sends it, in ``conn``'s transaction."""
+    return list(db.dialect.execute(conn, "schedule_pass", db.namespace, {"limit": limit}))
+
+
+_PG_QUEUE_STATS = (
+    "SELECT coalesce(t.seq_scan, 0), coalesce(t.seq_tup_read, 0),"
+    "       coalesce(t.idx_tup_fetch, 0),"
+    "       (SELECT coalesce(sum(i.idx_tup_read), 0) FROM pg_stat_user_indexes i"
+    "         WHERE i.relid = t.relid)"
+    "  FROM pg_stat_user_tables t"
+    " WHERE t.schemaname = :ns AND t.relname = 'asset_dag_run_queue'"
+)
+
+
+def pg_queue_reads(db: TestDatabase, limit: int) -> tuple[int, dict[str, int]]:
+    """Runs made by one pass of ``limit`` and the queue's rows and index entries it read, on
+    its own connection's statistics."""
+    with db.engine.connect() as conn:
+
+        def reads() -> tuple[int, ...]:
+            conn.execute(sa.text("SELECT pg_stat_force_next_flush()"))
+            conn.commit()
+            conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
+            row = conn.execute(sa.text(_PG_QUEUE_STATS), {"ns": db.namespace}).one()
+            conn.commit()
+            return tuple(int(v) for v in row)
+
+        before = reads()
+        with conn.begin():
+            runs = schedule_pass(db, conn, limit)
+        after = reads()
+    keys = ("seq_scan", "seq_tup_read", "idx_tup_fetch", "idx_tup_read")
+    return len(runs), {k: a - b for k, a, b in zip(keys, after, before, strict=True)}
+
+
+def _handler_reads(conn: sa.Connection) -> dict[str, int]:
+    rows = conn.execute(sa.text("SHOW SESSION STATUS LIKE 'Handler_read%'")).all()
+    return {str(r[0]): int(r[1]) for r in rows}
+
+
+def mysql_pass_reads(
+    db: TestDatabase, conn: sa.Connection, limit: int
+) -> tuple[int, dict[str, int]]:
+    """Runs made by one pass of ``limit`` on ``conn`` and its Handler_read_* (rows the server
+    read through its storage engines, temporary tables included), as tests/test_history.py
+    counts them."""
+    with conn.begin():
+        # SHOW STATUS reads rows itself: its own cost is measured and taken off.
+        first, second = _handler_reads(conn), _handler_reads(conn)
+    with conn.begin():
+        runs = schedule_pass(db, conn, limit)
+    with conn.begin():
+        third = _handler_reads(conn)
+    return len(runs), {k: (third[k] - second[k]) - (second[k] - first[k]) for k in first}
