@@ -809,7 +809,7 @@ BEGIN
                  LIMIT 1;
             ELSE
                 SELECT q.created_at, q.asset_event_id INTO v_from_t, v_from_id
-                  FROM {{ns}}._assetq_queue q WHERE q.pos = v_take;
+                  FROM {{ns}}._assetq_queue q WHERE q.pos = v_max_events + 1;
             END IF;
             IF v_from_id IS NULL THEN
                 LEAVE run_loop;
