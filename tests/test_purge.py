@@ -95,14 +95,36 @@ def test_purge_never_deletes_a_queued_event_however_old(db: TestDatabase) -> Non
     assert run.event_ids == (waiting.id, payment.id)
 
 
-def test_the_queue_foreign_key_refuses_to_delete_a_queued_event(db: TestDatabase) -> None:
-    """What purge relies on: asset_dag_run_queue references asset_event without a cascade,
-    so even a raw DELETE of a queued event fails instead of taking its queue rows along."""
+def test_a_queued_event_is_kept_however_old_without_a_foreign_key_behind_the_test(
+    db: TestDatabase,
+) -> None:
+    """What purge relies on since 0013_queue_checks: its own "still queued?" test, with no
+    foreign key behind it (the queue's key to asset_event, which refused even a raw DELETE of
+    a queued event, is gone). An event queued for one consumer and consumed by the other is
+    kept, however far past the cutoff, until its last queue row is consumed; then it goes."""
     _declare(db, "report", "orders")
+    _declare(db, "audit", "orders")
+    inspector = sa.inspect(db.engine)
+    assert inspector.get_foreign_keys("asset_dag_run_queue", schema=db.namespace) == []
     (event,) = _register(db, "orders")
-    with pytest.raises(sa.exc.IntegrityError):
-        db.execute("DELETE FROM {ns}.asset_event WHERE id = :id", id=event.id)
-    assert db.scalar("SELECT count(*) FROM {ns}.asset_dag_run_queue") == 1
+    with db.engine.begin() as conn:
+        assetq.pause_dag(conn, "audit")
+    _schedule(db)  # report consumes it, audit still waits
+    _age(db, "asset_event", "timestamp", 480)
+    _age(db, "asset_dag_run_queue", "created_at", 480)
+    _age(db, "dag_run", "created_at", 480)
+    result = assetq.purge(db.engine, older_than=timedelta(hours=1))
+    assert (result.runs_deleted, result.events_deleted) == (1, 0)
+    assert _count(db, "asset_event") == 1
+    assert db.scalar("SELECT target_dag_id FROM {ns}.asset_dag_run_queue") == "audit"
+    with db.engine.begin() as conn:
+        assetq.unpause_dag(conn, "audit")
+    _schedule(db)
+    _age(db, "dag_run", "created_at", 480)
+    result = assetq.purge(db.engine, older_than=timedelta(hours=1))
+    assert (result.runs_deleted, result.events_deleted) == (1, 1)
+    assert (_count(db, "asset_event"), _count(db, "asset_dag_run_queue")) == (0, 0)
+    assert event.id not in [e for _, e in db.links()]
 
 
 def test_an_old_event_consumed_by_a_kept_run_is_kept_with_its_link(db: TestDatabase) -> None:

@@ -178,6 +178,34 @@ def test_delete_dag_removes_its_lock_row_on_mysql(db: TestDatabase) -> None:
     assert db.scalar("SELECT count(*) FROM {ns}.dag_lock WHERE dag_id = 'doomed'") == 0
 
 
+@pytest.mark.parametrize("isolation", ["REPEATABLE READ", "SERIALIZABLE"])
+def test_delete_dag_above_read_committed(db: TestDatabase, isolation: str) -> None:
+    """Since 0013_queue_checks delete_dag deletes the consumer's queue rows itself, after
+    waiting for the producers that hold it. PostgreSQL above READ COMMITTED would read them
+    from the transaction's older snapshot and miss those producers' rows: refused (AQ002),
+    nothing deleted. MySQL's deletes are locking reads (the latest committed rows at any
+    level): it deletes, leaving nothing of the consumer."""
+    scenario.declare(db, "doomed", "orders")
+    scenario.declare(db, "kept", "orders")
+    scenario.register(db, "orders")
+    before = db.counts()
+    with db.engine.connect() as conn:
+        conn = conn.execution_options(isolation_level=isolation)
+        with conn.begin():
+            if db.engine_name == "postgresql":
+                with pytest.raises(assetq.InvalidArgument, match="READ COMMITTED") as info:
+                    assetq.delete_dag(conn, "doomed")
+                assert info.value.code == "AQ002"
+            else:
+                assetq.delete_dag(conn, "doomed")
+    if db.engine_name == "postgresql":
+        assert db.counts() == before
+    else:
+        assert _rows_of_dag(db, "doomed") == dict.fromkeys(DAG_TABLES, 0)
+        assert scenario.queued(db, "kept") != []
+    assert _dangling(db) == {}
+
+
 def test_a_redeclared_consumer_starts_afresh_after_delete_dag(db: TestDatabase) -> None:
     scenario.declare(db, "consumer", "orders")
     scenario.register(db, "orders")

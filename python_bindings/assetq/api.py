@@ -1074,10 +1074,12 @@ def delete_dag(
 ) -> None:
     """Remove consumer ``dag_id`` with its queued events, condition, runs and their links.
 
-    Waits for a scheduler pass that holds the consumer; producers registering meanwhile are
-    not disturbed (their events are simply not queued for it once it is gone). Raises
-    UnknownDag for an unknown id. Runs in the caller's transaction; ``savepoint``: see
-    :func:`register_event`.
+    Waits for a scheduler pass that holds the consumer, and for producers registering for it
+    (their events are simply not queued for it once it is gone). Raises UnknownDag for an
+    unknown id. Runs in the caller's transaction; ``savepoint``: see :func:`register_event`.
+    On PostgreSQL the transaction must be READ COMMITTED (the default): above it
+    InvalidArgument (AQ002), nothing deleted, since its delete of the consumer's queue rows
+    would miss those of producers that committed while it waited (docs/guarantees.md).
     """
     conn = connection_of(conn, "delete_dag")
     dag_id = check_dag_id(dag_id)

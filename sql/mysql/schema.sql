@@ -91,7 +91,7 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag (
 
 -- The consumer's lock row: one per dag, created by the trigger on dag, referenced by nothing.
 -- A scheduler pass locks this row (FOR UPDATE SKIP LOCKED), never the dag row: every producer
--- in flight holds a shared lock on the dag row through the queue's foreign key (MySQL has no
+-- in flight holds a shared lock on the dag row, which the fan-out reads (MySQL has no
 -- NO KEY lock mode), so a pass locking the dag row would skip every busy consumer, and a pass
 -- writing it would wait for every producer. That is also why the run sequence and the
 -- round-robin position live here: the pass updates them under its own lock. declare_dag and
@@ -173,24 +173,30 @@ CREATE TABLE IF NOT EXISTS {{ns}}.asset_event (
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- One row per (consumer, event) not yet consumed. created_at is the event's own timestamp,
--- copied by the trigger (I2). An event with queue rows cannot be deleted (no cascade from
--- asset_event): a queued event is never lost to a purge.
+-- copied by the trigger (I2).
+--
+-- No foreign keys (migration 0013_queue_checks), as on PostgreSQL: a queue row's consumer and
+-- event are guaranteed by the routines, not checked per row. Queue rows are written only by
+-- the fan-out trigger, in the statement that inserts their event, for consumer rows it reads
+-- with a shared lock (the lock the check took); delete_dag deletes its reference and
+-- alias-clause rows first, which waits for the producers holding them, then its queue rows,
+-- and the producers after it find no consumer to queue for. A queued event is never deleted:
+-- purge_events deletes only events without a queue row (an event's queue rows commit with
+-- it), delete_asset deletes its events' queue rows first. A DELETE of consumers or events by
+-- hand must delete their queue rows too (docs/guarantees.md).
 CREATE TABLE IF NOT EXISTS {{ns}}.asset_dag_run_queue (
     target_dag_id   VARCHAR(250) NOT NULL,
     asset_event_id  BIGINT NOT NULL,
     asset_id        BIGINT NOT NULL,
     created_at      DATETIME(6) NOT NULL,
     PRIMARY KEY (target_dag_id, asset_event_id),
-    -- InnoDB needs an index on every foreign key; named here instead of generated.
+    -- The queue by event: purge_events' "still queued?" test and delete_asset (it served the
+    -- foreign key to asset_event until 0013_queue_checks).
     KEY asset_dag_run_queue_event_idx (asset_event_id),
     -- A consumer's queue in queue order (a capped claim reads its N + 1 oldest rows), and each
     -- of its assets' oldest row (the witness search), by index (migration 0007_capped_claim).
     KEY asset_dag_run_queue_order_idx (target_dag_id, created_at, asset_event_id, asset_id),
-    KEY asset_dag_run_queue_asset_idx (target_dag_id, asset_id, created_at, asset_event_id),
-    CONSTRAINT asset_dag_run_queue_target_dag_id_fkey FOREIGN KEY (target_dag_id)
-        REFERENCES {{ns}}.dag (dag_id) ON DELETE CASCADE,
-    CONSTRAINT asset_dag_run_queue_asset_event_id_fkey FOREIGN KEY (asset_event_id)
-        REFERENCES {{ns}}.asset_event (id)
+    KEY asset_dag_run_queue_asset_idx (target_dag_id, asset_id, created_at, asset_event_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- A run. As work (migration 0006_work_queue, see claim_runs): attempt counts its claims,
@@ -258,8 +264,7 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_run (
 -- a 3.3 s pass over a 100,000-event backlog; here such a pass is 1.3x faster without them).
 -- Links are written only by schedule_pass and schedule_partitions, in the transaction that
 -- inserts their run, for the events of queue rows the pass has just deleted by key (the claim
--- guard counts them); a queued event cannot be deleted (the queue's foreign key to
--- asset_event has no cascade). Every routine that deletes runs or events deletes their links
+-- guard counts them); a queued event is never deleted (see the queue table). Every routine that deletes runs or events deletes their links
 -- first (purge_runs, delete_dag, delete_asset; purge_events deletes only unlinked events),
 -- and says next to it why no pass can add a link behind it. A DELETE of runs or events by
 -- hand must delete their links too (docs/guarantees.md). The two indexes that served the
@@ -345,7 +350,7 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_partition_static_key (
 
 -- The queue rows of partitioned consumers, with their keys: one row beside each of their
 -- asset_dag_run_queue rows, written by the same fan-out and deleted by whoever deletes the
--- queue row (the pass, declare_dag, delete_asset, delete_dag's cascade). Not a foreign key to
+-- queue row (the pass, declare_dag, delete_asset; delete_dag by this table's own cascade). Not a foreign key to
 -- the queue, as on PostgreSQL: its check would cost every queue row any pass deletes. A row
 -- whose queue row is gone is never claimed: the pass reads a key's rows with their queue rows,
 -- and drops those it finds alone.
@@ -2999,8 +3004,9 @@ END $$
 -- flight for this consumer finishes first (its queue rows are deleted with the consumer), a
 -- later one waits and then finds no consumer to queue for. Neither fails.
 --
--- Its links are deleted by hand, before the dag row (the link table has no foreign keys
--- since 0012_link_checks; the runs still go by cascade). No pass can add one behind that
+-- Its links and queue rows are deleted by hand, before the dag row (the link table has no
+-- foreign keys since 0012_link_checks, the queue none since 0013_queue_checks; the runs
+-- still go by cascade). No pass can add one behind that
 -- delete: a pass holds the consumer's lock row from its claim to its commit, and we hold it
 -- from the first statement (every later pass skips the consumer, SKIP LOCKED); the delete
 -- is a locking read, which reads the committed pass's links. Its runs are locked before
@@ -3050,6 +3056,14 @@ BEGIN
     DELETE l
       FROM {{ns}}.dagrun_asset_event l FORCE INDEX (dagrun_asset_event_once)
      WHERE l.dag_id = p_dag_id;
+    -- Its queue rows by hand too (the queue has no foreign keys since 0013_queue_checks),
+    -- after its reference and alias-clause rows: their delete waited for every producer in
+    -- flight that read them (the fan-out reads them with a shared lock), and this delete, a
+    -- locking read, reads those producers' committed rows; a later producer finds no
+    -- reference to queue through.
+    DELETE q
+      FROM {{ns}}.asset_dag_run_queue q FORCE INDEX (PRIMARY)
+     WHERE q.target_dag_id = p_dag_id;
     DELETE FROM {{ns}}.dag WHERE dag_id = p_dag_id;
 END $$
 
@@ -3354,9 +3368,11 @@ END $$
 -- next batch; fewer examined than p_batch_size means the end. The cursor moves past events
 -- it keeps, so a long-queued event is examined once per purge, not once per batch.
 --
--- Never deletes a queued event: the test below, and behind it the foreign key from
--- asset_dag_run_queue, which has no cascade: deleting a queued event fails (1451) and the
--- caller rolls the batch back. Run it at READ COMMITTED (assetq.purge does): the window and
+-- Never deletes a queued event: the test below (the queue has no foreign key to asset_event
+-- since 0013_queue_checks). An event's queue rows are written by the statement that inserts
+-- it and commit with it, so the test's snapshot, which sees the event, sees all of them that
+-- are left, and none is added later (the comment in the body on the foreign key refusing
+-- a DELETE (1451) predates 0013, which kept the body as it was). Run it at READ COMMITTED (assetq.purge does): the window and
 -- the test are plain reads (INSERT ... SELECT reads without locks at READ COMMITTED); only
 -- the events that passed the test are then locked, SKIP LOCKED, so the batch never waits
 -- for a producer or a scheduler and never locks an event a scheduler is consuming
@@ -3649,7 +3665,7 @@ DELIMITER $$
 -- the run again, never after.
 --
 -- None of these routines locks a dag row: every producer in flight holds a shared lock on its
--- consumers' dag rows (the fan-out's read and the queue's foreign key), and MySQL has no NO
+-- consumers' dag rows (the fan-out's read), and MySQL has no NO
 -- KEY lock mode. They read the consumer's options with plain reads.
 
 -- Claims at most p_limit runs for worker p_worker (oldest not_before first; within the

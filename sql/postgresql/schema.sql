@@ -114,11 +114,25 @@ CREATE TABLE {{ns}}.asset_event (
 );
 
 -- One row per (consumer, event) not yet consumed. created_at is the event's own timestamp,
--- copied by the trigger (I2). An event with queue rows cannot be deleted (no cascade from
--- asset_event): a queued event is never lost to a purge.
+-- copied by the trigger (I2).
+--
+-- No foreign keys (migration 0013_queue_checks): a queue row's consumer and event are
+-- guaranteed by the routines, not checked per row. The two checks (to dag, ON DELETE
+-- CASCADE; to asset_event, no cascade) were a per-row query each, 8 of a producer's 9 at 4
+-- consumers; without them one event per transaction is 1.15x faster and a batch of 1,000
+-- 1.33x (interleaved, 5 rounds each). What they guaranteed, and what guarantees it now:
+--   * no queue row without its consumer and its event: queue rows are written only by the
+--     fan-out trigger, in the statement that inserts their event, for consumer rows it locks
+--     FOR KEY SHARE (the lock the check took); delete_dag locks the consumer row FOR UPDATE,
+--     which waits for the producers holding it, then deletes the consumer's queue rows, and
+--     the producers after it skip the deleted row;
+--   * a queued event is never deleted: purge_events deletes only events without a queue row
+--     (an event's queue rows commit with it), delete_asset deletes its events' queue rows
+--     first.
+-- A DELETE of consumers or events by hand must delete their queue rows too (docs/guarantees.md).
 CREATE TABLE {{ns}}.asset_dag_run_queue (
-    target_dag_id   varchar(250) NOT NULL REFERENCES {{ns}}.dag (dag_id) ON DELETE CASCADE,
-    asset_event_id  bigint NOT NULL REFERENCES {{ns}}.asset_event (id),
+    target_dag_id   varchar(250) NOT NULL,
+    asset_event_id  bigint NOT NULL,
     asset_id        bigint NOT NULL,
     created_at      timestamptz NOT NULL,
     PRIMARY KEY (target_dag_id, asset_event_id)
@@ -178,7 +192,7 @@ CREATE TABLE {{ns}}.dag_run (
 --   * no link without its run and its event: links are written only by schedule_pass and
 --     schedule_partitions, in the transaction that inserts the run, for the events of queue
 --     rows the pass has just deleted by key (the claim guard counts them), and a queued event
---     cannot be deleted (the queue's foreign key to asset_event has no cascade);
+--     is never deleted (see the queue table);
 --   * the cascades: every routine that deletes runs or events deletes their links first
 --     (purge_runs, delete_dag, delete_asset; purge_events deletes only unlinked events), and
 --     says next to it why no pass can add a link behind it.
@@ -253,7 +267,7 @@ CREATE INDEX dag_partition_static_key_target_idx
 
 -- The queue rows of partitioned consumers, with their keys: one row beside each of their
 -- asset_dag_run_queue rows, written by the same fan-out and deleted by whoever deletes the
--- queue row (the pass, declare_dag, delete_asset, delete_dag's cascade). Not a foreign key to
+-- queue row (the pass, declare_dag, delete_asset; delete_dag by this table's own cascade). Not a foreign key to
 -- the queue: its check on every queue row any pass deletes, partitioned or not, cost more than
 -- the delete itself (measured with EXPLAIN ANALYZE: 20,000 trigger calls, 54-92 ms against
 -- 11-24 ms for the delete). A row whose queue row is gone is never claimed: the pass reads a
@@ -313,9 +327,10 @@ CREATE TABLE {{ns}}.process_liveness (
 -- inserting statement itself, so an event and its queue rows commit or roll back together,
 -- whoever inserts the event. Statement-level with a transition table: a multi-row INSERT
 -- fans out with one join instead of one query per row. Each dag row and each
--- reference row it queues through is locked FOR KEY SHARE. On the dag row that is the lock
--- the queue's foreign-key check takes anyway, taken here so that a consumer deleted meanwhile
--- (delete_dag) is skipped instead of failing the producer's foreign-key check. On the
+-- reference row it queues through is locked FOR KEY SHARE. On the dag row it is what keeps
+-- every queue row's consumer (the queue has no foreign keys since 0013_queue_checks):
+-- delete_dag's FOR UPDATE waits for the producers holding it, then deletes the consumer's
+-- queue rows, and a producer after it skips the deleted consumer. On the
 -- reference row it makes a re-declare that drops the asset wait for the producers in flight,
 -- and the producers after it see its new references: no event is queued for a consumer that
 -- no longer depends on its asset (MySQL's fan-out locks the reference rows too). KEY SHARE
@@ -1956,15 +1971,31 @@ $$;
 -- snapshot has the committed pass's links. Its runs are locked before the links, in the
 -- order purge_runs takes them (runs, then links), so the two never deadlock; purge_runs
 -- skips them (SKIP LOCKED).
+--
+-- The queue rows by hand too (the queue has no foreign keys since 0013_queue_checks), after
+-- the lock: the FOR UPDATE waited for every producer holding the dag row (the fan-out locks it
+-- FOR KEY SHARE), the queue delete's snapshot has their rows, and a producer after it waits
+-- for our commit and then skips the deleted consumer.
+--
+-- Only at READ COMMITTED (AQ002 otherwise, before anything is locked): above it every
+-- statement reads the transaction's snapshot, older than the producers and passes the lock
+-- waited for, whose queue rows and links would be left behind.
 CREATE FUNCTION {{ns}}.delete_dag(p_dag_id text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'delete_dag runs only at READ COMMITTED (this transaction is %)',
+                current_setting('transaction_isolation')
+            USING ERRCODE = 'AQ002',
+                  HINT = 'Delete the consumer in a READ COMMITTED transaction (PostgreSQL''s default).';
+    END IF;
     PERFORM 1 FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'unknown dag %', quote_nullable(p_dag_id) USING ERRCODE = 'AQ003';
     END IF;
     PERFORM 1 FROM {{ns}}.dag_run r WHERE r.dag_id = p_dag_id FOR UPDATE;
     DELETE FROM {{ns}}.dagrun_asset_event l WHERE l.dag_id = p_dag_id;
+    DELETE FROM {{ns}}.asset_dag_run_queue q WHERE q.target_dag_id = p_dag_id;
     DELETE FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id;
 END
 $$;
@@ -2046,8 +2077,8 @@ CREATE TRIGGER asset_dag_run_queue_notify
 -- Indexes for retention and status. Each one is read by key or by a short range, so purge
 -- and status cost what they delete or show, never a scan of the history.
 --
--- The queue by event: the foreign-key check of every event purge_events deletes (and its own
--- "still queued?" test) looks the event up here; without it each check scans the queue.
+-- The queue by event: purge_events' "still queued?" test of every event it examines looks the
+-- event up here; without it each test scans the queue.
 CREATE INDEX asset_dag_run_queue_event_idx ON {{ns}}.asset_dag_run_queue (asset_event_id);
 -- A consumer's queue in queue order (a capped claim reads its N + 1 oldest rows), and each of
 -- its assets' oldest row (the witness search), by index (migration 0007_capped_claim).
@@ -2168,9 +2199,10 @@ $$;
 -- long-queued event (a paused consumer, an AND waiting for its other asset) is examined once
 -- per purge, not once per batch.
 --
--- Never deletes a queued event: the NOT EXISTS below, and behind it the foreign key from
--- asset_dag_run_queue, which has no cascade: deleting a queued event fails and rolls the
--- batch back. Never waits for producers or schedulers: the window is a plain read; only
+-- Never deletes a queued event: the NOT EXISTS below (the queue has no foreign key to
+-- asset_event since 0013_queue_checks). An event's queue rows are written by the statement
+-- that inserts it and commit with it, so a snapshot that sees the event sees all of them
+-- that are left, and none is added later. Never waits for producers or schedulers: the window is a plain read; only
 -- events that pass the test are locked, SKIP LOCKED. Nobody else locks those: producers
 -- insert new events, schedulers lock none (the link table has no foreign keys since
 -- 0012_link_checks). Nor can a pass link one after the test: a pass links only the events of
