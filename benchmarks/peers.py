@@ -47,8 +47,8 @@ drain
 profile
     where assetq's producer time goes at 1 event per transaction, 4 consumers, 1 client:
     assetq against copies of its schema, each without one part (the wake-up trigger, the
-    foreign keys, 0007's queue indexes, all secondary queue indexes, WAL), or with the fan-out
-    written by one client CTE instead of the routine and its statement trigger, and PgQ in
+    event's foreign key, 0007's queue indexes, all secondary queue indexes, WAL), or with the
+    fan-out written by one client CTE instead of the routine and its statement trigger, and PgQ in
     the same run. The variants are made by benchmarks/sql/peers_postgresql.sql in namespaces
     of their own; the real schema is never changed.
 
@@ -873,17 +873,17 @@ PROFILE_VARIANTS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("a plain INSERT of the event (trigger fans out, no routine)", (), "prof_raw_insert"),
     ("fan-out without FOR KEY SHARE and alias probe", ("prof_lean_fan_out",), "aq_register"),
     ("without the wake-up trigger", ("prof_no_notify",), "aq_register"),
-    ("without the foreign keys", ("prof_no_fk",), "aq_register"),
+    ("without the event's foreign key", ("prof_no_fk",), "aq_register"),
     ("without 0007's two queue indexes", ("prof_no_0007_indexes",), "aq_register"),
     ("without any secondary queue index", ("prof_no_queue_indexes",), "aq_register"),
     ("event and queue unlogged", ("prof_unlogged",), "aq_register"),
     (
-        "one client CTE, without the foreign keys",
+        "one client CTE, without the event's foreign key",
         ("prof_no_fan_out", "prof_no_fk"),
         "prof_cte_register",
     ),
     (
-        "without trigger, foreign keys, secondary queue indexes",
+        "without trigger, foreign key, secondary queue indexes",
         ("prof_no_notify", "prof_no_fk", "prof_no_queue_indexes"),
         "aq_register",
     ),

@@ -41,10 +41,8 @@ VACUUM (ANALYZE) {{ns}}.asset_event, {{ns}}.asset_dag_run_queue, {{ns}}.dag_run,
 DROP TRIGGER asset_dag_run_queue_notify ON {{ns}}.asset_dag_run_queue
 
 -- prof_no_fk --
--- Without the foreign keys a producer's rows check: the queue's two and the event's one.
-ALTER TABLE {{ns}}.asset_dag_run_queue
-    DROP CONSTRAINT asset_dag_run_queue_target_dag_id_fkey,
-    DROP CONSTRAINT asset_dag_run_queue_asset_event_id_fkey;
+-- Without the foreign key a producer's rows check: the event's to its asset (the queue has
+-- none since 0013_queue_checks).
 ALTER TABLE {{ns}}.asset_event DROP CONSTRAINT asset_event_asset_id_fkey
 
 -- prof_no_0007_indexes --
@@ -96,8 +94,9 @@ INSERT INTO {{ns}}.asset_event (asset_id)
 SELECT a.id FROM {{ns}}.asset a WHERE a.name = %(asset)s
 
 -- prof_lean_fan_out --
--- The fan-out trigger's function without its FOR KEY SHARE locks and its alias probe (the
--- queue's foreign-key check still takes KEY SHARE on the dag row).
+-- The fan-out trigger's function without its FOR KEY SHARE locks and its alias probe (since
+-- 0013_queue_checks no foreign-key check locks the dag row either: not a safe schema, a
+-- measurement of what the locks cost).
 CREATE OR REPLACE FUNCTION {{ns}}.asset_event_fan_out() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
