@@ -1,0 +1,400 @@
+"""The queue without foreign keys (migration 0013_queue_checks): what its two keys
+guaranteed still holds, proven instead of checked per row.
+
+asset_dag_run_queue had a foreign key to dag (ON DELETE CASCADE) and one to asset_event (no
+cascade: a queued event could not be deleted); their checks were a large share of a
+producer's cost. Now the routines keep what the keys kept: queue rows are written only by
+the fan-out trigger, in the statement that inserts their event, after locking the
+consumer's dag row and the rows it queues through (so a consumer being deleted is waited for,
+then skipped); delete_dag deletes its consumer's queue rows itself, after the lock that waits
+for producers in flight; delete_asset deletes its events' queue rows before the events;
+purge_events deletes only events without a queue row. Proven on both engines, before and
+after that migration (the keys, while there, enforce the same): after delete_dag (of a
+direct, an alias and two partitioned consumers, one through an alias), delete_asset (its
+events queued for several consumers, each getting them through an alias: one that named
+the asset is re-declared to, since delete_asset refuses an asset a condition names;
+partitioned ones included) and purge over a partly consumed backlog, no queue row lacks its
+consumer or its event, no partition row lacks its queue row, and each routine removed
+exactly the rows it should, every other consumer and asset keeping all of theirs; and with
+forced interleavings (a producer and delete_dag, each holding its transaction open while
+the other runs on another connection and is seen waiting for a lock, for a consumer of the
+asset and one of an alias it resolved to; a producer holding its transaction open while
+delete_asset waits for it), no queue row is orphaned and the remaining consumer has the
+event queued exactly once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+import assetq
+import scenario
+from dbs import TestDatabase
+
+#: Queue rows whose consumer or event is gone: what the two foreign keys forbade; and
+#: partition rows whose queue row is gone, which every routine deletes with it.
+ORPHANS = {
+    "queue row without its dag": "SELECT count(*) FROM {ns}.asset_dag_run_queue q"
+    " WHERE NOT EXISTS (SELECT 1 FROM {ns}.dag d WHERE d.dag_id = q.target_dag_id)",
+    "queue row without its event": "SELECT count(*) FROM {ns}.asset_dag_run_queue q"
+    " WHERE NOT EXISTS (SELECT 1 FROM {ns}.asset_event e WHERE e.id = q.asset_event_id)",
+    "partition row without its queue row": "SELECT count(*) FROM {ns}.asset_partition_queue p"
+    " WHERE NOT EXISTS (SELECT 1 FROM {ns}.asset_dag_run_queue q"
+    " WHERE q.target_dag_id = p.target_dag_id AND q.asset_event_id = p.asset_event_id)",
+}
+
+#: Sessions of this database waiting for a lock (as in test_link_integrity.py).
+LOCK_WAITS = {
+    "postgresql": "SELECT count(*) FROM pg_stat_activity"
+    " WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    "mysql": "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'",
+}
+#: InnoDB refreshes INNODB_TRX only when it was not read for 0.1 s.
+LOCK_WAIT_POLL = {"postgresql": 0.005, "mysql": 0.15}
+
+NOW = timedelta(0)
+
+
+def _orphans(db: TestDatabase) -> dict[str, int]:
+    found = {what: int(db.scalar(sql)) for what, sql in ORPHANS.items()}
+    return {what: n for what, n in found.items() if n}
+
+
+def _rows_by(db: TestDatabase, table: str) -> dict[tuple[str, int], int]:
+    """Row count of ``table`` (the queue or its partition rows) per (consumer, asset id)."""
+    rows = db.rows(
+        f"SELECT target_dag_id, asset_id, count(*) AS n FROM {{ns}}.{table}"
+        " GROUP BY target_dag_id, asset_id"
+    )
+    return {(str(r.target_dag_id), int(r.asset_id)): int(r.n) for r in rows}
+
+
+def _queue(db: TestDatabase) -> dict[tuple[str, int], int]:
+    return _rows_by(db, "asset_dag_run_queue")
+
+
+def _partition_rows(db: TestDatabase) -> dict[tuple[str, int], int]:
+    return _rows_by(db, "asset_partition_queue")
+
+
+def _queued_for(db: TestDatabase, event_id: int, conn: Connection | None = None) -> list[str]:
+    """The consumers ``event_id`` is queued for, one entry per queue row, sorted; read on
+    ``conn`` (in its transaction) when given."""
+    statement = "SELECT target_dag_id FROM {ns}.asset_dag_run_queue WHERE asset_event_id = :e"
+    if conn is None:
+        rows = db.rows(statement, e=event_id)
+    else:
+        rows = list(conn.execute(sa.text(db.sql(statement)), {"e": event_id}).all())
+    return sorted(str(r.target_dag_id) for r in rows)
+
+
+def _asset_id(db: TestDatabase, name: str) -> int:
+    return int(db.scalar("SELECT id FROM {ns}.asset WHERE name = :n", n=name))
+
+
+def _assets(db: TestDatabase, *names: str) -> None:
+    """Assets only alias consumers get events of (no condition names them)."""
+    with db.engine.begin() as conn:
+        for name in names:
+            assetq.declare_asset(conn, name)
+
+
+def _backlog(db: TestDatabase) -> dict[tuple[str, int], int]:
+    """Consumers with unconsumed backlogs, of every kind the fan-out writes for: direct
+    (report, keeper), through an alias (on_alias) and partitioned, directly (parted) and
+    through an alias (parted_alias). Returns the queue by (consumer, asset id)."""
+    _assets(db, "other")
+    scenario.declare(db, "report", "orders")
+    scenario.declare(db, "keeper", assetq.any_of("orders", "hourly"))
+    scenario.declare(db, "on_alias", assetq.alias("daily"))
+    scenario.declare(db, "parted", "hourly", partitioned=True)
+    scenario.declare(db, "parted_alias", assetq.alias("hours"), partitioned=True)
+    with db.engine.begin() as conn:
+        assetq.register_events(
+            conn,
+            [assetq.NewEvent("orders", aliases=("daily",))] * 4
+            + [assetq.NewEvent("other", aliases=("daily",))] * 2
+            + [assetq.NewEvent("hourly", aliases=("hours",), partition_key=k) for k in "aab"],
+        )
+    orders, other, hourly = (_asset_id(db, a) for a in ("orders", "other", "hourly"))
+    queue = _queue(db)
+    assert queue == {
+        ("report", orders): 4,
+        ("keeper", orders): 4,
+        ("keeper", hourly): 3,
+        ("on_alias", orders): 4,
+        ("on_alias", other): 2,
+        ("parted", hourly): 3,
+        ("parted_alias", hourly): 3,
+    }
+    assert _partition_rows(db) == {("parted", hourly): 3, ("parted_alias", hourly): 3}
+    assert _orphans(db) == {}
+    return queue
+
+
+# -- alone: no orphan, and exactly the queue rows each routine should remove -----------------
+
+
+@pytest.mark.parametrize("gone", ["report", "on_alias", "parted", "parted_alias"])
+def test_delete_dag_deletes_exactly_its_queue_rows(db: TestDatabase, gone: str) -> None:
+    queue = _backlog(db)
+    partition_rows = _partition_rows(db)
+    with db.engine.begin() as conn:
+        assetq.delete_dag(conn, gone)
+    assert _orphans(db) == {}
+    # Every other consumer keeps every row, those of the same assets included.
+    assert _queue(db) == {k: n for k, n in queue.items() if k[0] != gone}
+    assert _partition_rows(db) == {k: n for k, n in partition_rows.items() if k[0] != gone}
+
+
+#: For each asset deleted, the re-declarations that take it out of every condition, and the
+#: consumers that still get its events afterwards, through an alias.
+_REDECLARED = {
+    "orders": (
+        {"report": "payments", "keeper": assetq.any_of("hourly", assetq.alias("daily"))},
+        {"keeper", "on_alias"},
+    ),
+    "hourly": (
+        {"keeper": assetq.any_of("orders", assetq.alias("hours")), "parted": "payments"},
+        {"keeper", "parted_alias"},
+    ),
+}
+
+
+@pytest.mark.parametrize("asset", sorted(_REDECLARED))
+def test_delete_asset_deletes_exactly_the_queue_rows_of_its_events(
+    db: TestDatabase, asset: str
+) -> None:
+    _backlog(db)
+    redeclared, holders = _REDECLARED[asset]
+    for dag_id, condition in redeclared.items():
+        scenario.declare(db, dag_id, condition, partitioned=dag_id.startswith("parted"))
+    gone = _asset_id(db, asset)
+    queue, partition_rows = _queue(db), _partition_rows(db)
+    # The consumers re-declared to depend on it through an alias kept its rows.
+    assert {k[0] for k in queue if k[1] == gone} == holders
+    with db.engine.begin() as conn:
+        assert assetq.delete_asset(conn, asset) == {"orders": 4, "hourly": 3}[asset]
+    assert _orphans(db) == {}
+    assert _queue(db) == {k: n for k, n in queue.items() if k[1] != gone}
+    assert _partition_rows(db) == {k: n for k, n in partition_rows.items() if k[1] != gone}
+    assert db.scalar("SELECT count(*) FROM {ns}.asset_event WHERE asset_id = :a", a=gone) == 0
+
+
+def _event_ids(db: TestDatabase) -> set[int]:
+    return {int(r[0]) for r in db.rows("SELECT id FROM {ns}.asset_event")}
+
+
+def test_purge_events_deletes_exactly_the_consumed_and_unlinked_events(
+    db: TestDatabase,
+) -> None:
+    """A partly consumed backlog: events consumed by a finished run (unlinked once purge_runs
+    deletes it) and events nobody consumes go; events still queued (for a consumer that
+    consumed their predecessors, for one whose condition never holds) and events linked to
+    an unfinished run stay."""
+    _assets(db, "noise")
+    scenario.declare(db, "report", "orders")
+    scenario.declare(db, "waiting", assetq.all_of("payments", "refunds"))
+    scenario.declare(db, "pending", "shipments")
+    consumed = scenario.register(db, "orders", "orders", "orders", "shipments", "shipments")
+    scenario.register(db, "payments", "payments")
+    runs = []
+    for _ in range(10):
+        made = assetq.schedule(db.engine)
+        if not made:
+            break
+        runs += made
+    assert sorted(r.dag_id for r in runs) == ["pending", "report"]
+    with db.engine.begin() as conn:
+        for run in runs:
+            if run.dag_id == "report":
+                assetq.set_run_state(conn, run.dag_id, run.run_id, "success")
+    scenario.register(db, "orders", "orders")  # queued behind the consumed ones
+    noise = scenario.register(db, "noise", "noise")  # no consumer: never queued
+    queued = {int(r[0]) for r in db.rows("SELECT asset_event_id FROM {ns}.asset_dag_run_queue")}
+    assert len(queued) == 4
+    expected = {e.id for e in consumed if e.asset == "orders"} | {e.id for e in noise}
+    before = _event_ids(db)
+    result = assetq.purge(db.engine, older_than=NOW)  # every event is before the cutoff
+    assert _orphans(db) == {}
+    assert (result.runs_deleted, result.events_deleted) == (1, len(expected)) == (1, 5)
+    assert _event_ids(db) == before - expected
+    assert queued <= _event_ids(db)  # every queued event remains
+
+
+# -- a producer racing delete_dag or delete_asset, each side holding its transaction open ---
+
+
+@dataclass
+class _Outcome:
+    value: Any = None
+    error: BaseException | None = None
+
+
+def _in_thread(action: Callable[[], Any]) -> tuple[threading.Thread, _Outcome]:
+    outcome = _Outcome()
+
+    def run() -> None:
+        try:
+            outcome.value = action()
+        except BaseException as exc:  # handed to the test thread
+            outcome.error = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def _blocked(db: TestDatabase, thread: threading.Thread, timeout: float = 10) -> bool:
+    """Wait until ``thread``'s transaction waits for a lock (True) or has finished or the
+    timeout passed (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and thread.is_alive():
+        if db.scalar(LOCK_WAITS[db.engine_name]):
+            return True
+        time.sleep(LOCK_WAIT_POLL[db.engine_name])
+    return False
+
+
+def _held_then(
+    db: TestDatabase,
+    first: Callable[[Connection], Any],
+    second: Callable[[Connection], Any],
+    isolation: str | None = None,
+) -> tuple[Any, Any, bool]:
+    """``first`` runs in a transaction held open while ``second`` runs in its own on another
+    connection; once ``second`` waits for a lock (or finished, or 10 s passed), ``first``
+    commits and ``second`` finishes. Both at ``isolation`` (None: the engine's default).
+    Returns both results and whether ``second`` waited (the callers assert it after the
+    orphans, whose count says more when both fail)."""
+    options = {} if isolation is None else {"isolation_level": isolation}
+    with db.engine.connect() as conn:
+        conn = conn.execution_options(**options)
+        conn.begin()
+        held = first(conn)
+
+        def other() -> Any:
+            with db.engine.connect() as other_conn:
+                other_conn = other_conn.execution_options(**options)
+                with other_conn.begin():
+                    return second(other_conn)
+
+        thread, outcome = _in_thread(other)
+        blocked = _blocked(db, thread)
+        conn.commit()
+    thread.join(30)
+    assert not thread.is_alive()
+    if outcome.error is not None:
+        raise outcome.error
+    return held, outcome.value, blocked
+
+
+def _two_consumers(db: TestDatabase, through: str) -> str:
+    """keeper depends on orders directly; the consumer to delete, directly or through an
+    alias orders resolves to, has a backlog of two events. Returns its id."""
+    scenario.declare(db, "keeper", "orders")
+    if through == "alias":
+        scenario.declare(db, "doomed", assetq.alias("daily"))
+        scenario.register(db, "orders", "orders", aliases=["daily"])
+    else:
+        scenario.declare(db, "doomed", "orders")
+        scenario.register(db, "orders", "orders")
+    assert _queue(db) == {(k, _asset_id(db, "orders")): 2 for k in ("doomed", "keeper")}
+    return "doomed"
+
+
+#: How the racing producer registers its event, and at which isolation: one event at the
+#: engine's default, or a batch at READ COMMITTED, where MySQL's INSERT ... SELECT of a batch
+#: would read the fan-out's rows without locks but for the trigger's explicit clauses.
+PRODUCERS = {"one": None, "batch_rc": "READ COMMITTED"}
+
+
+def _register(producer: str) -> Callable[[Connection], assetq.Event]:
+    def register(conn: Connection) -> assetq.Event:
+        # Without the alias: orders has resolved to it, so the fan-out goes through it anyway
+        # (on MySQL the branch that reads alias-clause rows).
+        if producer == "one":
+            return assetq.register_event(conn, "orders")
+        (event,) = assetq.register_events(conn, [{"asset": "orders"}])
+        return event
+
+    return register
+
+
+def _after_the_race(db: TestDatabase, event: assetq.Event) -> None:
+    assert _orphans(db) == {}
+    assert _queued_for(db, event.id) == ["keeper"]
+    assert _queue(db) == {("keeper", event.asset_id): 3}
+
+
+@pytest.mark.parametrize("producer", sorted(PRODUCERS))
+@pytest.mark.parametrize("through", ["direct", "alias"])
+def test_delete_dag_waits_for_an_open_producer_and_leaves_no_orphan(
+    db: TestDatabase, through: str, producer: str
+) -> None:
+    doomed = _two_consumers(db, through)
+
+    def produce(conn: Connection) -> assetq.Event:
+        event = _register(producer)(conn)
+        assert _queued_for(db, event.id, conn) == ["doomed", "keeper"]  # not committed yet
+        return event
+
+    def delete(conn: Connection) -> None:
+        assetq.delete_dag(conn, doomed)
+
+    event, _, blocked = _held_then(db, produce, delete, PRODUCERS[producer])
+    _after_the_race(db, event)
+    assert blocked, "delete_dag did not wait for the open producer"
+
+
+@pytest.mark.parametrize("producer", sorted(PRODUCERS))
+@pytest.mark.parametrize("through", ["direct", "alias"])
+def test_a_producer_waits_for_an_open_delete_dag_and_queues_for_the_rest_only(
+    db: TestDatabase, through: str, producer: str
+) -> None:
+    doomed = _two_consumers(db, through)
+
+    def delete(conn: Connection) -> None:
+        assetq.delete_dag(conn, doomed)
+
+    _, event, blocked = _held_then(db, delete, _register(producer), PRODUCERS[producer])
+    assert event.created
+    _after_the_race(db, event)
+    assert blocked, "the producer did not wait for the open delete_dag"
+
+
+def test_delete_asset_waits_for_an_open_producer_and_deletes_its_queue_rows(
+    db: TestDatabase,
+) -> None:
+    """feed is named by no condition (delete_asset refuses otherwise): its consumers get
+    its events through the alias it resolved to; other resolved to it too."""
+    _assets(db, "feed", "other")
+    scenario.declare(db, "on_alias", assetq.alias("daily"))
+    scenario.declare(db, "also_alias", assetq.any_of("orders", assetq.alias("daily")))
+    scenario.register(db, "feed", "feed", "other", aliases=["daily"])
+    feed, other = _asset_id(db, "feed"), _asset_id(db, "other")
+
+    def produce(conn: Connection) -> assetq.Event:
+        event = assetq.register_event(conn, "feed")
+        assert _queued_for(db, event.id, conn) == ["also_alias", "on_alias"]  # not committed
+        return event
+
+    def delete(conn: Connection) -> int:
+        return assetq.delete_asset(conn, "feed")
+
+    event, deleted, blocked = _held_then(db, produce, delete)
+    assert _orphans(db) == {}
+    assert deleted == 3  # the held event too
+    assert db.scalar("SELECT count(*) FROM {ns}.asset_event WHERE asset_id = :a", a=feed) == 0
+    assert _queued_for(db, event.id) == []
+    assert _queue(db) == {("on_alias", other): 1, ("also_alias", other): 1}
+    assert blocked, "delete_asset did not wait for the open producer"
