@@ -1,0 +1,211 @@
+"""What a schema revision changed for producers: the producer at an older revision and at
+head, side by side on the same server, interleaved.
+
+Two namespaces of the same server: one installed at ``--base`` (default: the revision before
+head), one at head, each with ``--consumers`` consumers (default 4) of assets a0..a3. Each
+alternative registers through the package's own named queries (sql/<engine>/queries.sql, the
+statements assetq.register_event and register_events send), on an autocommit connection per
+client thread, so each call is its own transaction with the server's default commit (durable
+unless the server says otherwise). The package's check that a namespace holds its own head is
+not made for the older one: only the routines are called, whose names and parameters every
+revision keeps. Three figures, each events/s, median (min-max) of ``--repetitions`` rounds in
+which the two take turns of a quarter second (the order rotating) and a ratio per round:
+one event per transaction at 1 and 8 clients, and a batch of 1,000 events at 1 client.
+
+    python benchmarks/revisions.py                     # both engines, head against the one before
+    python benchmarks/revisions.py --base 0011_runs_per_pass --engines postgresql
+
+Servers as in benchmarks/burndown.py: ``--postgres`` (default the local server, a database of
+its own, dropped after) and ``--mysql`` ('private': a throw-away mariadbd, as tests/dbs.py
+starts it; or a server URL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import statistics
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import Engine
+
+import assetq
+from assetq import migrate, sqlfiles
+from assetq.dialects import Dialect, dialect_for
+
+HERE = Path(__file__).resolve().parent
+for _path in (HERE, HERE.parent / "tests"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+import peers  # noqa: E402  (benchmarks/peers.py: the interleaving)
+
+ASSETS = ("a0", "a1", "a2", "a3")
+BATCH = 1_000
+
+
+def _previous(revision: str) -> str:
+    revisions = list(migrate.revisions())
+    return revisions[revisions.index(revision) - 1]
+
+
+@dataclass
+class _Side:
+    engine: Engine
+    dialect: Dialect
+    namespace: str
+    batch: bool
+    conn: sa.Connection = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.conn = self.engine.execution_options(isolation_level="AUTOCOMMIT").connect()
+        events = [{"asset": ASSETS[i % len(ASSETS)]} for i in range(BATCH)]
+        self.params: dict[str, Any] = (
+            {"events": json.dumps(events)}
+            if self.batch
+            else {
+                "asset": "a0",
+                "extra": "{}",
+                "source_dag_id": None,
+                "source_task_id": None,
+                "source_run_id": None,
+                "source_map_index": -1,
+                "idempotency_key": None,
+            }
+        )
+
+    def step(self) -> int:
+        name = "register_events" if self.batch else "register_event"
+        rows = self.dialect.execute(self.conn, name, self.namespace, self.params)
+        expected = BATCH if self.batch else 1
+        if len(rows) != expected:
+            raise SystemExit(f"{name} in {self.namespace} returned {len(rows)} rows")
+        return expected
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def prepare(engine: Engine, base: str, consumers: int, prefix: str = "aqrv") -> dict[str, str]:
+    """{revision: namespace} of the two sides (``prefix``_base and _head), installed and
+    declared."""
+    head = assetq.head_revision()
+    names = {base: f"{prefix}_base", head: f"{prefix}_head"}
+    for revision, ns in names.items():
+        # Both at head, the consumers declared by the package, then the base one taken down
+        # to its revision by its own down scripts (their data kept, as a downgrade keeps it).
+        assetq.uninstall(engine, namespace=ns)
+        assetq.install(engine, namespace=ns)
+        with engine.begin() as conn:
+            for c in range(consumers):
+                assetq.declare_dag(conn, f"consumer_{c}", assetq.any_of(*ASSETS), namespace=ns)
+        if revision != head:
+            with engine.begin() as conn:
+                migrate.migrate_connection(conn, ns, base, direction="down")
+    return names
+
+
+def measure(
+    engine: Engine,
+    base: str,
+    consumers: int,
+    repetitions: int,
+    seconds: float = 2.0,
+    prefix: str = "aqrv",
+) -> list[str]:
+    """The three figures on ``engine``'s database, as table lines; ``seconds``: each side's
+    time per round."""
+    names = prepare(engine, base, consumers, prefix)
+    head = assetq.head_revision()
+    with engine.connect() as conn:
+        dialect = dialect_for(conn)
+    lines = []
+    try:
+        for batch, clients in ((False, 1), (False, 8), (True, 1)):
+            alts = [
+                peers.Alternative(revision, lambda ns=ns, b=batch: _Side(engine, dialect, ns, b))
+                for revision, ns in names.items()
+            ]
+            what = f"batch of {BATCH:,}" if batch else "1 event per transaction"
+            rates = peers.interleaved(
+                alts, clients, seconds, repetitions, f"{dialect.name} {what}, {clients} clients"
+            )
+            ratios = [h / b for b, h in zip(rates[base], rates[head], strict=True)]
+            lines.append(
+                f"{dialect.name:10s} | {what:23s} | {clients:7d} | "
+                f"{statistics.median(rates[base]):>9,.0f} | {statistics.median(rates[head]):>9,.0f}"
+                f" | {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+            )
+        for ns in names.values():  # every event queued once for every consumer, both sides
+            check = sqlfiles.render(
+                "SELECT (SELECT count(*) FROM {{ns}}.asset_event),"
+                " (SELECT count(*) FROM {{ns}}.asset_dag_run_queue)",
+                dialect.quote_ns(ns),
+            )
+            with engine.connect() as conn:
+                events, queued = conn.execute(sa.text(check)).one()
+            if not events or queued != events * consumers:
+                raise SystemExit(f"{ns}: {events} events but {queued} queue rows")
+    finally:
+        for ns in names.values():
+            assetq.uninstall(engine, namespace=ns)
+    return lines
+
+
+@contextmanager
+def _server(engine_name: str, args: argparse.Namespace) -> Iterator[Engine]:
+    bench = importlib.import_module("bench")
+    name = f"aqrv_{os.getpid()}"
+    if engine_name == "postgresql":
+        server = bench._postgres_server(args.postgres, name=name)
+    else:
+        server = bench._mysql_server(args.mysql, name=name)
+    try:
+        yield server.target.engine
+    finally:
+        server.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    head = assetq.head_revision()
+    parser.add_argument("--base", default=_previous(head), help="the older revision")
+    parser.add_argument("--consumers", type=int, default=4)
+    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--engines", default="postgresql,mysql")
+    parser.add_argument(
+        "--postgres", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+    )
+    parser.add_argument("--mysql", default="private", help="'private' or a server URL")
+    args = parser.parse_args(argv)
+    if args.base not in migrate.revisions() or args.base == head:
+        parser.error(f"--base must be a revision before {head}, got {args.base!r}")
+    lines = [
+        f"{args.base} (base) against {head} (head), {args.consumers} consumers; events/s,"
+        f" median of {args.repetitions} rounds",
+        "",
+        "engine     | work                    | clients |      base |      head | head / base",
+        "-----------|-------------------------|---------|-----------|-----------|------------",
+    ]
+    for engine_name in [e.strip() for e in args.engines.split(",") if e.strip()]:
+        if engine_name not in ("postgresql", "mysql"):
+            parser.error(f"unknown engine {engine_name!r}")
+        with _server(engine_name, args) as engine:
+            lines += measure(engine, args.base, args.consumers, args.repetitions)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
