@@ -119,8 +119,9 @@ CREATE TABLE {{ns}}.asset_event (
 -- No foreign keys (migration 0013_queue_checks): a queue row's consumer and event are
 -- guaranteed by the routines, not checked per row. The two checks (to dag, ON DELETE
 -- CASCADE; to asset_event, no cascade) were a per-row query each, 8 of a producer's 9 at 4
--- consumers; without them one event per transaction is 1.15x faster and a batch of 1,000
--- 1.33x (interleaved, 5 rounds each). What they guaranteed, and what guarantees it now:
+-- consumers; without them one event per transaction is 1.13x faster at 1 client (1.05x at
+-- 8) and a batch of 1,000 1.52x (benchmarks/revisions.py, against 0012 side by side). What
+-- they guaranteed, and what guarantees it now:
 --   * no queue row without its consumer and its event: queue rows are written only by the
 --     fan-out trigger, in the statement that inserts their event, for consumer rows it locks
 --     FOR KEY SHARE (the lock the check took); delete_dag locks the consumer row FOR UPDATE,

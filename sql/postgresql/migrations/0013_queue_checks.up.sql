@@ -4,8 +4,9 @@
 -- asset_dag_run_queue had a foreign key to dag (ON DELETE CASCADE) and one to asset_event
 -- (no cascade: a queued event could not be deleted). Each is a per-row query on every queue
 -- row a producer writes, 8 of its 9 checks at 4 consumers; without them one event per
--- transaction is 1.15x faster and a batch of 1,000 events 1.33x (4 consumers, interleaved,
--- median of 5 rounds each), for rows the routines already make sure of:
+-- transaction is 1.13x faster at 1 client and 1.05x at 8, a batch of 1,000 events 1.52x (4
+-- consumers, durable commits, against 0012 side by side: python benchmarks/revisions.py),
+-- for rows the routines already make sure of:
 --   * queue rows are written only by the fan-out trigger, in the statement that inserts
 --     their event, for consumer rows it locks FOR KEY SHARE (the lock the check took);
 --   * the cascade from dag is now delete_dag's own delete, after its FOR UPDATE of the dag
