@@ -23,6 +23,7 @@ starts it; or a server URL).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import os
@@ -131,7 +132,7 @@ def measure(
     try:
         for batch, clients in ((False, 1), (False, 8), (True, 1)):
             alts = [
-                peers.Alternative(revision, lambda ns=ns, b=batch: _Side(engine, dialect, ns, b))
+                peers.Alternative(revision, functools.partial(_Side, engine, dialect, ns, batch))
                 for revision, ns in names.items()
             ]
             what = f"batch of {BATCH:,}" if batch else "1 event per transaction"

@@ -4,6 +4,7 @@ tests/test_runs_per_pass.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -42,9 +43,11 @@ _PG_QUEUE_STATS = (
 )
 
 
-def pg_queue_reads(db: TestDatabase, limit: int) -> tuple[int, dict[str, int]]:
-    """Runs made by one pass of ``limit`` and the queue's rows and index entries it read, on
-    its own connection's statistics."""
+def pg_queue_reads_of(
+    db: TestDatabase, action: Callable[[sa.Connection], Any]
+) -> tuple[Any, dict[str, int]]:
+    """What ``action`` returned, run in a transaction of its own connection, and the queue's
+    rows and index entries it read, on that connection's statistics."""
     with db.engine.connect() as conn:
 
         def reads() -> tuple[int, ...]:
@@ -57,10 +60,17 @@ def pg_queue_reads(db: TestDatabase, limit: int) -> tuple[int, dict[str, int]]:
 
         before = reads()
         with conn.begin():
-            runs = schedule_pass(db, conn, limit)
+            result = action(conn)
         after = reads()
     keys = ("seq_scan", "seq_tup_read", "idx_tup_fetch", "idx_tup_read")
-    return len(runs), {k: a - b for k, a, b in zip(keys, after, before, strict=True)}
+    return result, {k: a - b for k, a, b in zip(keys, after, before, strict=True)}
+
+
+def pg_queue_reads(db: TestDatabase, limit: int) -> tuple[int, dict[str, int]]:
+    """Runs made by one pass of ``limit`` and the queue's rows and index entries it read, on
+    its own connection's statistics."""
+    runs, reads = pg_queue_reads_of(db, lambda conn: schedule_pass(db, conn, limit))
+    return len(runs), reads
 
 
 def _handler_reads(conn: sa.Connection) -> dict[str, int]:
@@ -68,17 +78,25 @@ def _handler_reads(conn: sa.Connection) -> dict[str, int]:
     return {str(r[0]): int(r[1]) for r in rows}
 
 
-def mysql_pass_reads(
-    db: TestDatabase, conn: sa.Connection, limit: int
-) -> tuple[int, dict[str, int]]:
-    """Runs made by one pass of ``limit`` on ``conn`` and its Handler_read_* (rows the server
-    read through its storage engines, temporary tables included), as tests/test_history.py
-    counts them."""
+def mysql_reads_of(
+    conn: sa.Connection, action: Callable[[sa.Connection], Any]
+) -> tuple[Any, dict[str, int]]:
+    """What ``action`` returned, run in a transaction on ``conn``, and its Handler_read_*
+    (rows the server read through its storage engines, temporary tables included), as
+    tests/test_history.py counts them."""
     with conn.begin():
         # SHOW STATUS reads rows itself: its own cost is measured and taken off.
         first, second = _handler_reads(conn), _handler_reads(conn)
     with conn.begin():
-        runs = schedule_pass(db, conn, limit)
+        result = action(conn)
     with conn.begin():
         third = _handler_reads(conn)
-    return len(runs), {k: (third[k] - second[k]) - (second[k] - first[k]) for k in first}
+    return result, {k: (third[k] - second[k]) - (second[k] - first[k]) for k in first}
+
+
+def mysql_pass_reads(
+    db: TestDatabase, conn: sa.Connection, limit: int
+) -> tuple[int, dict[str, int]]:
+    """Runs made by one pass of ``limit`` on ``conn`` and its Handler_read_*."""
+    runs, reads = mysql_reads_of(conn, lambda c: schedule_pass(db, c, limit))
+    return len(runs), reads

@@ -2025,7 +2025,12 @@ BEGIN
             USING ERRCODE = 'AQ007',
                   HINT = 'Re-declare (or delete) those consumers without it first.';
     END IF;
-    DELETE FROM {{ns}}.asset_dag_run_queue q WHERE q.asset_id = v_id;
+    -- Its events' queue rows through its events (the asset's index) and the queue's event
+    -- index, as MySQL's does: the queue has no index by asset, and a delete by asset_id read
+    -- every consumer's queue (0013_queue_checks).
+    DELETE FROM {{ns}}.asset_dag_run_queue q
+     USING {{ns}}.asset_event e
+     WHERE e.asset_id = v_id AND q.asset_event_id = e.id;
     -- Their partition rows (migration 0009_partitions): no index by asset, a scan of the
     -- partitioned consumers' queue rows; deleting an asset is rare.
     DELETE FROM {{ns}}.asset_partition_queue p WHERE p.asset_id = v_id;
