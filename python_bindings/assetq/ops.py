@@ -217,9 +217,11 @@ class PurgeResult:
     processes_deleted: int = 0
 
 
-#: Codes of a foreign-key refusal to delete a referenced row: a purge batch met an event that
-#: was queued after its test (only a raw INSERT into the queue can do that). Retried: the
-#: retry sees the queue row and keeps the event.
+#: Codes of a foreign-key refusal to delete a referenced row, retried: the retry's test sees
+#: what made the key refuse and keeps the row. Until 0013_queue_checks the queue's key to
+#: asset_event refused a batch that met an event queued after its test (only a raw INSERT
+#: into the queue can do that); since then no key refuses a purge's deletes (the ones left
+#: cascade), and this stays only as a guard should a later revision add one.
 _FK_REFUSED = frozenset({"23503", "1451"})
 
 
