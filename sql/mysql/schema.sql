@@ -255,9 +255,11 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_run (
     CONSTRAINT dag_run_partition_key UNIQUE (dag_id, partition_key, partition_generation)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
--- Which events a run consumed. The unique (dag_id, asset_event_id) is the exactly-once
+-- Which events a run consumed. The unique (asset_event_id, dag_id) is the exactly-once
 -- guarantee written into the schema (I4): even a scheduler bug cannot link an event to two
--- runs of one consumer.
+-- runs of one consumer. Event first (migration 0014_link_keys; it was (dag_id,
+-- asset_event_id) with an event index beside it): the same uniqueness, and it serves every
+-- lookup by event too, one index entry fewer for every link a pass inserts.
 --
 -- No foreign keys (migration 0012_link_checks), as on PostgreSQL: a link's run and event are
 -- guaranteed by the routines, not checked per row (on PostgreSQL the two checks were 1.9 s of
@@ -267,16 +269,16 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_run (
 -- guard counts them); a queued event is never deleted (see the queue table). Every routine that deletes runs or events deletes their links
 -- first (purge_runs, delete_dag, delete_asset; purge_events deletes only unlinked events),
 -- and says next to it why no pass can add a link behind it. A DELETE of runs or events by
--- hand must delete their links too (docs/guarantees.md). The two indexes that served the
--- keys stay: the event one serves purge_events and delete_asset, the run one a link lookup
--- by run (claim_runs, consumed_events).
+-- hand must delete their links too (docs/guarantees.md). The run index that served the key
+-- to dag_run stays, for a link lookup by run (claim_runs, consumed_events); lookups by event
+-- (purge_events, delete_asset) go by the unique key, which leads with the event since
+-- 0014_link_keys (the event index that served them until then is gone).
 CREATE TABLE IF NOT EXISTS {{ns}}.dagrun_asset_event (
     dag_run_id      BIGINT NOT NULL,
     asset_event_id  BIGINT NOT NULL,
     dag_id          VARCHAR(250) NOT NULL,
     PRIMARY KEY (dag_run_id, asset_event_id),
-    CONSTRAINT dagrun_asset_event_once UNIQUE (dag_id, asset_event_id),
-    KEY dagrun_asset_event_event_idx (asset_event_id),
+    CONSTRAINT dagrun_asset_event_once UNIQUE (asset_event_id, dag_id),
     KEY dagrun_asset_event_run_idx (dag_run_id, dag_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
@@ -3053,9 +3055,13 @@ BEGIN
       FROM {{ns}}.dag_run r FORCE INDEX (dag_run_dag_state_idx)
      WHERE r.dag_id = p_dag_id
        FOR UPDATE;
+    -- Its links through those runs, by the runs' dag_id index and the links' primary key: no
+    -- index of the links leads with dag_id since 0014_link_keys. A multiple-table DELETE
+    -- reads the runs, which we hold FOR UPDATE already.
     DELETE l
-      FROM {{ns}}.dagrun_asset_event l FORCE INDEX (dagrun_asset_event_once)
-     WHERE l.dag_id = p_dag_id;
+      FROM {{ns}}.dag_run r FORCE INDEX (dag_run_dag_state_idx)
+      STRAIGHT_JOIN {{ns}}.dagrun_asset_event l FORCE INDEX (PRIMARY) ON l.dag_run_id = r.id
+     WHERE r.dag_id = p_dag_id;
     -- Its queue rows by hand too (the queue has no foreign keys since 0013_queue_checks),
     -- after its reference and alias-clause rows: their delete waited for every producer in
     -- flight that read them (the fan-out reads them with a shared lock), and this delete, a
@@ -3134,7 +3140,7 @@ BEGIN
     -- links anything.
     DELETE l
       FROM {{ns}}.asset_event e FORCE INDEX (asset_event_idempotency_key)
-      STRAIGHT_JOIN {{ns}}.dagrun_asset_event l FORCE INDEX (dagrun_asset_event_event_idx)
+      STRAIGHT_JOIN {{ns}}.dagrun_asset_event l FORCE INDEX (dagrun_asset_event_once)
          ON l.asset_event_id = e.id
      WHERE e.asset_id = v_id;
     DELETE e

@@ -182,9 +182,15 @@ CREATE TABLE {{ns}}.dag_run (
     CONSTRAINT dag_run_partition_key UNIQUE (dag_id, partition_key, partition_generation)
 );
 
--- Which events a run consumed. The unique (dag_id, asset_event_id) is the exactly-once
+-- Which events a run consumed. The unique (asset_event_id, dag_id) is the exactly-once
 -- guarantee written into the schema (I4): even a scheduler bug cannot link an event to two
 -- runs of one consumer.
+--
+-- Two indexes, each entry paid by every link a pass inserts (migration 0014_link_keys; until
+-- then three): the primary key serves lookups by run (claim_runs, consumed_events,
+-- purge_runs, delete_dag through the dag's runs), the unique key, event first, lookups by
+-- event (purge_events, delete_asset) as well as I4. The event-first order is what lets one
+-- index do both; the dag-first one it replaced needed dagrun_asset_event_event_idx beside it.
 --
 -- No foreign keys (migration 0012_link_checks): a link's run and event are guaranteed by the
 -- routines, not checked per row. Their two checks were 1.9 s of a 3.3 s pass consuming a
@@ -203,9 +209,8 @@ CREATE TABLE {{ns}}.dagrun_asset_event (
     asset_event_id  bigint NOT NULL,
     dag_id          varchar(250) NOT NULL,
     PRIMARY KEY (dag_run_id, asset_event_id),
-    CONSTRAINT dagrun_asset_event_once UNIQUE (dag_id, asset_event_id)
+    CONSTRAINT dagrun_asset_event_once UNIQUE (asset_event_id, dag_id)
 );
-CREATE INDEX dagrun_asset_event_event_idx ON {{ns}}.dagrun_asset_event (asset_event_id);
 -- Active runs of a consumer (max_active_runs), and runs(dag_id, state=...).
 CREATE INDEX dag_run_dag_state_idx ON {{ns}}.dag_run (dag_id, state);
 -- The claim's index: claimable runs by when they may be claimed; finished runs are not in it.
@@ -1969,9 +1974,10 @@ $$;
 -- is locked first, FOR UPDATE, which waits for a pass that holds it (FOR NO KEY UPDATE, in
 -- schedule_pass and so in schedule_partitions) to commit, and makes every later pass skip
 -- the consumer (SKIP LOCKED); the link delete after it is a statement of its own, whose
--- snapshot has the committed pass's links. Its runs are locked before the links, in the
--- order purge_runs takes them (runs, then links), so the two never deadlock; purge_runs
--- skips them (SKIP LOCKED).
+-- snapshot has the committed pass's links (and their runs, inserted in the same transaction,
+-- through which it finds them). Its runs are locked before the links, in the order
+-- purge_runs takes them (runs, then links), so the two never deadlock; purge_runs skips them
+-- (SKIP LOCKED).
 --
 -- The queue rows by hand too (the queue has no foreign keys since 0013_queue_checks), after
 -- the lock: the FOR UPDATE waited for every producer holding the dag row (the fan-out locks it
@@ -1995,7 +2001,11 @@ BEGIN
         RAISE EXCEPTION 'unknown dag %', quote_nullable(p_dag_id) USING ERRCODE = 'AQ003';
     END IF;
     PERFORM 1 FROM {{ns}}.dag_run r WHERE r.dag_id = p_dag_id FOR UPDATE;
-    DELETE FROM {{ns}}.dagrun_asset_event l WHERE l.dag_id = p_dag_id;
+    -- Through its runs (dag_run_dag_state_idx, then the links' primary key): no index of the
+    -- links leads with dag_id since 0014_link_keys. The runs are the ones locked just above.
+    DELETE FROM {{ns}}.dagrun_asset_event l
+     USING {{ns}}.dag_run r
+     WHERE r.dag_id = p_dag_id AND l.dag_run_id = r.id;
     DELETE FROM {{ns}}.asset_dag_run_queue q WHERE q.target_dag_id = p_dag_id;
     DELETE FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id;
 END
