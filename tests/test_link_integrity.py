@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 import assetq
@@ -363,11 +364,64 @@ def _event_ids(row: Any) -> list[int]:
 
 
 def test_the_link_table_has_no_foreign_key_and_keeps_its_unique_key(db: TestDatabase) -> None:
-    """What 0012_link_checks changed, and what it kept (I4's unique key)."""
+    """What 0012_link_checks changed, and what it kept (I4's unique key), in the shape
+    0014_link_keys gave it: event first, serving lookups by event, with no event index."""
     inspector = sa.inspect(db.engine)
     table, schema = "dagrun_asset_event", db.namespace
     assert inspector.get_foreign_keys(table, schema=schema) == []
-    uniques = {u["name"] for u in inspector.get_unique_constraints(table, schema=schema)}
-    indexes = {i["name"] for i in inspector.get_indexes(table, schema=schema)}
-    assert "dagrun_asset_event_once" in uniques | indexes
-    assert "dagrun_asset_event_event_idx" in indexes
+    uniques = {
+        u["name"]: list(u["column_names"])
+        for u in inspector.get_unique_constraints(table, schema=schema)
+    }
+    indexes = {i["name"]: i for i in inspector.get_indexes(table, schema=schema)}
+    assert uniques["dagrun_asset_event_once"] == ["asset_event_id", "dag_id"]
+    assert "dagrun_asset_event_event_idx" not in indexes
+    # No other index by event alone: the unique key serves those lookups.
+    assert [n for n, i in indexes.items() if list(i["column_names"]) == ["asset_event_id"]] == []
+
+
+def test_the_turned_unique_key_refuses_a_second_link_of_an_event_to_a_consumer(
+    db: TestDatabase,
+) -> None:
+    """I4 stays enforced by the database with the key event first (0014_link_keys): a raw
+    duplicate (dag_id, asset_event_id) under another run is refused, naming the key, while
+    the same event linked to another consumer is accepted."""
+    db.execute(
+        "INSERT INTO {ns}.dagrun_asset_event (dag_run_id, asset_event_id, dag_id)"
+        " VALUES (1, 7, 'consumer'), (2, 7, 'other')"
+    )
+    with pytest.raises(sa.exc.IntegrityError, match="dagrun_asset_event_once"):
+        db.execute(
+            "INSERT INTO {ns}.dagrun_asset_event (dag_run_id, asset_event_id, dag_id)"
+            " VALUES (3, 7, 'consumer')"
+        )
+    assert db.scalar("SELECT count(*) FROM {ns}.dagrun_asset_event") == 2
+
+
+def test_0014_link_keys_up_gives_the_fresh_schema_and_down_gives_0013s_back(
+    empty_db: TestDatabase, backend: Any
+) -> None:
+    """The revision's scripts by themselves, from 0013_queue_checks: up builds what a fresh
+    install at head builds, down restores 0013 exactly. On MySQL, which commits each DDL
+    statement, each script runs twice in a row (a script that stopped half-way is finished
+    by running it again)."""
+    from assetq import sqlfiles
+    from schema_snapshot import snapshot
+
+    namespace, engine = empty_db.namespace, empty_db.engine_name
+    runs = 2 if engine == "mysql" else 1
+    assetq.install(empty_db.engine, revision="0013_queue_checks", namespace=namespace)
+    at_0013 = snapshot(empty_db)
+    for direction in ("up", "down"):
+        script = sqlfiles.read(engine, f"migrations/0014_link_keys.{direction}.sql")
+        for _ in range(runs):
+            with empty_db.engine.begin() as conn:
+                empty_db.dialect.run_script(conn, script, namespace)
+        if direction == "up":
+            fresh = backend.database(installed=False)
+            try:
+                assetq.install(fresh.engine, namespace=fresh.namespace)
+                assert snapshot(empty_db) == snapshot(fresh)
+            finally:
+                backend.drop(fresh)
+    assert snapshot(empty_db) == at_0013
