@@ -57,10 +57,18 @@ def test_a_tiny_run_writes_through_both_sides_and_cleans_up(
     head = assetq.head_revision()
     base = revisions._previous(head)
     lines = revisions.measure(
-        empty_db.engine, base, 2, repetitions=1, seconds=0.25, prefix=empty_db.name
+        empty_db.engine,
+        base,
+        2,
+        repetitions=1,
+        seconds=0.25,
+        prefix=empty_db.name,
+        backlog=30,
+        backlog_repetitions=2,
     )
-    assert len(lines) == 3
+    assert len(lines) == 4
     assert all(line.startswith(empty_db.engine_name) and line.endswith(")") for line in lines)
+    assert "whole backlog of 30" in lines[3]
     with empty_db.engine.connect() as conn:
-        for ns in (f"{empty_db.name}_base", f"{empty_db.name}_head"):
+        for ns in (f"{empty_db.name}{side}" for side in ("_base", "_head", "_bl_base", "_bl_head")):
             assert assetq.current_revision(conn, namespace=ns) is None
