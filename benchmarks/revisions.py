@@ -213,7 +213,7 @@ def backlog_pass(
         for ns in names.values():
             assetq.uninstall(engine, namespace=ns)
     ratios = [h / b for b, h in zip(rates[base], rates[head], strict=True)]
-    what = f"whole backlog of {backlog:,}"
+    what = f"whole backlog, {backlog:,}"
     return (
         f"{dialect.name:10s} | {what:23s} | {1:7d} | "
         f"{statistics.median(rates[base]):>9,.0f} | {statistics.median(rates[head]):>9,.0f}"

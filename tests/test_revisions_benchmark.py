@@ -68,7 +68,7 @@ def test_a_tiny_run_writes_through_both_sides_and_cleans_up(
     )
     assert len(lines) == 4
     assert all(line.startswith(empty_db.engine_name) and line.endswith(")") for line in lines)
-    assert "whole backlog of 30" in lines[3]
+    assert "whole backlog, 30" in lines[3]
     with empty_db.engine.connect() as conn:
         for ns in (f"{empty_db.name}{side}" for side in ("_base", "_head", "_bl_base", "_bl_head")):
             assert assetq.current_revision(conn, namespace=ns) is None
