@@ -143,7 +143,7 @@ class Config:
     peers_repetitions: int = 5
     peers_batch: int = 1_000
     peers_backlog: int = 100_000
-    peers_whole_repetitions: int = 3
+    peers_whole_repetitions: int = 7
     peers_profile: int = 99  # variants of the producer profile measured (0: none)
     #: "install" (PgQ, pgmq, procrastinate installed when missing), "if-installed" or "off".
     peers_install: str = "install"

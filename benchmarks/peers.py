@@ -119,7 +119,7 @@ class Settings:
     batch_consumers: int = 4
     backlog: int = 100_000
     drain_caps: tuple[int, ...] = (1_000, 1)
-    whole_repetitions: int = 3
+    whole_repetitions: int = 7
     #: How many of PROFILE_VARIANTS the profile measures (0: no profile).
     profile: int = 99
     #: "install" (peers installed when missing), "if-installed" or "off".
