@@ -16,10 +16,7 @@ twice, whichever way the race goes.
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -27,6 +24,7 @@ import pytest
 import sqlalchemy as sa
 
 import assetq
+import races
 import scenario
 from dbs import TestDatabase
 
@@ -38,15 +36,6 @@ ORPHANS = {
     "link without its event": "SELECT count(*) FROM {ns}.dagrun_asset_event l"
     " WHERE NOT EXISTS (SELECT 1 FROM {ns}.asset_event e WHERE e.id = l.asset_event_id)",
 }
-
-#: Sessions of this database waiting for a lock (as in test_semantics_lifecycle.py).
-LOCK_WAITS = {
-    "postgresql": "SELECT count(*) FROM pg_stat_activity"
-    " WHERE datname = current_database() AND wait_event_type = 'Lock'",
-    "mysql": "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'",
-}
-#: InnoDB refreshes INNODB_TRX only when it was not read for 0.1 s.
-LOCK_WAIT_POLL = {"postgresql": 0.005, "mysql": 0.15}
 
 NOW = timedelta(0)
 
@@ -218,39 +207,6 @@ def test_a_redeclaration_keeps_every_link(db: TestDatabase) -> None:
 # -- a deleting routine racing an open pass that consumed the same events ---------------------
 
 
-@dataclass
-class _Outcome:
-    value: Any = None
-    error: BaseException | None = None
-
-
-def _in_thread(action: Callable[[], Any]) -> tuple[threading.Thread, _Outcome]:
-    outcome = _Outcome()
-
-    def run() -> None:
-        try:
-            outcome.value = action()
-        except BaseException as exc:  # handed to the test thread
-            outcome.error = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, outcome
-
-
-def _blocked_or_done(db: TestDatabase, thread: threading.Thread, timeout: float = 10) -> str:
-    """Wait until ``thread``'s transaction waits for a lock or has finished; the assertions
-    hold either way, so timing decides nothing."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not thread.is_alive():
-            return "done"
-        if db.scalar(LOCK_WAITS[db.engine_name]):
-            return "blocked"
-        time.sleep(LOCK_WAIT_POLL[db.engine_name])
-    return "timeout"
-
-
 def _raced(db: TestDatabase, deleting: Callable[[], Any]) -> tuple[list[Any], str, Any]:
     """A pass consumes everything queued and holds its transaction open; ``deleting`` runs on
     another connection meanwhile; then the pass commits. Returns the pass's rows, whether the
@@ -260,8 +216,8 @@ def _raced(db: TestDatabase, deleting: Callable[[], Any]) -> tuple[list[Any], st
         conn.begin()
         made = list(db.dialect.execute(conn, "schedule_pass", db.namespace, {"limit": 100}))
         assert made
-        thread, outcome = _in_thread(deleting)
-        how = _blocked_or_done(db, thread)
+        thread, outcome = races.in_thread(deleting)
+        how = races.blocked_or_done(db, thread)
         conn.commit()
     thread.join(30)
     assert not thread.is_alive()
@@ -318,8 +274,8 @@ def test_a_pass_racing_an_open_delete_asset_links_nothing_of_it(db: TestDatabase
     with db.engine.connect() as conn:
         conn.begin()
         assert assetq.delete_asset(conn, "feed") == 2
-        thread, outcome = _in_thread(lambda: assetq.schedule(db.engine))
-        _blocked_or_done(db, thread)
+        thread, outcome = races.in_thread(lambda: assetq.schedule(db.engine))
+        races.blocked_or_done(db, thread)
         conn.commit()
     thread.join(30)
     assert not thread.is_alive()

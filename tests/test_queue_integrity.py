@@ -25,10 +25,7 @@ event queued exactly once.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -38,6 +35,7 @@ from sqlalchemy.engine import Connection
 
 import assetq
 import pass_reads
+import races
 import scenario
 from dbs import TestDatabase
 
@@ -52,15 +50,6 @@ ORPHANS = {
     " WHERE NOT EXISTS (SELECT 1 FROM {ns}.asset_dag_run_queue q"
     " WHERE q.target_dag_id = p.target_dag_id AND q.asset_event_id = p.asset_event_id)",
 }
-
-#: Sessions of this database waiting for a lock (as in test_link_integrity.py).
-LOCK_WAITS = {
-    "postgresql": "SELECT count(*) FROM pg_stat_activity"
-    " WHERE datname = current_database() AND wait_event_type = 'Lock'",
-    "mysql": "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'",
-}
-#: InnoDB refreshes INNODB_TRX only when it was not read for 0.1 s.
-LOCK_WAIT_POLL = {"postgresql": 0.005, "mysql": 0.15}
 
 NOW = timedelta(0)
 
@@ -276,37 +265,6 @@ def test_purge_events_deletes_exactly_the_consumed_and_unlinked_events(
 # -- a producer racing delete_dag or delete_asset, each side holding its transaction open ---
 
 
-@dataclass
-class _Outcome:
-    value: Any = None
-    error: BaseException | None = None
-
-
-def _in_thread(action: Callable[[], Any]) -> tuple[threading.Thread, _Outcome]:
-    outcome = _Outcome()
-
-    def run() -> None:
-        try:
-            outcome.value = action()
-        except BaseException as exc:  # handed to the test thread
-            outcome.error = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, outcome
-
-
-def _blocked(db: TestDatabase, thread: threading.Thread, timeout: float = 10) -> bool:
-    """Wait until ``thread``'s transaction waits for a lock (True) or has finished or the
-    timeout passed (False)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and thread.is_alive():
-        if db.scalar(LOCK_WAITS[db.engine_name]):
-            return True
-        time.sleep(LOCK_WAIT_POLL[db.engine_name])
-    return False
-
-
 def _held_then(
     db: TestDatabase,
     first: Callable[[Connection], Any],
@@ -330,8 +288,8 @@ def _held_then(
                 with other_conn.begin():
                     return second(other_conn)
 
-        thread, outcome = _in_thread(other)
-        blocked = _blocked(db, thread)
+        thread, outcome = races.in_thread(other)
+        blocked = races.blocked_or_done(db, thread) == "blocked"
         conn.commit()
     thread.join(30)
     assert not thread.is_alive()

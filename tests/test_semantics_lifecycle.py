@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 import assetq
+import races
 import scenario
 from dbs import TestDatabase
 
@@ -55,19 +54,6 @@ DANGLING = {
     " WHERE NOT EXISTS (SELECT 1 FROM {ns}.asset a WHERE a.id = e.asset_id)",
 }
 
-#: Sessions of this database waiting for a lock: how a forced interleaving knows its second
-#: transaction has reached the first one's lock. Only ever waited on with a timeout; the
-#: assertions hold whichever way the race goes.
-LOCK_WAITS = {
-    "postgresql": "SELECT count(*) FROM pg_stat_activity"
-    " WHERE datname = current_database() AND wait_event_type = 'Lock'",
-    "mysql": "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'",
-}
-
-#: Seconds between two looks. InnoDB refreshes what INNODB_TRX shows only when it was not
-#: read for 0.1 s: polled faster, it never shows the wait.
-LOCK_WAIT_POLL = {"postgresql": 0.005, "mysql": 0.15}
-
 
 def _dangling(db: TestDatabase) -> dict[str, int]:
     found = {what: int(db.scalar(sql)) for what, sql in DANGLING.items()}
@@ -94,41 +80,6 @@ def _drain(engine: sa.Engine) -> list[assetq.Run]:
             return runs
         runs += created
     raise AssertionError("the scheduler never ran out of runs to create")
-
-
-def _blocked_or_done(db: TestDatabase, thread: threading.Thread, timeout: float = 10) -> str:
-    """Wait until the other transaction, run by ``thread``, either waits for a lock (on the
-    transaction this test holds open) or has finished without waiting: the interleaving is
-    then fixed. Returns which; the test's assertions hold either way, so timing decides
-    nothing (past ``timeout`` the test just goes on)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not thread.is_alive():
-            return "done"
-        if db.scalar(LOCK_WAITS[db.engine_name]):
-            return "blocked"
-        time.sleep(LOCK_WAIT_POLL[db.engine_name])
-    return "timeout"
-
-
-@dataclass
-class _Outcome:
-    value: Any = None
-    error: BaseException | None = None
-
-
-def _in_thread(action: Callable[[], Any]) -> tuple[threading.Thread, _Outcome]:
-    outcome = _Outcome()
-
-    def run() -> None:
-        try:
-            outcome.value = action()
-        except BaseException as exc:  # reported by the test
-            outcome.error = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, outcome
 
 
 def _join(thread: threading.Thread) -> None:
@@ -235,8 +186,8 @@ def test_delete_dag_waits_for_a_pass_holding_the_consumer(db: TestDatabase) -> N
             with db.engine.begin() as conn:
                 assetq.delete_dag(conn, "doomed")
 
-        thread, outcome = _in_thread(delete)
-        _blocked_or_done(db, thread)
+        thread, outcome = races.in_thread(delete)
+        races.blocked_or_done(db, thread)
         scheduler.commit()
     _join(thread)
     assert outcome.error is None, outcome.error
@@ -259,8 +210,8 @@ def test_delete_dag_racing_an_open_producer_completes_and_the_producer_commits(
             with db.engine.begin() as conn:
                 assetq.delete_dag(conn, "doomed")
 
-        thread, outcome = _in_thread(delete)  # MySQL: may wait for the producer
-        _blocked_or_done(db, thread)
+        thread, outcome = races.in_thread(delete)  # MySQL: may wait for the producer
+        races.blocked_or_done(db, thread)
         producer.commit()
     _join(thread)
     assert outcome.error is None, outcome.error
@@ -280,8 +231,8 @@ def test_a_producer_racing_an_open_delete_dag_succeeds(db: TestDatabase) -> None
             with db.engine.begin() as conn:
                 return assetq.register_event(conn, "orders")
 
-        thread, outcome = _in_thread(produce)
-        _blocked_or_done(db, thread)
+        thread, outcome = races.in_thread(produce)
+        races.blocked_or_done(db, thread)
         deleter.commit()
     _join(thread)
     assert outcome.error is None, outcome.error
@@ -300,8 +251,8 @@ def test_redeclaring_while_a_producer_is_open_loses_no_event(db: TestDatabase) -
             with db.engine.begin() as conn:
                 assetq.declare_dag(conn, "consumer", assetq.any_of("a", "b"))
 
-        thread, outcome = _in_thread(redeclare)  # MariaDB: waits for the producer
-        _blocked_or_done(db, thread)
+        thread, outcome = races.in_thread(redeclare)  # MariaDB: waits for the producer
+        races.blocked_or_done(db, thread)
         producer.commit()
     _join(thread)
     assert outcome.error is None, outcome.error
@@ -324,8 +275,8 @@ def test_a_row_committed_during_a_redeclare_that_drops_its_asset_is_not_stranded
             with db.engine.begin() as conn:
                 assetq.declare_dag(conn, "consumer", "a")
 
-        thread, outcome = _in_thread(redeclare)
-        _blocked_or_done(db, thread)
+        thread, outcome = races.in_thread(redeclare)
+        races.blocked_or_done(db, thread)
         producer.commit()
     _join(thread)
     assert outcome.error is None, outcome.error
@@ -412,8 +363,8 @@ def test_a_producer_racing_delete_asset_gets_unknown_asset_and_writes_nothing(
             with db.engine.begin() as conn:
                 return assetq.register_event(conn, "orders", aliases=aliases)
 
-        thread, outcome = _in_thread(produce)
-        _blocked_or_done(db, thread)
+        thread, outcome = races.in_thread(produce)
+        races.blocked_or_done(db, thread)
         deleter.commit()
     _join(thread)
     assert isinstance(outcome.error, assetq.UnknownAsset), outcome.error
@@ -440,8 +391,8 @@ def test_delete_asset_racing_an_open_producer_leaves_no_event_of_the_asset(
             with db.engine.begin() as conn:
                 return assetq.delete_asset(conn, "orders")
 
-        thread, outcome = _in_thread(delete)
-        _blocked_or_done(db, thread)
+        thread, outcome = races.in_thread(delete)
+        races.blocked_or_done(db, thread)
         producer.commit()
     _join(thread)
     if outcome.error is not None:

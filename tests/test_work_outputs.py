@@ -21,6 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 import assetq
+import races
 from dbs import TestDatabase
 from work_scenario import declare, events_from, one_run, run_row
 
@@ -28,17 +29,6 @@ OUTPUT = "sales_report"
 
 #: The user's own table, in the application's schema: rows a handler locks and writes.
 LEDGER = "work_ledger"
-
-#: Sessions of this database waiting for a lock (as in tests/test_semantics_lifecycle.py).
-LOCK_WAITS = {
-    "postgresql": "SELECT count(*) FROM pg_stat_activity"
-    " WHERE datname = current_database() AND wait_event_type = 'Lock'",
-    "mysql": "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'",
-}
-
-#: Seconds between two looks. InnoDB refreshes what INNODB_TRX shows only when it was not
-#: read for 0.1 s: polled faster, it never shows the wait.
-LOCK_WAIT_POLL = {"postgresql": 0.005, "mysql": 0.15}
 
 #: Statements that differ between the engines: the run's row locked by a second
 #: transaction, as a worker completing it would hold it.
@@ -115,10 +105,10 @@ def test_on_mysql_a_failed_completion_leaves_the_callers_own_writes_in_its_trans
 
 def _wait_until_blocked(db: TestDatabase, thread: threading.Thread, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
-    while not db.scalar(LOCK_WAITS[db.engine_name]):
+    while not db.scalar(races.LOCK_WAITS[db.engine_name]):
         assert thread.is_alive(), "the completion returned without waiting for the run's lock"
         assert time.monotonic() < deadline, "the completion never waited for the run's lock"
-        time.sleep(LOCK_WAIT_POLL[db.engine_name])
+        time.sleep(races.LOCK_WAIT_POLL[db.engine_name])
 
 
 def test_a_completion_chosen_as_a_deadlock_victim_raises_a_transient_error_and_commits_nothing(
