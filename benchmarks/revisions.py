@@ -33,14 +33,11 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib
 import json
-import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +54,7 @@ for _path in (HERE, HERE.parent / "tests"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
+import burndown  # noqa: E402  (benchmarks/burndown.py: the throw-away servers)
 import peers  # noqa: E402  (benchmarks/peers.py: the interleaving)
 
 ASSETS = ("a0", "a1", "a2", "a3")
@@ -212,11 +210,15 @@ def backlog_pass(
     finally:
         for ns in names.values():
             assetq.uninstall(engine, namespace=ns)
-    ratios = [h / b for b, h in zip(rates[base], rates[head], strict=True)]
-    what = f"whole backlog, {backlog:,}"
+    return _line(dialect, f"whole backlog, {backlog:,}", 1, rates[base], rates[head])
+
+
+def _line(dialect: Dialect, what: str, clients: int, base: list[float], head: list[float]) -> str:
+    """One table line: medians of each side and of the per-round ratio head / base."""
+    ratios = [h / b for b, h in zip(base, head, strict=True)]
     return (
-        f"{dialect.name:10s} | {what:23s} | {1:7d} | "
-        f"{statistics.median(rates[base]):>9,.0f} | {statistics.median(rates[head]):>9,.0f}"
+        f"{dialect.name:10s} | {what:23s} | {clients:7d} | "
+        f"{statistics.median(base):>9,.0f} | {statistics.median(head):>9,.0f}"
         f" | {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
     )
 
@@ -248,12 +250,7 @@ def measure(
             rates = peers.interleaved(
                 alts, clients, seconds, repetitions, f"{dialect.name} {what}, {clients} clients"
             )
-            ratios = [h / b for b, h in zip(rates[base], rates[head], strict=True)]
-            lines.append(
-                f"{dialect.name:10s} | {what:23s} | {clients:7d} | "
-                f"{statistics.median(rates[base]):>9,.0f} | {statistics.median(rates[head]):>9,.0f}"
-                f" | {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
-            )
+            lines.append(_line(dialect, what, clients, rates[base], rates[head]))
         for ns in names.values():  # every event queued once for every consumer, both sides
             check = sqlfiles.render(
                 "SELECT (SELECT count(*) FROM {{ns}}.asset_event),"
@@ -269,20 +266,6 @@ def measure(
             assetq.uninstall(engine, namespace=ns)
     lines.append(backlog_pass(engine, dialect, base, backlog, backlog_repetitions, prefix))
     return lines
-
-
-@contextmanager
-def _server(engine_name: str, args: argparse.Namespace) -> Iterator[Engine]:
-    bench = importlib.import_module("bench")
-    name = f"aqrv_{os.getpid()}"
-    if engine_name == "postgresql":
-        server = bench._postgres_server(args.postgres, name=name)
-    else:
-        server = bench._mysql_server(args.mysql, name=name)
-    try:
-        yield server.target.engine
-    finally:
-        server.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -315,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for engine_name in [e.strip() for e in args.engines.split(",") if e.strip()]:
         if engine_name not in ("postgresql", "mysql"):
             parser.error(f"unknown engine {engine_name!r}")
-        with _server(engine_name, args) as engine:
+        with burndown._server(engine_name, args, prefix="aqrv") as engine:
             lines += measure(
                 engine,
                 args.base,
