@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from test_work_outputs import LOCK_RUN, LOCK_WAIT_POLL
+from test_work_outputs import LOCK_RUN
 
 import assetq
+import races
 from dbs import TestDatabase
 from work_scenario import declare, events_from, expire_lease, one_run, run_row, wait_for
 
@@ -112,7 +113,7 @@ def test_a_completion_on_an_engine_whose_connection_is_lost_is_not_sent_again(
             wait_for(
                 "the completion to wait for the run's row",
                 lambda: db.scalar(LOCK_WAITING[db.engine_name], pid=pid) == 1,
-                every=LOCK_WAIT_POLL[db.engine_name],
+                every=races.LOCK_WAIT_POLL[db.engine_name],
             )
             with db.engine.begin() as killer:
                 killer.execute(db.engine_sql("kill"), {"pid": pid})
