@@ -145,6 +145,7 @@ class Config:
     peers_backlog: int = 100_000
     peers_whole_repetitions: int = 7
     peers_profile: int = 99  # variants of the producer profile measured (0: none)
+    peers_floors: bool = True  # the floors of the missed targets (peers.measure_floors)
     #: "install" (PgQ, pgmq, procrastinate installed when missing), "if-installed" or "off".
     peers_install: str = "install"
 
@@ -758,7 +759,8 @@ def measure_burndown(target: Target, cfg: Config) -> dict[str, Any]:
 
 
 def measure_peers(target: Target, cfg: Config) -> dict[str, Any]:
-    """benchmarks/peers.py: producer, batch, drain and the producer's profile against PgQ,
+    """benchmarks/peers.py: producer, batch, drain, the producer's profile and the floors of
+    the missed targets against PgQ,
     pgmq and procrastinate on PostgreSQL (installed first when missing); assetq against plain
     statements on MySQL/MariaDB, where none of them runs."""
     settings = peers.Settings(
@@ -770,6 +772,7 @@ def measure_peers(target: Target, cfg: Config) -> dict[str, Any]:
         backlog=cfg.peers_backlog,
         whole_repetitions=cfg.peers_whole_repetitions,
         profile=cfg.peers_profile,
+        floors=cfg.peers_floors,
         install=cfg.peers_install,
     )
     return peers.measure(target.engine, settings)

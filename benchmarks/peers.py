@@ -122,6 +122,8 @@ class Settings:
     whole_repetitions: int = 7
     #: How many of PROFILE_VARIANTS the profile measures (0: no profile).
     profile: int = 99
+    #: Whether the floors of the missed targets are measured (measure_floors).
+    floors: bool = True
     #: "install" (peers installed when missing), "if-installed" or "off".
     install: str = "install"
 
@@ -724,24 +726,46 @@ def measure_drain(s: Setup, st: Settings) -> dict[str, Any]:
     # The whole backlog in one run: one timed operation per side per repetition.
     # One namespace and backlog for assetq's three drains: its consumer is re-declared with
     # each cap (the queue stays), which costs fewer installs than a namespace per cap.
-    whole: list[tuple[str, Backlog, Callable[[], Client]]] = []
     ns = s.namespace("aqp_peer_drain", 1)
     assetq_backlog = _assetq_backlog(s, ns, size)
-    whole.append((ASSETQ, assetq_backlog, _simple(info, _assetq_pass(ns))))
+    whole: list[WholeSide] = [
+        (ASSETQ, assetq_backlog, _simple(info, _assetq_pass(ns)), _vacuum(s, ns))
+    ]
     if s.pgq:
         whole.append(
             (
                 PGQ,
                 _pgq_backlog(s, "drain_all", size, size),
                 lambda: PgqConsumer(connect(info), "drain_all"),
+                None,
             )
         )
-    seconds: dict[str, list[float]] = {label: [] for label, _, _ in whole}
+    out["whole"] = _whole_runs(st, whole, "peers drain, whole backlog")
+
+    for cap in st.drain_caps:
+        with s.engine.begin() as conn:
+            assetq.declare_dag(
+                conn, "consumer_0", assetq.any_of(*ASSETS), max_events_per_run=cap, namespace=ns
+            )
+        out[str(cap)] = _capped_drain(s, st, cap, ns, assetq_backlog)
+    return out
+
+
+#: A side of a whole-backlog drain: its label, backlog, client, and what it does untimed
+#: after its top-up (a vacuum), if anything.
+WholeSide = tuple[str, Backlog, Callable[[], Client], Callable[[], None] | None]
+
+
+def _whole_runs(st: Settings, sides: list[WholeSide], what: str) -> dict[str, list[float]]:
+    """Events/s of one timed step per side per repetition, each consuming the side's whole
+    backlog (checked), the sides taking turns (the first one rotating)."""
+    size = st.backlog
+    seconds: dict[str, list[float]] = {label: [] for label, *_ in sides}
     for rep in range(st.whole_repetitions):
-        for label, backlog, make in _rotated(whole, rep):
+        for label, backlog, make, settle in _rotated(sides, rep):
             backlog.top_up()
-            if label == ASSETQ:
-                s.execute(q("aq_vacuum", ns))
+            if settle is not None:
+                settle()
             client = make()
             try:
                 t0 = time.perf_counter()
@@ -753,18 +777,19 @@ def measure_drain(s: Setup, st: Settings) -> dict[str, Any]:
                 raise SystemExit(f"{label}: one run consumed {n} events, not {size}")
             backlog.consumed(n)
         _progress(
-            f"peers drain, whole backlog {rep + 1}/{st.whole_repetitions}: "
+            f"{what} {rep + 1}/{st.whole_repetitions}: "
             + ", ".join(f"{k} {size / v[-1]:,.0f}/s" for k, v in seconds.items())
         )
-    out["whole"] = {label: [size / t for t in v] for label, v in seconds.items()}
+    return {label: [size / t for t in v] for label, v in seconds.items()}
 
-    for cap in st.drain_caps:
-        with s.engine.begin() as conn:
-            assetq.declare_dag(
-                conn, "consumer_0", assetq.any_of(*ASSETS), max_events_per_run=cap, namespace=ns
-            )
-        out[str(cap)] = _capped_drain(s, st, cap, ns, assetq_backlog)
-    return out
+
+def _vacuum(s: Setup, ns: str) -> Callable[[], None]:
+    """Namespace ``ns``'s dead rows gone and its statistics fresh (untimed)."""
+
+    def vacuum() -> None:
+        s.execute(q("aq_vacuum", ns))
+
+    return vacuum
 
 
 def _capped_drain(
@@ -783,9 +808,7 @@ def _capped_drain(
     ) -> None:
         alts.append(Alternative(label, make, backlog.top_up, settle, backlog.consumed))
 
-    def vacuum() -> None:
-        s.execute(q("aq_vacuum", ns))
-
+    vacuum = _vacuum(s, ns)
     add(ASSETQ, shared, _simple(info, _assetq_pass(ns)), vacuum)
     if cap == 1:
         # One run per pass, as every pass was before 0011_runs_per_pass.
@@ -931,6 +954,94 @@ def measure_profile(s: Setup, st: Settings) -> dict[str, Any]:
     return {"consumers": consumers, "clients": 1, "base": PROFILE_BASE, "rates": rates}
 
 
+# -- floors ------------------------------------------------------------------------------------
+
+FLOOR_EVENT = "the event rows alone (no queue row)"
+FLOOR_PK = "a plain INSERT, the trigger's queue rows, the queue's primary key only"
+FLOOR_RUN = "the run's writes alone (run row, queue rows deleted, links)"
+
+
+def measure_floors(s: Setup, st: Settings) -> dict[str, Any]:
+    """What bounds the targets assetq misses, measured: beside assetq and PgQ in the same
+    interleaved runs, the least the layout writes (benchmarks/sql/peers_postgresql.sql's
+    floors), with none of assetq's routines, locks or checks. Producer and batch: the event
+    rows alone (a copy namespace without the fan-out trigger), and the event and queue rows
+    by a plain INSERT into a copy whose queue keeps its primary key only. Whole backlog: one
+    statement that inserts a run, deletes the consumer's queue rows and links them."""
+    consumers, info, n = st.batch_consumers, s.info, st.batch_size
+    base = s.namespace("aqp_floor_base", consumers)
+    copies = {FLOOR_PK: "prof_no_queue_indexes", FLOOR_EVENT: "prof_no_fan_out"}
+    spaces = {ASSETQ: base}
+    for i, (label, change) in enumerate(copies.items()):
+        ns = s.namespace(f"aqp_floor_{i}", consumers)
+        s.copies.add(ns)
+        s.execute(q(change, ns))
+        spaces[label] = ns
+    if s.pgq:
+        s.execute(q("pgq_create_queue"), {"queue": "floor"})
+        for c in range(consumers):
+            s.execute(q("pgq_register_consumer"), {"queue": "floor", "consumer": f"consumer_{c}"})
+    one = {"asset": "a0"}
+    producer = [Alternative(ASSETQ, _simple(info, _pg_one(q("aq_register", base), one)))]
+    events = json.dumps([{"asset": ASSETS[i % len(ASSETS)]} for i in range(n)])
+    batch = [
+        Alternative(
+            ASSETQ, _simple(info, _batch(q("aq_register_batch", base), {"events": events}, n))
+        )
+    ]
+    for label in copies:
+        ns = spaces[label]
+        producer.append(Alternative(label, _simple(info, _pg_one(q("prof_raw_insert", ns), one))))
+        batch.append(
+            Alternative(label, _simple(info, _batch(q("floor_insert_batch", ns), {"n": n}, n)))
+        )
+    if s.pgq:
+        pgq_one = {"queue": "floor", "data": "{}"}
+        producer.append(Alternative(PGQ, _simple(info, _pg_one(q("pgq_insert"), pgq_one))))
+        pgq_batch = {"queue": "floor", "data": ["{}"] * n}
+        batch.append(Alternative(PGQ, _simple(info, _batch(q("pgq_insert_batch"), pgq_batch, n))))
+    out: dict[str, Any] = {"consumers": consumers, "batch_size": n, "backlog": st.backlog}
+    for clients in st.clients:
+        out[f"producer/{clients}"] = interleaved(
+            producer, clients, st.seconds, st.repetitions, f"floors, producer, {clients} clients"
+        )
+    out["batch"] = interleaved(batch, 1, st.seconds, st.repetitions, f"floors, batch of {n:,}")
+    for label, ns in spaces.items():
+        written, queued = s.execute(q("prof_rows", ns))[0]
+        expected = 0 if label == FLOOR_EVENT else written * consumers
+        if queued != expected:
+            raise SystemExit(f"{label}: {written} events but {queued} queue rows")
+
+    # The whole backlog: assetq's pass, the run's writes alone, PgQ's one batch.
+    size = st.backlog
+    passed, written = s.namespace("aqp_floor_pass", 1), s.namespace("aqp_floor_run", 1)
+    whole: list[WholeSide] = [
+        (
+            ASSETQ,
+            _assetq_backlog(s, passed, size),
+            _simple(info, _assetq_pass(passed)),
+            _vacuum(s, passed),
+        ),
+        (
+            FLOOR_RUN,
+            _assetq_backlog(s, written, size),
+            _simple(info, _batch(q("floor_run_writes", written), {}, size)),
+            _vacuum(s, written),
+        ),
+    ]
+    if s.pgq:
+        whole.append(
+            (
+                PGQ,
+                _pgq_backlog(s, "floor_all", size, size),
+                lambda: PgqConsumer(connect(info), "floor_all"),
+                None,
+            )
+        )
+    out["whole"] = _whole_runs(st, whole, "floors, whole backlog")
+    return out
+
+
 # -- MySQL/MariaDB: assetq against plain statements --------------------------------------------
 
 
@@ -1039,6 +1150,8 @@ def measure(engine: Engine, st: Settings) -> dict[str, Any]:
         result["drain"] = measure_drain(s, st)
         if st.profile:
             result["profile"] = measure_profile(s, st)
+        if st.floors:
+            result["floors"] = measure_floors(s, st)
     finally:
         s.close()
     return result
@@ -1046,7 +1159,7 @@ def measure(engine: Engine, st: Settings) -> dict[str, Any]:
 
 # -- standalone --------------------------------------------------------------------------------
 
-PARTS = ("producer", "batch", "drain", "profile")
+PARTS = ("producer", "batch", "drain", "profile", "floors")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1091,6 +1204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "batch": measure_batch,
                 "drain": measure_drain,
                 "profile": measure_profile,
+                "floors": measure_floors,
             }
             for part in parts:
                 result[part] = measures[part](s, st)

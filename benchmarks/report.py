@@ -360,6 +360,81 @@ def peers_section(report: dict[str, Any]) -> list[str]:
     profile = (pg or {}).get("profile")
     if profile:
         out += profile_section(profile)
+    floors = (pg or {}).get("floors")
+    if floors:
+        out += floors_section(floors)
+    return out
+
+
+def floors_section(floors: dict[str, Any]) -> list[str]:
+    """What bounds the missed targets: assetq, the least its layout writes, and PgQ, in the
+    same interleaved runs."""
+    consumers = floors["consumers"]
+    out = [
+        "",
+        "### What bounds the missed targets, measured",
+        "",
+        "The least assetq's layout writes for the works whose target it misses, side by side"
+        " with assetq and PgQ in one interleaved run per work (benchmarks/peers.py's"
+        " measure_floors; the statements are benchmarks/sql/peers_postgresql.sql's floors),"
+        " with none of assetq's routines, locks or checks: for the producer and the batch"
+        f" ({consumers} consumers), a plain INSERT of the event rows into a copy of the schema"
+        " without the fan-out trigger (no queue row: the layout's one row per event), and a"
+        " plain INSERT into a copy whose queue keeps its primary key only (the trigger writes"
+        " one queue row per consumer per event, no secondary index); for the whole backlog,"
+        " one statement that inserts a run row, deletes the consumer's queue rows and inserts"
+        " a link per deleted row (no condition, order, claim guard or run state). Each side is"
+        " checked to write the rows it says. A floor below the target means no change to the"
+        " routines can meet it while the layout keeps a queue row per consumer per event and"
+        " a link per consumed event (I1, I4): only a different layout can (the session notes"
+        " say what was measured of one).",
+        "",
+    ]
+    works: list[tuple[str, str, str]] = []
+    for key in floors:
+        if key.startswith("producer/"):
+            clients = int(key.split("/")[1])
+            works.append(
+                (
+                    key,
+                    f"producer, 1 event per transaction, {consumers} consumers, {clients}"
+                    f" client{'s' if clients > 1 else ''}",
+                    "PgQ >= 0.7x" if clients == 1 else "PgQ >= 0.9x",
+                )
+            )
+    if "batch" in floors:
+        works.append(
+            (
+                "batch",
+                f"batch of {floors['batch_size']:,} events, {consumers} consumers",
+                "PgQ >= 0.5x",
+            )
+        )
+    if "whole" in floors:
+        works.append(
+            (
+                "whole",
+                f"drain a {floors['backlog']:,} backlog, whole queue in one run",
+                "PgQ >= 0.5x",
+            )
+        )
+    rows = []
+    for key, what, target in works:
+        rates = floors[key]
+        pgq = rates.get(P_PGQ)
+        for i, (label, values) in enumerate(rates.items()):
+            rows.append(
+                [
+                    what if i == 0 else "",
+                    label,
+                    _spread(values),
+                    _spread(_ratios(values, pgq), digits=2, unit="x")
+                    if pgq and label != P_PGQ
+                    else "",
+                    target if i == 0 else "",
+                ]
+            )
+    out += _table(["work", "side", "events/s", "/ PgQ", "target"], rows)
     return out
 
 
@@ -503,7 +578,7 @@ def burndown_section(report: dict[str, Any]) -> list[str]:
         " nothing: the completion is a transaction of its own, on PostgreSQL the call alone)"
         " until nothing is left; beside it the same calls on the Engine (a pool checkout for"
         " each call), and the completion in the caller's transaction, as a handler that"
-        ' writes to the database completes: `with engine.begin() as conn:'
+        " writes to the database completes: `with engine.begin() as conn:"
         ' assetq.complete_run(conn, claim, "success")` (BEGIN, the call, COMMIT); against'
         " procrastinate's fetch + finish of"
         f" {runs:,} jobs on the same PostgreSQL server, through its own SQL functions"

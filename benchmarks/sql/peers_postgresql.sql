@@ -115,6 +115,46 @@ $$
 SELECT (SELECT count(*) FROM {{ns}}.asset_event) AS events,
        (SELECT count(*) FROM {{ns}}.asset_dag_run_queue) AS queued
 
+-- ====================== floors: the rows a missed target must write =======================
+-- What bounds the targets assetq misses, measured beside PgQ: the least the queue's layout
+-- (one queue row per consumer per event, one link per consumed event) writes, with none of
+-- assetq's routines, locks or checks around it. Timed on copy namespaces (prof_no_fan_out,
+-- prof_no_queue_indexes) or, for the run's writes, on a namespace of its own.
+
+-- floor_insert_batch --
+-- %(n)s events of the assets a0..a3 in turn, in one plain INSERT (the trigger, where it is
+-- on, fans them out): RETURNING counts the event rows written.
+WITH ins AS (
+    INSERT INTO {{ns}}.asset_event (asset_id)
+    SELECT a.id
+      FROM generate_series(0, CAST(%(n)s AS integer) - 1) AS g
+      JOIN {{ns}}.asset a ON a.name = 'a' || mod(g, 4)
+     ORDER BY g
+    RETURNING 1
+)
+SELECT count(*) FROM ins
+
+-- floor_run_writes --
+-- A run's writes alone, for a whole backlog: one dag_run row, every queue row of consumer_0
+-- deleted, a link per deleted row. No condition, no order, no claim guard, no run state: the
+-- least any pass consuming the backlog writes in this layout.
+WITH run AS (
+    INSERT INTO {{ns}}.dag_run (dag_id, run_id, seq, run_after)
+    SELECT 'consumer_0', 'floor_' || n.seq, n.seq, clock_timestamp()
+      FROM (SELECT coalesce(max(seq), 0) + 1 AS seq
+              FROM {{ns}}.dag_run WHERE dag_id = 'consumer_0') AS n
+    RETURNING id, dag_id
+), gone AS (
+    DELETE FROM {{ns}}.asset_dag_run_queue q
+     WHERE q.target_dag_id = 'consumer_0'
+    RETURNING q.asset_event_id
+), linked AS (
+    INSERT INTO {{ns}}.dagrun_asset_event (dag_run_id, asset_event_id, dag_id)
+    SELECT run.id, gone.asset_event_id, run.dag_id FROM run CROSS JOIN gone
+    RETURNING 1
+)
+SELECT count(*) FROM linked
+
 -- ====================================== PgQ ===============================================
 
 -- pgq_available --
