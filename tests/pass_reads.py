@@ -39,22 +39,22 @@ _PG_QUEUE_STATS = (
     "       (SELECT coalesce(sum(i.idx_tup_read), 0) FROM pg_stat_user_indexes i"
     "         WHERE i.relid = t.relid)"
     "  FROM pg_stat_user_tables t"
-    " WHERE t.schemaname = :ns AND t.relname = 'asset_dag_run_queue'"
+    " WHERE t.schemaname = :ns AND t.relname = :table"
 )
 
 
 def pg_queue_reads_of(
-    db: TestDatabase, action: Callable[[sa.Connection], Any]
+    db: TestDatabase, action: Callable[[sa.Connection], Any], table: str = "asset_dag_run_queue"
 ) -> tuple[Any, dict[str, int]]:
-    """What ``action`` returned, run in a transaction of its own connection, and the queue's
-    rows and index entries it read, on that connection's statistics."""
+    """What ``action`` returned, run in a transaction of its own connection, and the rows and
+    index entries it read of the queue (or of ``table``), on that connection's statistics."""
     with db.engine.connect() as conn:
 
         def reads() -> tuple[int, ...]:
             conn.execute(sa.text("SELECT pg_stat_force_next_flush()"))
             conn.commit()
             conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
-            row = conn.execute(sa.text(_PG_QUEUE_STATS), {"ns": db.namespace}).one()
+            row = conn.execute(sa.text(_PG_QUEUE_STATS), {"ns": db.namespace, "table": table}).one()
             conn.commit()
             return tuple(int(v) for v in row)
 

@@ -358,7 +358,7 @@ def test_0014_link_keys_up_gives_the_fresh_schema_and_down_gives_0013s_back(
     empty_db: TestDatabase, backend: Any
 ) -> None:
     """The revision's scripts by themselves, from 0013_queue_checks: up builds what a fresh
-    install at head builds, down restores 0013 exactly. On MySQL, which commits each DDL
+    install at 0014 builds, down restores 0013 exactly. On MySQL, which commits each DDL
     statement, each script runs twice in a row (a script that stopped half-way is finished
     by running it again)."""
     from assetq import sqlfiles
@@ -376,7 +376,7 @@ def test_0014_link_keys_up_gives_the_fresh_schema_and_down_gives_0013s_back(
         if direction == "up":
             fresh = backend.database(installed=False)
             try:
-                assetq.install(fresh.engine, namespace=fresh.namespace)
+                assetq.install(fresh.engine, revision="0014_link_keys", namespace=fresh.namespace)
                 assert snapshot(empty_db) == snapshot(fresh)
             finally:
                 backend.drop(fresh)

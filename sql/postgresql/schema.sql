@@ -660,7 +660,11 @@ BEGIN
     SELECT t.ord, t.key, e.id INTO v_bad
       FROM unnest(v_ids, v_asset_ids, v_extras, v_keys, v_parts)
            WITH ORDINALITY AS t(id, asset_id, extra, key, part, ord)
-      JOIN {{ns}}.asset_event e ON e.asset_id = t.asset_id AND e.idempotency_key = t.key
+     CROSS JOIN LATERAL (SELECT k.id, k.extra, k.partition_key
+                           FROM {{ns}}.asset_event k
+                          WHERE t.key IS NOT NULL
+                            AND k.asset_id = t.asset_id AND k.idempotency_key = t.key
+                          LIMIT 1) e  -- by index, item by item (see the result below)
      WHERE e.id <> t.id
        AND (e.extra IS DISTINCT FROM t.extra OR e.partition_key IS DISTINCT FROM t.part)
      ORDER BY t.ord
@@ -683,13 +687,23 @@ BEGIN
         ON CONFLICT DO NOTHING;
     END IF;
 
+    -- One row per item, each found by index (migration 0015_batch_lookups): an item without
+    -- an idempotency key is the row this call inserted (nothing can conflict with it: its id,
+    -- asset and timestamp are the call's own), an item with one is looked up by its key,
+    -- whichever call inserted it. LIMIT 1 (the key is unique) keeps the lookup a subquery
+    -- per item: without it PostgreSQL flattens the join and may hash it over the event
+    -- history. Until 0015 one join of the batch with asset_event, which PostgreSQL planned
+    -- as such a hash join: a batch cost the history, not its size.
     RETURN QUERY
-    SELECT t.ord::integer, e.id, e.asset_id, e."timestamp", e.id = t.id
+    SELECT t.ord::integer, coalesce(k.id, t.id), t.asset_id, coalesce(k."timestamp", v_now),
+           k.id IS NULL OR k.id = t.id
       FROM unnest(v_ids, v_asset_ids, v_keys) WITH ORDINALITY AS t(id, asset_id, key, ord)
-      JOIN {{ns}}.asset_event e
-        ON e.id = CASE WHEN t.key IS NULL THEN t.id
-                       ELSE (SELECT k.id FROM {{ns}}.asset_event k
-                              WHERE k.asset_id = t.asset_id AND k.idempotency_key = t.key) END
+      LEFT JOIN LATERAL (SELECT e.id, e."timestamp"
+                           FROM {{ns}}.asset_event e
+                          WHERE t.key IS NOT NULL
+                            AND e.asset_id = t.asset_id AND e.idempotency_key = t.key
+                          LIMIT 1) k ON true
+     WHERE t.key IS NULL OR k.id IS NOT NULL
      ORDER BY t.ord;
 END
 $$;
