@@ -956,6 +956,7 @@ def measure_profile(s: Setup, st: Settings) -> dict[str, Any]:
 
 # -- floors ------------------------------------------------------------------------------------
 
+FLOOR_ALL = "a plain INSERT, the trigger's queue rows, every queue index"
 FLOOR_EVENT = "the event rows alone (no queue row)"
 FLOOR_PK = "a plain INSERT, the trigger's queue rows, the queue's primary key only"
 FLOOR_RUN = "the run's writes alone (run row, queue rows deleted, links)"
@@ -966,16 +967,18 @@ def measure_floors(s: Setup, st: Settings) -> dict[str, Any]:
     interleaved runs, the least the layout writes (benchmarks/sql/peers_postgresql.sql's
     floors), with none of assetq's routines, locks or checks. Producer and batch: the event
     rows alone (a copy namespace without the fan-out trigger), and the event and queue rows
-    by a plain INSERT into a copy whose queue keeps its primary key only. Whole backlog: one
+    by a plain INSERT, into a namespace as installed and into a copy whose queue keeps its
+    primary key only. Whole backlog: one
     statement that inserts a run, deletes the consumer's queue rows and links them."""
     consumers, info, n = st.batch_consumers, s.info, st.batch_size
     base = s.namespace("aqp_floor_base", consumers)
-    copies = {FLOOR_PK: "prof_no_queue_indexes", FLOOR_EVENT: "prof_no_fan_out"}
+    copies = {FLOOR_ALL: None, FLOOR_PK: "prof_no_queue_indexes", FLOOR_EVENT: "prof_no_fan_out"}
     spaces = {ASSETQ: base}
     for i, (label, change) in enumerate(copies.items()):
         ns = s.namespace(f"aqp_floor_{i}", consumers)
-        s.copies.add(ns)
-        s.execute(q(change, ns))
+        if change is not None:
+            s.copies.add(ns)
+            s.execute(q(change, ns))
         spaces[label] = ns
     if s.pgq:
         s.execute(q("pgq_create_queue"), {"queue": "floor"})

@@ -374,20 +374,21 @@ def floors_section(floors: dict[str, Any]) -> list[str]:
         "",
         "### What bounds the missed targets, measured",
         "",
-        "The least assetq's layout writes for the works whose target it misses, side by side"
-        " with assetq and PgQ in one interleaved run per work (benchmarks/peers.py's"
-        " measure_floors; the statements are benchmarks/sql/peers_postgresql.sql's floors),"
-        " with none of assetq's routines, locks or checks: for the producer and the batch"
-        f" ({consumers} consumers), a plain INSERT of the event rows into a copy of the schema"
-        " without the fan-out trigger (no queue row: the layout's one row per event), and a"
-        " plain INSERT into a copy whose queue keeps its primary key only (the trigger writes"
-        " one queue row per consumer per event, no secondary index); for the whole backlog,"
-        " one statement that inserts a run row, deletes the consumer's queue rows and inserts"
-        " a link per deleted row (no condition, order, claim guard or run state). Each side is"
-        " checked to write the rows it says. A floor below the target means no change to the"
-        " routines can meet it while the layout keeps a queue row per consumer per event and"
-        " a link per consumed event (I1, I4): only a different layout can (the session notes"
-        " say what was measured of one).",
+        "The least assetq's layout writes for the works whose target it misses, side by side "
+        "with assetq and PgQ in one interleaved run per work (benchmarks/peers.py's "
+        "measure_floors; the statements are benchmarks/sql/peers_postgresql.sql's floors), with"
+        " none of assetq's routines, locks or checks: for the producer and the batch "
+        f"({consumers} consumers), a plain INSERT of the events into a namespace as installed "
+        "(the fan-out trigger writes one queue row per consumer per event, with the queue's "
+        "indexes, which the capped claim and the witness search read), the same into a copy "
+        "whose queue keeps its primary key only, and a plain INSERT of the event rows into a "
+        "copy without the fan-out trigger (no queue row: the layout's one row per event); for "
+        "the whole backlog, one statement that inserts a run row, deletes the consumer's queue "
+        "rows and inserts a link per deleted row (no condition, order, claim guard or run "
+        "state). Each side is checked to write the rows it says. A floor below the target means"
+        " no change to the routines can meet it while the layout keeps a queue row per consumer"
+        " per event and a link per consumed event (I1, I4): only a different layout can (the "
+        "session notes say what was measured of one).",
         "",
     ]
     works: list[tuple[str, str, str]] = []

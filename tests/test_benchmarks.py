@@ -96,12 +96,14 @@ def _check_peers(figure: dict[str, Any], engine_name: str) -> None:
         assert min(_every_rate(figure["drain"][work])) > 0
     rows = figure["profile"]["rates"]
     assert len(rows) == 2 + (peers.PGQ in producer) and min(_every_rate(rows)) > 0
-    # The floors: assetq, its two copies (producer, batch) or the run's writes (whole
+    # The floors: assetq, its three plain sides (producer, batch) or the run's writes (whole
     # backlog), and PgQ where it is installed, each having done work.
     floors = figure["floors"]
     for work in ("producer/1", "producer/2", "batch", "whole"):
         sides = {peers.ASSETQ, peers.PGQ} & set(producer) | (
-            {peers.FLOOR_RUN} if work == "whole" else {peers.FLOOR_EVENT, peers.FLOOR_PK}
+            {peers.FLOOR_RUN}
+            if work == "whole"
+            else {peers.FLOOR_ALL, peers.FLOOR_EVENT, peers.FLOOR_PK}
         )
         assert set(floors[work]) == sides, work
         assert min(_every_rate(floors[work])) > 0, work
