@@ -760,9 +760,9 @@ def measure_burndown(target: Target, cfg: Config) -> dict[str, Any]:
 
 def measure_peers(target: Target, cfg: Config) -> dict[str, Any]:
     """benchmarks/peers.py: producer, batch, drain, the producer's profile and the floors of
-    the missed targets against PgQ,
-    pgmq and procrastinate on PostgreSQL (installed first when missing); assetq against plain
-    statements on MySQL/MariaDB, where none of them runs."""
+    the missed targets against PgQ, pgmq and procrastinate on PostgreSQL (installed first
+    when missing); assetq against plain statements on MySQL/MariaDB, where none of them
+    runs."""
     settings = peers.Settings(
         clients=cfg.peers_clients,
         consumers=cfg.peers_consumers,

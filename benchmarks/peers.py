@@ -732,14 +732,7 @@ def measure_drain(s: Setup, st: Settings) -> dict[str, Any]:
         (ASSETQ, assetq_backlog, _simple(info, _assetq_pass(ns)), _vacuum(s, ns))
     ]
     if s.pgq:
-        whole.append(
-            (
-                PGQ,
-                _pgq_backlog(s, "drain_all", size, size),
-                lambda: PgqConsumer(connect(info), "drain_all"),
-                None,
-            )
-        )
+        whole.append(_pgq_whole(s, "drain_all", size))
     out["whole"] = _whole_runs(st, whole, "peers drain, whole backlog")
 
     for cap in st.drain_caps:
@@ -781,6 +774,18 @@ def _whole_runs(st: Settings, sides: list[WholeSide], what: str) -> dict[str, li
             + ", ".join(f"{k} {size / v[-1]:,.0f}/s" for k, v in seconds.items())
         )
     return {label: [size / t for t in v] for label, v in seconds.items()}
+
+
+def _pgq_whole(s: Setup, queue: str, size: int) -> WholeSide:
+    """PgQ's side of a whole-backlog drain: a new queue of ``size`` events in one batch,
+    taken by one consumer's batch."""
+    info = s.info
+    return (
+        PGQ,
+        _pgq_backlog(s, queue, size, size),
+        lambda: PgqConsumer(connect(info), queue),
+        None,
+    )
 
 
 def _vacuum(s: Setup, ns: str) -> Callable[[], None]:
@@ -968,8 +973,8 @@ def measure_floors(s: Setup, st: Settings) -> dict[str, Any]:
     floors), with none of assetq's routines, locks or checks. Producer and batch: the event
     rows alone (a copy namespace without the fan-out trigger), and the event and queue rows
     by a plain INSERT, into a namespace as installed and into a copy whose queue keeps its
-    primary key only. Whole backlog: one
-    statement that inserts a run, deletes the consumer's queue rows and links them."""
+    primary key only. Whole backlog: one statement that inserts a run, deletes the
+    consumer's queue rows and links them."""
     consumers, info, n = st.batch_consumers, s.info, st.batch_size
     base = s.namespace("aqp_floor_base", consumers)
     copies = {FLOOR_ALL: None, FLOOR_PK: "prof_no_queue_indexes", FLOOR_EVENT: "prof_no_fan_out"}
@@ -1033,14 +1038,7 @@ def measure_floors(s: Setup, st: Settings) -> dict[str, Any]:
         ),
     ]
     if s.pgq:
-        whole.append(
-            (
-                PGQ,
-                _pgq_backlog(s, "floor_all", size, size),
-                lambda: PgqConsumer(connect(info), "floor_all"),
-                None,
-            )
-        )
+        whole.append(_pgq_whole(s, "floor_all", size))
     out["whole"] = _whole_runs(st, whole, "floors, whole backlog")
     return out
 

@@ -33,7 +33,7 @@ def schedule_pass(db: TestDatabase, conn: sa.Connection, limit: int) -> list[Any
     return list(db.dialect.execute(conn, "schedule_pass", db.namespace, {"limit": limit}))
 
 
-_PG_QUEUE_STATS = (
+_PG_TABLE_STATS = (
     "SELECT coalesce(t.seq_scan, 0), coalesce(t.seq_tup_read, 0),"
     "       coalesce(t.idx_tup_fetch, 0),"
     "       (SELECT coalesce(sum(i.idx_tup_read), 0) FROM pg_stat_user_indexes i"
@@ -54,7 +54,7 @@ def pg_queue_reads_of(
             conn.execute(sa.text("SELECT pg_stat_force_next_flush()"))
             conn.commit()
             conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
-            row = conn.execute(sa.text(_PG_QUEUE_STATS), {"ns": db.namespace, "table": table}).one()
+            row = conn.execute(sa.text(_PG_TABLE_STATS), {"ns": db.namespace, "table": table}).one()
             conn.commit()
             return tuple(int(v) for v in row)
 

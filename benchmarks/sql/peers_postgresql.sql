@@ -118,8 +118,8 @@ SELECT (SELECT count(*) FROM {{ns}}.asset_event) AS events,
 -- ====================== floors: the rows a missed target must write =======================
 -- What bounds the targets assetq misses, measured beside PgQ: the least the queue's layout
 -- (one queue row per consumer per event, one link per consumed event) writes, with none of
--- assetq's routines, locks or checks around it. Timed on copy namespaces (prof_no_fan_out,
--- prof_no_queue_indexes) or, for the run's writes, on a namespace of its own.
+-- assetq's routines, locks or checks around it. Each timed on a namespace of its own: as
+-- installed, or a copy with a part taken away (prof_no_fan_out, prof_no_queue_indexes).
 
 -- floor_insert_batch --
 -- %(n)s events of the assets a0..a3 in turn, in one plain INSERT (the trigger, where it is
