@@ -48,13 +48,8 @@ _MISSING_ROUTINE = re.compile(r"(?:PROCEDURE|FUNCTION) `?\w+`?\.`?(\w+)`? does n
 
 @functools.cache
 def _routine_names(engine: str) -> frozenset[str]:
-    """The routines of this package's schema for ``engine``."""
-    found = re.findall(
-        r"CREATE\s+(?:DEFINER\s*=\s*\S+\s+)?(?:PROCEDURE|FUNCTION)\s+\{\{ns\}\}\.`?(\w+)",
-        sqlfiles.read(engine, "schema.sql"),
-        re.IGNORECASE,
-    )
-    return frozenset(found)
+    """The routines of this package's schema for ``engine`` (one file each)."""
+    return frozenset(f.name for f in sqlfiles.object_files(engine) if f.kind == "routine")
 
 
 def _is_ours(name: str, routines: frozenset[str]) -> bool:

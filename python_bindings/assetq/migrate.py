@@ -1,11 +1,12 @@
 """Install, upgrade, downgrade and uninstall the assetq schema through alembic.
 
-The revisions in ``assetq/migrations/versions`` only execute packaged SQL
-(``sql/<engine>/migrations/<revision>.<up|down>.sql``). alembic's version table lives inside
-the namespace. A fresh install to the head revision executes the schema snapshot
-(``sql/<engine>/schema.sql``) and stamps head, as alembic recommends for new databases; a fresh
-install pinned at an older revision, and an existing install, go revision by revision.
-``tests/test_migrations.py`` proves both end in the same schema.
+The revisions in ``assetq/migrations/versions`` only execute packaged SQL: the baseline
+(``0001_baseline``, assetq 0.1.0) ``sql/<engine>/tables.sql``, every later revision a table or
+data step (``sql/<engine>/steps/<revision>.<up|down>.sql``). No revision creates a routine,
+trigger or view: once the schema reaches this package's head, :func:`assetq.routines.sync`
+creates or re-creates each from its one file, by checksum, forward only. alembic's version
+table lives inside the namespace. A fresh install and an upgrade take the same path, revision
+by revision, so they end in the same schema (``tests/test_migrations.py``).
 
 Everything here runs on the caller's connection and, when it has one, in the caller's
 transaction: a host application's own alembic revision can install or upgrade assetq as one
@@ -16,18 +17,17 @@ of its steps (:mod:`assetq.alembic`). The same steps render as SQL text without 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import logging
-import os
 import random
 import re
 import threading
 import time
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Literal, TextIO
 
 from alembic import command
@@ -37,7 +37,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from . import sqlfiles
+from . import routines, sqlfiles
 from .dialects import MYSQL, POSTGRESQL, Dialect, dialect_for
 from .errors import (
     AssetqError,
@@ -83,13 +83,38 @@ DEFAULT_MAX_ATTEMPTS = 30
 #: A lock timeout or a deadlock (PostgreSQL, MySQL/MariaDB): the step is retried.
 LOCK_CODES = frozenset({"55P03", "40P01", "1205", "1213"})
 
-#: Revisions an older package does not survive: each removed or changed a routine signature
-#: that packages before it call (0004_semantics: declare_dag, schedule_pass;
-#: 0006_work_queue: declare_dag, set_run_state). Every other revision is additive: it keeps
-#: every routine signature, result column and table column of the one before it
-#: (tests/test_version_skew.py compares the catalogs and runs the previous packages against
-#: head). A new revision that is not additive is added here.
-BREAKING_REVISIONS = frozenset({"0004_semantics", "0006_work_queue"})
+#: Revisions an older package does not survive. None since the 0.1.0 baseline: a released
+#: routine signature never changes (a new one is a new name, tests/test_signatures.py holds
+#: them to sql/<engine>/signatures.txt) and tables change by expand, then contract, so every
+#: revision keeps what the packages of the compatibility window use (docs/operations.md). A
+#: revision that cannot (a contract step removing what a package still in the window calls)
+#: is added here: packages older than it then refuse the schema with SchemaTooNew.
+BREAKING_REVISIONS: frozenset[str] = frozenset()
+
+#: The revisions of assetq's development before 0.1.0, which no release ever had. 0.1.0's
+#: baseline replaced them: a namespace at one of them is re-installed (CHANGELOG, 0.1.0).
+DEVELOPMENT_REVISIONS = frozenset(
+    {
+        "0001_initial",
+        "0002_batch_registration",
+        "0003_operations",
+        "0004_semantics",
+        "0005_wakeup_on_demand",
+        "0006_work_queue",
+        "0007_capped_claim",
+        "0008_claim_plans",
+        "0009_partitions",
+        "0010_liveness",
+        "0011_runs_per_pass",
+        "0012_link_checks",
+        "0013_queue_checks",
+        "0014_link_keys",
+        "0015_batch_lookups",
+    }
+)
+
+#: Folders of extra revisions after this package's own (tests: test-only table steps).
+_extra_locations: list[str] = []
 
 Direction = Literal["up", "down"]
 
@@ -99,7 +124,22 @@ Direction = Literal["up", "down"]
 
 @functools.cache
 def _script() -> ScriptDirectory:
-    return ScriptDirectory(str(resources.files("assetq.migrations")))
+    locations = [str(resources.files("assetq.migrations").joinpath("versions"))]
+    return ScriptDirectory(
+        str(resources.files("assetq.migrations")),
+        version_locations=locations + _extra_locations,
+    )
+
+
+def use_revisions(folder: str | None) -> None:
+    """Add a folder of revisions after this package's own (``None``: remove them again).
+    For tests, whose test-only table steps exercise the upgrade machinery; never needed by
+    an application."""
+    _extra_locations.clear()
+    if folder is not None:
+        _extra_locations.append(folder)
+    _script.cache_clear()
+    revisions.cache_clear()
 
 
 @functools.cache
@@ -139,7 +179,21 @@ def _position(revision: str | None) -> int:
     return -1 if revision is None else revisions().index(revision)
 
 
+def _development_advice(revision: str, namespace: str) -> str:
+    return (
+        f"namespace {namespace!r} holds assetq development schema {revision}, from before"
+        " assetq 0.1.0, whose baseline revision 0001_baseline replaced every development"
+        " revision: no package upgrades it. Re-install: `assetq uninstall --yes` then `assetq"
+        " install` (this deletes its events and runs: export what you need first), or, in a"
+        " host's alembic history, replace its assetq steps with"
+        " assetq.alembic.upgrade(op, '0001_baseline') and re-create the database (CHANGELOG,"
+        " 0.1.0)"
+    )
+
+
 def _require_known(revision: str | None, namespace: str) -> None:
+    if revision in DEVELOPMENT_REVISIONS:
+        raise SchemaTooOld(_development_advice(revision, namespace))
     if revision is not None and revision not in revisions():
         raise SchemaTooNew(
             f"namespace {namespace!r} holds assetq schema {revision}, which this package"
@@ -164,11 +218,8 @@ def table_names() -> frozenset[str]:
     """The tables assetq creates, on either engine, and its version table."""
     names = {VERSION_TABLE, INSTALL_LOCK_TABLE}
     for engine in (POSTGRESQL.name, MYSQL.name):
-        found = re.findall(
-            r"CREATE TABLE (?:IF NOT EXISTS )?\{\{ns\}\}\.(\w+)",
-            sqlfiles.read(engine, "schema.sql"),
-        )
-        names.update(found)
+        for script in sqlfiles.schema_texts(engine):
+            names.update(re.findall(r"CREATE TABLE (?:IF NOT EXISTS )?\{\{ns\}\}\.(\w+)", script))
     return frozenset(names)
 
 
@@ -224,9 +275,11 @@ def _dialect_named(name: str) -> Dialect:
     raise AssetqError(f"assetq supports PostgreSQL and MySQL/MariaDB; this one is {name!r}")
 
 
-def run_revision_script(revision: str, direction: str) -> None:
-    """Execute ``<revision>.<direction>.sql`` for the engine of the running migration, or,
-    in offline mode, write it, rendered, to the migration's output.
+def run_revision_script(revision: str, direction: str, folder: str | None = None) -> None:
+    """Execute the table step ``steps/<revision>.<direction>.sql`` for the engine of the
+    running migration, or, in offline mode, write it, rendered, to the migration's output.
+    ``folder``: where a test-only revision keeps its own scripts
+    (``<folder>/<engine>/<revision>.<direction>.sql``) instead of the package's ``steps/``.
 
     Called from the revision files; reads the connection and namespace alembic carries.
     """
@@ -234,9 +287,42 @@ def run_revision_script(revision: str, direction: str) -> None:
 
     ctx = op.get_context()
     assert ctx.config is not None
-    namespace: str = ctx.config.attributes["namespace"]
     dialect = _dialect_named(ctx.dialect.name)
-    script = sqlfiles.read(dialect.name, f"migrations/{revision}.{direction}.sql")
+    name = f"{revision}.{direction}.sql"
+    if folder is None:
+        script = sqlfiles.read(dialect.name, f"steps/{name}")
+    else:
+        script = (Path(folder) / dialect.name / name).read_text("utf-8")
+    _run_or_emit(ctx, dialect, revision, direction, script)
+
+
+def run_baseline(direction: str) -> None:
+    """The baseline revision (0001_baseline): up, every table of ``tables.sql``; down, every
+    routine, trigger and view of this package's files, then every table (``uninstall.sql``).
+    """
+    from alembic import op
+
+    ctx = op.get_context()
+    dialect = _dialect_named(ctx.dialect.name)
+    if direction == "up":
+        script = sqlfiles.read(dialect.name, "tables.sql")
+    else:
+        drops = []
+        for f in reversed(sqlfiles.object_files(dialect.name)):
+            parts = {"name": _quoted(dialect, f.name), "table": _quoted(dialect, f.table or "")}
+            sql = _upgrade_queries(dialect.name)[f"drop_{f.kind}"]
+            for key, value in parts.items():
+                sql = sql.replace("{{" + key + "}}", value)
+            drops.append(sql + ";")
+        script = "\n".join(drops) + "\n" + sqlfiles.read(dialect.name, "uninstall.sql")
+    _run_or_emit(ctx, dialect, "0001_baseline", direction, script)
+
+
+def _run_or_emit(
+    ctx: MigrationContext, dialect: Dialect, revision: str, direction: str, script: str
+) -> None:
+    assert ctx.config is not None
+    namespace: str = ctx.config.attributes["namespace"]
     if ctx.as_sql:
         _emit(ctx, sqlfiles.render(script, dialect.quote_ns(namespace)))
         return
@@ -572,35 +658,35 @@ def _script_changes(engine: str, relpath: str) -> tuple[tuple[bool, _Object], ..
     return tuple(changes)
 
 
-def _step_script(revision: str) -> str:
-    return f"migrations/{revision}.up.sql"
+def _revision_scripts(engine: str, revision: str) -> list[str]:
+    """The packaged scripts of ``revision`` that create objects: the baseline's tables and
+    every object file (the routines come with the schema reaching head), a later revision's
+    table step."""
+    if revision == revisions()[0]:
+        return ["tables.sql", *(f.path for f in sqlfiles.object_files(engine))]
+    return [f"steps/{revision}.up.sql"]
 
 
 def _catalog(engine: str, revision: str | None) -> frozenset[_Object]:
-    """The named objects assetq has at ``revision``: its up scripts replayed in order."""
+    """The named objects assetq has at ``revision`` (nothing at base): its scripts replayed
+    in order."""
     have: set[_Object] = set()
     for rev in revisions()[: _position(revision) + 1]:
-        for created, obj in _script_changes(engine, _step_script(rev)):
-            (have.add if created else have.discard)(obj)
+        for script in _revision_scripts(engine, rev):
+            for created, obj in _script_changes(engine, script):
+                (have.add if created else have.discard)(obj)
     if revision is not None:
         have.add(("table", VERSION_TABLE))
     return frozenset(have)
 
 
-def _creations(
-    engine: str, current: str | None, target: str, *, replay: bool
-) -> dict[_Object, str]:
+def _creations(engine: str, current: str | None, target: str) -> dict[_Object, str]:
     """Every named object moving from ``current`` to ``target`` creates, with the revision
-    that creates it first (the schema snapshot's objects: ``target``, for a fresh install
-    to head)."""
+    that creates it first."""
     made: dict[_Object, str] = {}
-    if current is None and target == head_revision() and not replay:
-        for created, obj in _script_changes(engine, "schema.sql"):
-            if created:
-                made.setdefault(obj, target)
-    else:
-        for rev in revisions()[_position(current) + 1 : _position(target) + 1]:
-            for created, obj in _script_changes(engine, _step_script(rev)):
+    for rev in revisions()[_position(current) + 1 : _position(target) + 1]:
+        for script in _revision_scripts(engine, rev):
+            for created, obj in _script_changes(engine, script):
                 if created:
                     made.setdefault(obj, rev)
     if current is None:
@@ -662,8 +748,6 @@ def _check_conflicts(
     namespace: str,
     current: str | None,
     target: str,
-    *,
-    replay: bool,
 ) -> dict[_Object, str]:
     """Refuse (InstallRefused AQ122, nothing created) to move ``namespace`` from ``current``
     to ``target`` when an object it would create already exists and is not assetq's (not in
@@ -678,11 +762,11 @@ def _check_conflicts(
     application's. So an upgrade marks the schema "upgrading to <target>" before its first
     statement (:func:`_mark_upgrading`), and what the revisions up to that target create
     counts as assetq's."""
-    creates = _creations(dialect.name, current, target, replay=replay)
+    creates = _creations(dialect.name, current, target)
     ours = set(_catalog(dialect.name, current))
     unfinished = _upgrading_to(conn, dialect, namespace) if current is not None else None
     if unfinished in revisions() and _position(unfinished) > _position(current):
-        ours |= set(_creations(dialect.name, current, unfinished, replay=False))
+        ours |= set(_creations(dialect.name, current, unfinished))
     present = {(_KIND_GROUP[kind], name): kind for kind, name in _objects(conn, dialect, namespace)}
     prefix = split_namespace(namespace)[1]  # named as the database names them
     clashes = sorted(
@@ -754,7 +838,6 @@ def install(
     *,
     namespace: str = DEFAULT_NAMESPACE,
     revision: str = "head",
-    replay: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> str:
@@ -772,10 +855,11 @@ def install(
     retry (MigrationFailed.transient says to run it again). Idempotent: on an up-to-date
     namespace it changes nothing. Safe to call from several processes at once (a
     per-namespace lock serializes them). On MySQL a failed fresh install removes what it
-    created. Never downgrades: a newer schema raises SchemaTooNew. ``replay=True`` builds a
-    fresh namespace by replaying every migration instead of executing the schema snapshot
-    (tests use it to prove the two agree). Failures raise MigrationFailed with the
-    database's code and the revision.
+    created. Never downgrades: a newer schema raises SchemaTooNew. Once the namespace is at
+    this package's head, every routine, trigger and view that differs from its file is
+    re-created (:mod:`assetq.routines`), also when no revision was missing: installing a
+    newer package and running ``install`` again brings its routine bodies. Failures raise
+    MigrationFailed with the database's code and the revision.
     """
     bind = bind_of(bind, "install")
     namespace = check_namespace(namespace)
@@ -784,14 +868,13 @@ def install(
         raise UnknownRevision("install to 'base' installs nothing: use uninstall")
     if isinstance(bind, Connection) and bind.in_transaction():
         installed = migrate_connection(
-            bind, namespace, target, direction="up", replay=replay, lock_timeout=lock_timeout
+            bind, namespace, target, direction="up", lock_timeout=lock_timeout
         )
     else:
         installed = _install_stepwise(
             bind,
             namespace,
             target,
-            replay=replay,
             lock_timeout=lock_timeout,
             max_attempts=max_attempts,
         )
@@ -804,7 +887,6 @@ def _install_stepwise(
     namespace: str,
     target: str,
     *,
-    replay: bool,
     lock_timeout: float,
     max_attempts: int,
 ) -> str | None:
@@ -829,7 +911,6 @@ def _install_stepwise(
                         namespace,
                         step,
                         direction="up",
-                        replay=replay,
                         lock_timeout=lock_timeout,
                         past_is_done=len(steps) > 1,
                     )
@@ -882,7 +963,6 @@ def migrate_connection(
     target: str | None,
     *,
     direction: Direction,
-    replay: bool = False,
     lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
     past_is_done: bool = False,
 ) -> str | None:
@@ -921,18 +1001,18 @@ def migrate_connection(
                 f" than {target}: a downgrade never upgrades"
             )
         if current == target:
+            if target is not None and target == head_revision() and direction == "up":
+                _sync_routines(conn, dialect, namespace, target)
             return current
         creates = (
-            _check_conflicts(conn, dialect, namespace, current, target, replay=replay)
+            _check_conflicts(conn, dialect, namespace, current, target)
             if dialect is MYSQL and target is not None and direction == "up"
             else {}
         )
         if target is None:
             _remove(conn, dialect, namespace)
         elif current is None:
-            _fresh_install(
-                conn, dialect, namespace, target, existed=existed, replay=replay, creates=creates
-            )
+            _fresh_install(conn, dialect, namespace, target, existed=existed, creates=creates)
         else:
             if creates and _position(current) < _position(target):
                 _mark_upgrading(conn, dialect, namespace, current, target)
@@ -943,6 +1023,8 @@ def migrate_connection(
                     command.upgrade(cfg, target)
                 else:
                     command.downgrade(cfg, target)
+            if target == head_revision():
+                _sync_routines(conn, dialect, namespace, target)
         installed = current_revision(conn, namespace=namespace)
         if installed is not None:
             _write_marker(conn, dialect, namespace, installed)
@@ -957,7 +1039,6 @@ def _fresh_install(
     target: str,
     *,
     existed: bool,
-    replay: bool,
     creates: dict[_Object, str],
 ) -> None:
     # MySQL commits every DDL statement: what a failed install created stays unless it is
@@ -966,19 +1047,27 @@ def _fresh_install(
     before = None if dialect is POSTGRESQL else _objects(conn, dialect, namespace)
     try:
         dialect.execute(conn, "create_namespace", namespace)
+        log.info("assetq: installing schema %s into namespace %s", target, namespace)
         with _alembic_command():
-            cfg = _config(conn, namespace)
-            if target == head_revision() and not replay:
-                log.info("assetq: installing schema %s into namespace %s", target, namespace)
-                with _reported(conn, dialect, namespace, target, "install of"):
-                    dialect.run_script(conn, sqlfiles.read(dialect.name, "schema.sql"), namespace)
-                command.stamp(cfg, target)
-            else:
-                command.upgrade(cfg, target)
+            command.upgrade(_config(conn, namespace), target)
+        if target == head_revision():
+            routines.sync(conn, namespace)
     except BaseException:
         if before is not None:
             _remove_created(conn, dialect, namespace, before, set(creates), existed=existed)
         raise
+
+
+def _sync_routines(conn: Connection, dialect: Dialect, namespace: str, target: str) -> None:
+    """Re-create what differs from the routine files (a namespace at this package's head).
+    MySQL: a trigger is dropped before it is created again, so binary logging that would
+    refuse the CREATE (1419) is refused first, before anything is dropped."""
+    if dialect is MYSQL and any(
+        d.file.kind == "trigger" and d.reason != "newer"
+        for d in routines.differences(conn, namespace)
+    ):
+        _check_binary_log(conn, dialect, namespace, target)
+    routines.sync(conn, namespace)
 
 
 def _objects(conn: Connection, dialect: Dialect, namespace: str) -> set[tuple[str, str]]:
@@ -1141,6 +1230,14 @@ def schema_advice(
     revision since is additive). Against an older schema it never works: the schema goes
     first in a deploy."""
     head = head_revision()
+    if revision in DEVELOPMENT_REVISIONS:
+        return SchemaAdvice(
+            SchemaTooOld,
+            f"namespace {namespace!r} holds assetq development schema {revision}, from"
+            " before 0.1.0",
+            "re-install it: `assetq uninstall --yes`, then `assetq install` (its events and"
+            " runs are deleted: export what you need first; CHANGELOG, 0.1.0)",
+        )
     if revision is None:
         return SchemaAdvice(
             NotInstalled,
@@ -1252,6 +1349,11 @@ def forget_checks(engine: Engine | None = None, namespace: str | None = None) ->
 
 # -- offline: the same steps as SQL text ----------------------------------------------------
 
+_OFFLINE_ROUTINES = (
+    "-- Every routine, trigger and view of this package, each from its file"
+    " (assetq.routines), recorded in routine_catalogue."
+)
+
 
 def write_sql(
     output: TextIO,
@@ -1267,14 +1369,15 @@ def write_sql(
     written with ``psql`` or the ``mysql`` client. ``transaction``: wrap it in BEGIN/COMMIT
     on PostgreSQL (off inside a host's ``alembic upgrade --sql``, which has its own).
 
-    A fresh install to head is the schema snapshot; anything else the revisions' scripts.
-    A downgrade to base leaves the (empty) namespace in place: without a database to ask,
-    it cannot know whether something else lives there.
+    The revisions' scripts, then, when ``target`` is this package's head, every routine,
+    trigger and view from its file (offline there is no catalogue to compare with: all of
+    them, re-runnable, recorded in routine_catalogue). A downgrade to base leaves the
+    (empty) namespace in place: without a database to ask, it cannot know whether something
+    else lives there.
     """
     namespace = check_namespace(namespace)
     dialect = _dialect_named(engine)
     cfg = _config(None, namespace, dialect_name=engine, output=output)
-    quoted = dialect.quote_ns(namespace)
 
     def put(sql: str) -> None:
         output.write(sql.strip() + "\n\n")
@@ -1292,11 +1395,11 @@ def write_sql(
         if _position(target) > _position(start):
             if start is None:
                 put(dialect.query("create_namespace", namespace) + ";")
-            if start is None and target == head_revision():
-                put(sqlfiles.render(sqlfiles.read(dialect.name, "schema.sql"), quoted))
-                command.stamp(cfg, target, sql=True)
-            else:
-                command.upgrade(cfg, f"{start}:{target}" if start else str(target), sql=True)
+            command.upgrade(cfg, f"{start}:{target}" if start else str(target), sql=True)
+            if target == head_revision():
+                put(_OFFLINE_ROUTINES)
+                for statement in routines.offline_statements(dialect.name, namespace):
+                    put(statement)
         elif _position(target) < _position(start):
             command.downgrade(cfg, f"{start}:{target or 'base'}", sql=True)
             if target is None:
@@ -1310,305 +1413,53 @@ def write_sql(
         put("COMMIT;")
 
 
-# -- definitions: doctor's comparison and repair (both engines) ------------------------------
-
-
-@dataclass(frozen=True)
-class Definition:
-    """One routine, trigger or view as the server prints it."""
-
-    kind: str
-    name: str
-    definition: str
-    table: str | None
-    #: MySQL, in a reference read for repair: the statement that creates it (SHOW CREATE) and
-    #: the sql_mode it was created under. Not compared: the definer is in the statement.
-    create: str = field(default="", compare=False)
-    sql_mode: str = field(default="", compare=False)
-
-
-def definitions(conn: Connection, namespace: str) -> dict[tuple[str, str], Definition]:
-    """Every routine, trigger and view of ``namespace`` with its definition as the server
-    keeps it (sql/<engine>/upgrades.sql, definitions)."""
-    dialect = dialect_for(conn)
-    rows = conn.execute(
-        text(_upgrade_sql(dialect, "definitions", namespace)), {"namespace": namespace}
-    ).all()
-    return {
-        (str(r.kind), str(r.name)): Definition(
-            str(r.kind), str(r.name), str(r.definition), r.owner_table
-        )
-        for r in rows
-    }
-
-
-def _printed(namespace: str) -> str:
-    """``namespace`` as PostgreSQL prints an identifier (quote_ident)."""
-    return namespace if re.fullmatch(r"[a-z_][a-z0-9_$]*", namespace) else f'"{namespace}"'
-
-
-def _named(dialect: Dialect, query: str, namespace: str, **parts: str) -> str:
-    """Query ``query`` of upgrades.sql with ``{{part}}`` placeholders filled in: object
-    names as the server printed them, quoted here."""
-    sql = _upgrade_queries(dialect.name)[query]
-    for key, value in parts.items():
-        sql = sql.replace("{{" + key + "}}", value)
-    # Rendered after the names are in: {{ns}}.`name` then carries a table prefix (MySQL).
-    return sqlfiles.render(sql, dialect.quote_ns(namespace))
+# -- repair: routines, triggers and views as their files define them -------------------------
 
 
 def _quoted(dialect: Dialect, name: str) -> str:
     return dialect.quote + name.replace(dialect.quote, dialect.quote * 2) + dialect.quote
 
 
-def _routine_type(d: Definition) -> str:
-    """PROCEDURE or FUNCTION: the first line of a MySQL routine's definition."""
-    return d.definition.split("\n", 1)[0].strip().upper()
-
-
-def _with_creates(
-    conn: Connection, namespace: str, found: dict[tuple[str, str], Definition]
-) -> dict[tuple[str, str], Definition]:
-    """MySQL: ``found`` (the reference install in ``namespace``) with the statement that
-    creates each object, as the server prints it, and the sql_mode it was created under."""
-    dialect = dialect_for(conn)
-    result: dict[tuple[str, str], Definition] = {}
-    for key, d in found.items():
-        kind = _routine_type(d).lower() if d.kind == "routine" else d.kind
-        show = _named(dialect, f"show_create_{kind}", namespace, name=_quoted(dialect, d.name))
-        row = conn.execute(text(show)).one()
-        mapping = row._mapping
-        create = str(row[1] if d.kind == "view" else row[2])
-        if d.kind == "routine":
-            # The server prints a routine's name unqualified (the routine's own database):
-            # qualified here, so the statement runs whatever the connection's database is.
-            prefix = split_namespace(namespace)[1]  # in the names the server prints
-            unqualified = f"{kind.upper()} {_quoted(dialect, prefix + d.name)}("
-            qualified = sqlfiles.render(
-                f"{kind.upper()} {sqlfiles.NS_TOKEN}.{_quoted(dialect, d.name)}(",
-                dialect.quote_ns(namespace),
-            )
-            if unqualified not in create:
-                raise AssetqError(
-                    f"SHOW CREATE {kind.upper()} printed {create[:80]!r}, not the"
-                    f" {unqualified!r} repair looks for: repair cannot re-create it"
-                )
-            create = create.replace(unqualified, qualified, 1)
-        elif d.kind == "view":  # CREATE ... VIEW: replaced in place, grants and all
-            create = re.sub(r"^\s*CREATE\b", "CREATE OR REPLACE", create, count=1)
-        sql_mode = "" if d.kind == "view" else str(mapping["sql_mode"])
-        result[key] = dataclasses.replace(d, create=create, sql_mode=sql_mode)
-    return result
-
-
-def reference_definitions(
-    conn: Connection, namespace: str, revision: str, *, creates: bool = False
-) -> dict[tuple[str, str], Definition]:
-    """The definitions a fresh install of ``revision`` has, as if installed in ``namespace``.
-
-    PostgreSQL: installed into a scratch namespace under a savepoint of ``conn``'s
-    transaction, read, and rolled back (nothing stays). MySQL/MariaDB, whose DDL commits:
-    installed into a scratch database on the same server (:func:`reference_database`, so
-    the account needs CREATE and DROP there), read, and dropped again, also on failure.
-    ``creates`` (MySQL): also read the statement that creates each object (repair)."""
-    dialect = dialect_for(conn)
-    scratch = reference_database()
-    prefix = split_namespace(namespace)[1]
-    if prefix:  # the same names as the namespace's (MySQL only)
-        scratch = f"{scratch}.{prefix}"
-    if dialect is POSTGRESQL:
-        conn.execute(text(_upgrade_sql(dialect, "reference_savepoint", namespace)))
-        try:
-            migrate_connection(conn, scratch, revision, direction="up", lock_timeout=None)
-            found = definitions(conn, scratch)
-        finally:
-            conn.execute(text(_upgrade_sql(dialect, "reference_rollback", namespace)))
-    else:
-        try:
-            migrate_connection(conn, scratch, revision, direction="up", lock_timeout=None)
-            found = definitions(conn, scratch)
-            if creates:
-                found = _with_creates(conn, scratch, found)
-        finally:
-            try:
-                dialect.execute(conn, "drop_namespace", scratch)
-            except DBAPIError as exc:  # never made (no right to): the first error counts
-                log.debug("assetq: dropping the reference database %s: %s", scratch, exc)
-
-    def moved(value: str) -> str:
-        value = value.replace(dialect.quote_database(scratch), dialect.quote_database(namespace))
-        if dialect is MYSQL:
-            return value.replace(split_namespace(scratch)[0], split_namespace(namespace)[0])
-        return value.replace(scratch, _printed(namespace))
-
-    return {
-        key: dataclasses.replace(
-            d, definition=moved(d.definition), create=moved(d.create) if d.create else ""
-        )
-        for key, d in found.items()
-    }
-
-
-def reference_database() -> str:
-    """The scratch namespace a reference install of this thread goes into."""
-    return f"assetq_reference_{os.getpid() % 10**6:06d}_{threading.get_ident() % 10**6:06d}"
-
-
-def definition_differences(
-    conn: Connection, namespace: str, revision: str, *, creates: bool = False
-) -> tuple[list[Definition], list[Definition]]:
-    """(changed, missing): the routines, triggers and views of ``namespace`` whose definition
-    differs from a fresh install of ``revision``, and those it lacks (as the reference has
-    them; ``creates``: with their CREATE statements on MySQL). In ``conn``'s transaction,
-    which must be open; changes nothing in ``namespace``."""
-    reference = reference_definitions(conn, namespace, revision, creates=creates)
-    present = definitions(conn, namespace)
-    changed = [d for k, d in reference.items() if k in present and present[k] != d]
-    missing = [d for k, d in reference.items() if k not in present]
-    return changed, missing
-
-
 def repair(bind: Engine | Connection, namespace: str = DEFAULT_NAMESPACE) -> list[str]:
-    """Re-create, in place, every routine, trigger and view of ``namespace`` that differs from
-    (or is missing in) a fresh install of its installed revision. Tables and their rows are
-    untouched. Under the namespace lock (on Galera also the install lock table) and the lock
-    timeout. Returns what was re-created ("routine name(args)", "trigger name", ...).
+    """Re-create, in place, every routine, trigger and view of ``namespace`` that is missing,
+    differs from this package's file for it, or was changed by hand since a package created
+    it (:func:`assetq.routines.sync`, which install and upgrade run too; an object a newer
+    package wrote is left alone). Tables and their rows are untouched. Under the namespace
+    lock (on Galera also the install lock table) and the lock timeout. Returns what was
+    re-created ("routine name", "trigger name", ...).
 
-    PostgreSQL: one transaction; re-created routines keep their grants (CREATE OR REPLACE), a
-    missing one is created without any. MySQL/MariaDB, where DDL commits statement by
-    statement: a routine is dropped and created again, its grants saved in the namespace
-    before and given back after (an account that may not read mysql.procs_priv is refused,
-    AQ124, before anything changes); a trigger is dropped and created again with its table
-    locked for writing (an INSERT meanwhile waits, then fires the new trigger); a view is
-    replaced. The repairing account becomes their definer, as with a fresh install by it.
-    A repair that stopped half-way is finished by running it again."""
+    PostgreSQL: one transaction; re-created routines keep their grants and settings (CREATE
+    OR REPLACE). MySQL/MariaDB, where DDL commits statement by statement: a routine is
+    dropped and created again, its grants saved in the namespace before and given back after
+    (an account that may not read mysql.procs_priv is refused, AQ124, before anything
+    changes); a trigger is dropped and created again with its table locked for writing (an
+    INSERT meanwhile waits, then fires the new trigger); a view is replaced. The repairing
+    account becomes their definer, as with a fresh install by it. A repair that stopped
+    half-way is finished by running it again. A schema below this package's head is
+    upgraded instead (``assetq upgrade``), which re-creates them too."""
     namespace = check_namespace(namespace)
     with _transaction(bind) as conn:
         dialect = dialect_for(conn)
         revision = current_revision(conn, namespace=namespace)
+        _require_known(revision, namespace)
         advice = schema_advice(
             revision, read_marker(conn, namespace) if revision else None, namespace
         )
-        if revision is None or (advice is not None and advice.error is not SchemaTooOld):
+        if revision is None or advice is not None:
             raise (advice.exception() if advice else NotInstalled(namespace))
-        _require_known(revision, namespace)
+        if revision != head_revision():
+            raise SchemaTooNew(
+                f"namespace {namespace!r} holds assetq schema {revision}, newer than this"
+                f" package's {head_revision()}: repair it with the package that installed it"
+            )
         with (
             _reported(conn, dialect, namespace, revision, "repair of"),
             _locked(conn, dialect, namespace),
             _lock_timeout(conn, dialect, namespace, DEFAULT_LOCK_TIMEOUT),
         ):
-            changed, missing = definition_differences(
-                conn, namespace, revision, creates=dialect is MYSQL
-            )
-            broken = changed + missing
             if dialect is MYSQL:
-                _repair_mysql(conn, dialect, namespace, revision, broken)
-            else:
-                _repair_postgresql(conn, dialect, namespace, broken)
-            done = [f"{d.kind} {d.name}" for d in broken]
+                _check_binary_log(conn, dialect, namespace, revision)
+            done = [d.label for d in routines.sync(conn, namespace)]
+            if dialect is MYSQL:  # grants an interrupted sync kept, even with nothing to do
+                routines.restore_grants(conn, dialect, namespace)
     return done
-
-
-def _repair_postgresql(
-    conn: Connection, dialect: Dialect, namespace: str, broken: list[Definition]
-) -> None:
-    for d in broken:
-        if d.kind == "routine":  # pg_get_functiondef: CREATE OR REPLACE FUNCTION
-            conn.exec_driver_sql(d.definition.replace("%", "%%"))
-        elif d.kind == "trigger":  # re-created enabled, as a fresh install has it
-            assert d.table is not None
-            drop = _named(
-                dialect, "repair_drop_trigger", namespace, name=f'"{d.name}"', table=f'"{d.table}"'
-            )
-            conn.exec_driver_sql(drop.replace("%", "%%"))
-            conn.exec_driver_sql(d.definition.replace("%", "%%"))
-        else:
-            view = _named(dialect, "repair_view", namespace, name=f'"{d.name}"', body=d.definition)
-            conn.exec_driver_sql(view.replace("%", "%%"))
-        log.info("assetq: repaired %s %s in namespace %s", d.kind, d.name, namespace)
-
-
-def _repair_mysql(
-    conn: Connection, dialect: Dialect, namespace: str, revision: str, broken: list[Definition]
-) -> None:
-    """Routines first (a trigger may call one), then triggers, then views; see repair."""
-    order = {"routine": 0, "trigger": 1, "view": 2}
-    broken = sorted(broken, key=lambda d: (order[d.kind], d.name))
-    routines = [d for d in broken if d.kind == "routine"]
-    if routines:
-        kept = _grants_kept(conn, dialect, namespace)  # by an interrupted repair: stay
-        conn.execute(text(_upgrade_sql(dialect, "repair_grants_table", namespace)))
-        save = text(_upgrade_sql(dialect, "repair_save_grants", namespace))
-        for d in routines:
-            try:
-                conn.execute(save, {"namespace": namespace, "routine": d.name})
-            except DBAPIError as exc:
-                if dialect.error_code(exc) != "1142":
-                    raise
-                if not kept:
-                    drop_table = _upgrade_sql(dialect, "repair_drop_grants_table", namespace)
-                    conn.execute(text(drop_table))
-                raise InstallRefused(
-                    f"repair of namespace {namespace!r} refused, nothing was changed: the"
-                    " account may not read mysql.procs_priv, so the grants of the routines it"
-                    f" would drop and create again ({', '.join(d.name for d in routines)})"
-                    " would be lost. Run it with an account that may (GRANT SELECT ON"
-                    " mysql.procs_priv), as the owner",
-                    code="AQ124",
-                    revision=revision,
-                ) from exc
-    mode = str(conn.execute(text(_upgrade_sql(dialect, "read_sql_mode", namespace))).scalar())
-    set_mode = _upgrade_sql(dialect, "set_sql_mode", namespace)
-    try:
-        for d in broken:
-            name = _quoted(dialect, d.name)
-            if d.sql_mode:
-                conn.execute(text(set_mode), {"sql_mode": d.sql_mode})
-            if d.kind == "routine":
-                drop = _named(
-                    dialect, "repair_drop_routine", namespace, name=name, type=_routine_type(d)
-                )
-                dialect.run_statements(conn, [drop, d.create])
-            elif d.kind == "trigger":
-                assert d.table is not None
-                table = _quoted(dialect, d.table)
-                dialect.run_statements(
-                    conn,
-                    [
-                        _named(dialect, "repair_lock_table", namespace, table=table),
-                        _named(dialect, "repair_drop_trigger", namespace, name=name, table=table),
-                        d.create,
-                        _upgrade_sql(dialect, "unlock_tables", namespace),
-                    ],
-                )
-            else:
-                dialect.run_statements(conn, [d.create])
-            if d.sql_mode:
-                conn.execute(text(set_mode), {"sql_mode": mode})
-            log.info("assetq: repaired %s %s in namespace %s", d.kind, d.name, namespace)
-    finally:
-        try:
-            conn.execute(text(set_mode), {"sql_mode": mode})
-        except Exception as exc:  # a lost connection: the first error is the one to report
-            log.debug("assetq: putting the sql_mode back: %s", exc)
-    _restore_grants(conn, dialect, namespace)
-
-
-def _grants_kept(conn: Connection, dialect: Dialect, namespace: str) -> bool:
-    """Whether the namespace holds grants a repair saved and has not given back yet."""
-    exists = text(_upgrade_sql(dialect, "repair_grants_table_exists", namespace))
-    return bool(conn.execute(exists, {"namespace": namespace}).scalar())
-
-
-def _restore_grants(conn: Connection, dialect: Dialect, namespace: str) -> None:
-    """Give back the grants repair saved (this one's, or those an interrupted repair left)."""
-    if not _grants_kept(conn, dialect, namespace):
-        return
-    rows = conn.execute(
-        text(_upgrade_sql(dialect, "repair_grant_statements", namespace)),
-        {"namespace": namespace},
-    ).all()
-    dialect.run_statements(conn, [str(r.statement) for r in rows])
-    conn.execute(text(_upgrade_sql(dialect, "repair_drop_grants_table", namespace)))
-    if rows:
-        log.info("assetq: gave back %d routine grants in namespace %s", len(rows), namespace)

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from . import errors, migrate, sqlfiles
+from . import errors, migrate, routines, sqlfiles
 from .api import _translated, _utc, read_committed_transaction
 from .dialects import Dialect, dialect_for, dialect_of
 from .handles import Handle, connection_of, engine_of, keyword_namespace
@@ -657,19 +657,21 @@ _KIND = {
 
 def expected_objects(engine_name: str) -> set[tuple[str, str]]:
     """(kind, name) of every table, view, routine and trigger a fresh install creates, read
-    from the packaged schema snapshot (helpers named ``_assetq_*`` live only during a script)."""
-    text = sqlfiles.read(engine_name, "schema.sql")
-    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
-    return {
-        (_KIND[kind], name)
-        for kind, name in _CREATE.findall(code)
-        if not name.startswith("_assetq") and name != "assetq_alembic_version"
-    }
+    from the packaged files (helpers named ``_assetq_*`` live only during a script)."""
+    found: set[tuple[str, str]] = set()
+    for text in sqlfiles.schema_texts(engine_name):
+        code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+        found.update(
+            (_KIND[kind], name)
+            for kind, name in _CREATE.findall(code)
+            if not name.startswith("_assetq") and name != "assetq_alembic_version"
+        )
+    return found
 
 
 def _schema_file(engine_name: str) -> str:
-    """Where the installed package keeps the schema snapshot (for fix-it messages)."""
-    return str(resources.files("assetq.sql").joinpath(engine_name).joinpath("schema.sql"))
+    """Where the installed package keeps its SQL files (for fix-it messages)."""
+    return str(resources.files("assetq.sql").joinpath(engine_name))
 
 
 def _settings(dialect: Dialect, conn: Connection, namespace: str) -> dict[str, str]:
@@ -701,44 +703,46 @@ def _revision_check(
 def _definition_checks(
     dialect: Dialect, conn: Connection, namespace: str, revision: str
 ) -> list[Check]:
-    """Routine bodies, trigger timing and level, view text: compared with a fresh install of
-    the installed revision. PostgreSQL: made under a savepoint and rolled back. MySQL (DDL
-    commits): made in a scratch database on the same server and dropped again; an account
-    that may not create one gets a note saying so."""
-    if revision not in migrate.revisions():
+    """Routine bodies, trigger definitions, view text: compared with this package's files
+    directly (assetq.routines.differences: the catalogue's checksums and the definitions the
+    server prints), in two reads, nothing created. Only at this package's head: another
+    revision's routines are its own package's."""
+    if revision != migrate.head_revision():
         return []
-    try:
-        changed, missing = migrate.definition_differences(conn, namespace, revision)
-    except (DBAPIError, errors.AssetqError) as exc:
-        conn.rollback()
-        scratch = migrate.reference_database()
-        return [
+    found = routines.differences(conn, namespace)
+    # Missing objects are the objects check's finding, and whether a trigger is enabled too
+    # (a disabled wake-up trigger is a choice): this one compares what is there.
+    stale = [d for d in found if d.reason in ("changed", "altered")]
+    newer = [d for d in found if d.reason == "newer"]
+    checks: list[Check] = []
+    if stale:
+        what = "; ".join(
+            f"{d.label} {'was changed by hand' if d.reason == 'altered' else 'is not its file'}"
+            for d in stale
+        )
+        checks.append(
+            Check(
+                "definitions",
+                "problem",
+                f"not as this package's files define them: {what}",
+                f"run `assetq repair --namespace {namespace}` as the owner (re-creates them"
+                " in place from the files; data untouched)",
+            )
+        )
+    if newer:
+        checks.append(
             Check(
                 "definitions",
                 "note",
-                f"not compared: a reference install of {revision} failed"
-                f" ({' '.join(str(exc).split())[:200]})",
-                "run doctor with an account that may create a schema in the database"
-                if dialect.name == "postgresql"
-                else f"run doctor with an account that may create and drop a database on this"
-                f" server (the reference install goes into {scratch}, dropped afterwards)",
+                "written by a newer assetq package ("
+                + ", ".join(f"{d.label}: {d.recorded_by}" for d in newer)
+                + "), left as they are",
+                "restart this process with the newer package when convenient (rolling deploy)",
             )
-        ]
-    # Missing objects are the objects check's finding, and whether a trigger is enabled too
-    # (a disabled wake-up trigger is a choice): this one compares what is there.
-    del missing
-    if not changed:
-        return [Check("definitions", "ok", f"routines, triggers and views are {revision}'s")]
-    found = [f"{d.kind} {d.name} differs" for d in changed]
-    return [
-        Check(
-            "definitions",
-            "problem",
-            f"not as schema {revision} defines them: " + "; ".join(found),
-            f"run `assetq repair --namespace {namespace}` as the owner (re-creates them in"
-            " place; data untouched)",
         )
-    ]
+    if not checks:
+        checks.append(Check("definitions", "ok", "routines, triggers and views are their files'"))
+    return checks
 
 
 def _object_checks(

@@ -1,9 +1,13 @@
-"""Loads the packaged SQL: named queries, the schema snapshot and migration scripts.
+"""Loads the packaged SQL: named queries, the tables, and one file per routine.
 
-All SQL assetq sends lives in ``sql/<engine>/*.sql`` (shipped inside the wheel as
-``assetq/sql``). ``queries.sql`` holds every statement the Python layer sends, each under a
-``-- name --`` header followed by a one-line description; this module turns it into a name ->
-SQL map. ``{{ns}}`` in any file is replaced by the engine's quoted namespace.
+All SQL assetq sends lives in ``sql/<engine>/`` (shipped inside the wheel as ``assetq/sql``):
+``tables.sql`` (every table and index of the 0.1.0 baseline), ``routines/<name>.sql``,
+``triggers/<name>.sql`` and ``views/<name>.sql`` (each object defined once, in a file named
+after it: :func:`object_files`), ``steps/<revision>.<up|down>.sql`` (table changes after the
+baseline, one alembic revision each), and ``queries.sql`` with every statement the Python
+layer sends, each under a ``-- name --`` header followed by a one-line description; this
+module turns it into a name -> SQL map. ``{{ns}}`` in any file is replaced by the engine's
+quoted namespace.
 
 A MySQL namespace may carry a table prefix (``appdb.assetq_``: database ``appdb``, every
 object named ``assetq_<name>``), so that a database that already has tables named ``dag`` or
@@ -30,7 +34,9 @@ unchanged through the mysql client.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
+from dataclasses import dataclass
 from importlib import resources
 
 _HEADER = re.compile(r"^-- ([a-z_][a-z0-9_]*) --\s*$")
@@ -56,6 +62,81 @@ def read(engine: str, relpath: str) -> str:
     for part in relpath.split("/"):
         path = path.joinpath(part)
     return path.read_text("utf-8")
+
+
+#: The kinds of object that live one per file, and their folders, in the order a fresh
+#: install creates them (a trigger needs its function, a view its tables only).
+OBJECT_FOLDERS = {"routine": "routines", "trigger": "triggers", "view": "views"}
+_TRIGGER_TABLE = re.compile(r"\bON\s+\{\{ns\}\}\.`?(\w+)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ObjectFile:
+    """One routine, trigger or view: its file's text and the SHA-256 of that text."""
+
+    kind: str
+    name: str
+    text: str
+    checksum: str
+    #: A trigger's table (the one after ``ON {{ns}}.``); None for the others.
+    table: str | None = None
+
+    @property
+    def path(self) -> str:
+        """Where it lives, relative to ``sql/<engine>/``."""
+        return f"{OBJECT_FOLDERS[self.kind]}/{self.name}.sql"
+
+
+@functools.cache
+def object_files(engine: str) -> tuple[ObjectFile, ...]:
+    """Every routine, trigger and view of ``engine``, one file each, in creation order
+    (routines, then triggers, then views; by name within a kind)."""
+    found: list[ObjectFile] = []
+    base = resources.files("assetq.sql").joinpath(engine)
+    for kind, folder in OBJECT_FOLDERS.items():
+        entries = sorted(
+            (e for e in base.joinpath(folder).iterdir() if e.name.endswith(".sql")),
+            key=lambda e: e.name,
+        )
+        for entry in entries:
+            text = entry.read_text("utf-8")
+            table = None
+            if kind == "trigger":
+                match = _TRIGGER_TABLE.search(_code(text))
+                table = match.group(1) if match else None
+            found.append(
+                ObjectFile(
+                    kind=kind,
+                    name=entry.name[: -len(".sql")],
+                    text=text,
+                    checksum=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                    table=table,
+                )
+            )
+    return tuple(found)
+
+
+def _code(text: str) -> str:
+    """``text`` without its comment lines."""
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+
+
+@functools.cache
+def step_names(engine: str) -> tuple[str, ...]:
+    """The file names in ``sql/<engine>/steps/`` (table changes after the baseline)."""
+    folder = resources.files("assetq.sql").joinpath(engine).joinpath("steps")
+    if not folder.is_dir():
+        return ()
+    return tuple(sorted(e.name for e in folder.iterdir() if e.name.endswith(".sql")))
+
+
+def schema_texts(engine: str) -> list[str]:
+    """The text of every file that creates a table, routine, trigger or view of ``engine``:
+    ``tables.sql``, each object file, each table step."""
+    texts = [read(engine, "tables.sql")]
+    texts += [f.text for f in object_files(engine)]
+    texts += [read(engine, f"steps/{name}") for name in step_names(engine)]
+    return texts
 
 
 def parse_queries(text: str) -> dict[str, str]:
@@ -143,16 +224,9 @@ _READER_TABLES = """BEGIN
 @functools.cache
 def _object_names() -> frozenset[str]:
     """Every name a MySQL script of this package gives an object (tables, views, routines,
-    triggers, temporary tables, foreign-key and CHECK constraints), at any revision."""
-    folder = resources.files("assetq.sql").joinpath("mysql")
-    texts = [folder.joinpath("schema.sql").read_text("utf-8")]
-    texts += [
-        entry.read_text("utf-8")
-        for entry in folder.joinpath("migrations").iterdir()
-        if entry.name.endswith(".sql")
-    ]
+    triggers, temporary tables, foreign-key and CHECK constraints)."""
     names: set[str] = set()
-    for text in texts:
+    for text in schema_texts("mysql"):
         names.update(m.group(1) for m in _NS_NAME.finditer(text) if m.group(1))
         names.update(m.group(2) for m in _CONSTRAINT.finditer(text) if m.group(2))
     return frozenset(names)

@@ -179,3 +179,35 @@ DROP TRIGGER IF EXISTS {{ns}}.{{name}}
 -- unlock_tables --
 -- repair: the end of the trigger swap.
 UNLOCK TABLES
+
+-- catalogue_rows --
+-- assetq.routines: what the namespace's routine_catalogue says each object was created from.
+SELECT kind, name, checksum, package_version, definition_checksum FROM {{ns}}.routine_catalogue
+
+-- catalogue_record --
+-- assetq.routines: object :name of kind :kind was just created from a file with :checksum by
+-- package :package_version, and the server printed its definition as :definition_checksum.
+INSERT INTO {{ns}}.routine_catalogue
+       (kind, name, checksum, package_version, definition_checksum, applied_at)
+VALUES (:kind, :name, :checksum, :package_version, :definition_checksum, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE
+       checksum = :checksum, package_version = :package_version,
+       definition_checksum = :definition_checksum, applied_at = UTC_TIMESTAMP(6)
+
+-- strict_sql_mode --
+-- assetq.routines: the sql_mode every routine and trigger is created under (MySQL stores it
+-- with each): strict, so a too-long value is an error instead of a silent truncation,
+-- whatever the installing session's own sql_mode is.
+SET SESSION sql_mode = 'STRICT_TRANS_TABLES,STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'
+
+-- drop_routine --
+-- The baseline's downgrade: procedure {{name}} (one file of routines/) goes.
+DROP PROCEDURE IF EXISTS {{ns}}.{{name}}
+
+-- drop_trigger --
+-- The baseline's downgrade: trigger {{name}} (one file of triggers/) goes.
+DROP TRIGGER IF EXISTS {{ns}}.{{name}}
+
+-- drop_view --
+-- The baseline's downgrade: view {{name}} (one file of views/) goes.
+DROP VIEW IF EXISTS {{ns}}.{{name}}

@@ -89,3 +89,46 @@ SELECT c.oid IS NOT NULL AS installed, obj_description(c.oid, 'pg_class') AS mar
 -- schema_revision --
 -- The installed revision, read from the version table (schema_state found it exists).
 SELECT version_num AS revision FROM {{ns}}.assetq_alembic_version
+
+-- catalogue_rows --
+-- assetq.routines: what the namespace's routine_catalogue says each object was created from.
+SELECT kind, name, checksum, package_version, definition_checksum FROM {{ns}}.routine_catalogue
+
+-- catalogue_record --
+-- assetq.routines: object :name of kind :kind was just created from a file with :checksum by
+-- package :package_version, and the server printed its definition as :definition_checksum.
+INSERT INTO {{ns}}.routine_catalogue AS c
+       (kind, name, checksum, package_version, definition_checksum, applied_at)
+VALUES (:kind, :name, :checksum, :package_version, :definition_checksum, clock_timestamp())
+ON CONFLICT (kind, name) DO UPDATE
+   SET checksum = EXCLUDED.checksum, package_version = EXCLUDED.package_version,
+       definition_checksum = EXCLUDED.definition_checksum, applied_at = EXCLUDED.applied_at
+
+-- revoke_public --
+-- assetq.routines, after creating functions: PostgreSQL lets PUBLIC execute every new
+-- function; only the owner, and the roles given access (grant_access), may execute assetq's.
+-- CREATE OR REPLACE keeps a function's grants, so only a new one needs this; it is idempotent.
+-- (Trigger functions are not checked when their trigger fires.)
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA {{ns}} FROM PUBLIC
+
+-- read_function_bodies --
+-- assetq.routines: check_function_bodies now, put back after the routines are created.
+SELECT current_setting('check_function_bodies') AS value
+
+-- set_function_bodies --
+-- assetq.routines: off while routines are created, as pg_dump does, so that a LANGUAGE sql
+-- function may be created before a function it calls (files are created in name order);
+-- every function is created within the same transaction, and each is called by the tests.
+SELECT set_config('check_function_bodies', :value, true)
+
+-- drop_routine --
+-- The baseline's downgrade: function {{name}} (one file of routines/) goes.
+DROP FUNCTION IF EXISTS {{ns}}.{{name}} CASCADE
+
+-- drop_trigger --
+-- The baseline's downgrade: trigger {{name}} on {{table}} (one file of triggers/) goes.
+DROP TRIGGER IF EXISTS {{name}} ON {{ns}}.{{table}}
+
+-- drop_view --
+-- The baseline's downgrade: view {{name}} (one file of views/) goes.
+DROP VIEW IF EXISTS {{ns}}.{{name}}

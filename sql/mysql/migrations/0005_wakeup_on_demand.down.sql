@@ -1,1 +1,0 @@
--- Migration 0005_wakeup_on_demand (down): nothing on MySQL/MariaDB (see the up script).

@@ -1,4 +1,0 @@
--- Migration 0005_wakeup_on_demand (up): nothing on MySQL/MariaDB. The revision changes
--- PostgreSQL's wake-up trigger (producers notify only while a scheduler waits); MySQL has no
--- LISTEN/NOTIFY and its schedulers poll. The revision exists here so both engines share one
--- revision history.

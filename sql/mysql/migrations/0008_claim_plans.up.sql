@@ -1,7 +1,0 @@
--- Migration 0008_claim_plans (up): nothing to change on MySQL/MariaDB.
---
--- On PostgreSQL this revision makes claim_runs use generic plans (planned once per session
--- instead of per claim) and rewrites schedule_pass's lease reapers as = ANY (ARRAY(...)).
--- Neither applies to MySQL/MariaDB: a procedure's statements are optimized per execution
--- (there is no generic plan to choose), and its lease reapers are not written as IN joins.
--- The revision exists on both engines so that one revision means one schema version.

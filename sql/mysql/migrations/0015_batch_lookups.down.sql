@@ -1,1 +1,0 @@
--- Migration 0015_batch_lookups (down): nothing on MySQL/MariaDB (see the up script).

@@ -1,6 +1,0 @@
--- Migration 0015_batch_lookups (up): nothing on MySQL/MariaDB. The revision changes how
--- PostgreSQL's register_events finds the rows it returns (one lookup by index per item
--- instead of a join its planner made a scan of the event history); MySQL's builds its result
--- from the batch's own temporary table and reads no event history for it (measured:
--- tests/test_batch_registration.py's handler-read test). The revision exists here so both
--- engines share one revision history.

@@ -1,0 +1,67 @@
+-- Takes every kind of access grant_access gave the account away again. Idempotent: a
+-- privilege the account does not hold is skipped (errors 1141, 1147, 1403: no such grant).
+DELIMITER $$
+DROP PROCEDURE IF EXISTS {{ns}}.revoke_access
+$$
+CREATE PROCEDURE {{ns}}.revoke_access(
+    IN p_grantee TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    IN p_host    TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin
+)
+MODIFIES SQL DATA
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE v_host    TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT COALESCE(p_host, '%');
+    DECLARE v_account TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_ns      TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_found   BIGINT;
+    DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE CONTINUE HANDLER FOR 1141, 1147, 1403 BEGIN END;
+
+    SELECT COUNT(*) INTO v_found FROM mysql.user u WHERE u.User = p_grantee AND u.Host = v_host;
+    IF v_found = 0 THEN
+        SET v_message = LEFT(CONCAT('[AQ002] account ', COALESCE(QUOTE(LEFT(p_grantee, 40)), 'NULL'), '@',
+                                    QUOTE(LEFT(v_host, 40)), ' does not exist'), 128);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+    END IF;
+    SET v_account = CONCAT(QUOTE(p_grantee), '@', QUOTE(v_host));
+    SET v_ns = CONCAT('`', DATABASE(), '`');
+    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.register_event FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
+    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.register_events FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
+    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.schedule_pass FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
+    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.set_run_state FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
+    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.retry_run FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
+    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.claim_runs FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
+    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.heartbeat_run FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
+    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.complete_run FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
+    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.process_heartbeat FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
+    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.process_gone FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
+    SET @assetq_grant = CONCAT('REVOKE SELECT ON ', v_ns, '.* FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
+    SET @assetq_grant = CONCAT('REVOKE SELECT ON ', v_ns, '.assetq_alembic_version FROM ', v_account);
+    PREPARE assetq_grant FROM @assetq_grant;
+    EXECUTE assetq_grant;
+    DEALLOCATE PREPARE assetq_grant;
+END
+$$
+DELIMITER ;

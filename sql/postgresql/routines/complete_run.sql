@@ -1,0 +1,110 @@
+-- Finishes attempt p_attempt of run p_run_id of consumer p_dag_id, in the caller's
+-- transaction (I9): with p_state 'success' the run succeeds and the events p_events (a JSON
+-- array, as register_events takes it, or NULL) are registered and fanned out, so the caller's
+-- own writes, the success and the output events commit together or not at all. With
+-- 'failed' the error p_error is recorded (its first 4000 characters); while the consumer's
+-- max_attempts has attempts left the run is queued again, claimable after the retry delay
+-- (retry_delay_seconds, doubled for each attempt already failed when max_retry_delay_seconds
+-- is set, up to it), otherwise it fails for good. Success and a final failure free a place
+-- under max_active_runs. Returns the run, with the ids of the output events in input order.
+-- AQ010 (lease lost, nothing written) unless the run is running at that attempt; AQ008 for
+-- another state; AQ002 for events with a failure; register_events' own errors for bad events.
+CREATE OR REPLACE FUNCTION {{ns}}.complete_run(
+    p_dag_id  text,
+    p_run_id  text,
+    p_attempt integer,
+    p_state   text,
+    p_error   text DEFAULT NULL,
+    p_events  jsonb DEFAULT NULL
+) RETURNS TABLE (
+    dag_run_id          bigint,
+    dag_id              varchar,
+    run_id              varchar,
+    seq                 bigint,
+    state               varchar,
+    run_after           timestamptz,
+    created_at          timestamptz,
+    started_at          timestamptz,
+    ended_at            timestamptz,
+    triggering_event_id bigint,
+    event_count         integer,
+    attempt             integer,
+    worker              varchar,
+    lease_until         timestamptz,
+    not_before          timestamptz,
+    error               text,
+    output_event_ids    bigint[],
+    partition_key       varchar
+)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_id        bigint;
+    v_state     text;
+    v_attempt   integer;
+    v_lease     timestamptz;
+    v_max       integer;
+    v_delay     double precision;
+    v_cap       double precision;
+    v_now       timestamptz;
+    v_out       bigint[];
+BEGIN
+    IF p_state IS NULL OR p_state NOT IN ('success', 'failed') THEN
+        RAISE EXCEPTION 'a run is completed as success or failed, got %', quote_nullable(p_state)
+            USING ERRCODE = 'AQ008';
+    END IF;
+    IF p_state = 'failed' AND p_events IS NOT NULL AND p_events <> '[]'::jsonb THEN
+        RAISE EXCEPTION 'a failed run produces no events' USING ERRCODE = 'AQ002';
+    END IF;
+    SELECT r.id, r.state, r.attempt, r.lease_until, d.max_attempts, d.retry_delay_seconds,
+           d.max_retry_delay_seconds
+      INTO v_id, v_state, v_attempt, v_lease, v_max, v_delay, v_cap
+      FROM {{ns}}.dag_run r
+      JOIN {{ns}}.dag d ON d.dag_id = r.dag_id
+     WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
+       FOR NO KEY UPDATE OF r;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown run % of dag %', quote_nullable(p_run_id), quote_nullable(p_dag_id)
+            USING ERRCODE = 'AQ006';
+    END IF;
+    IF v_state <> 'running' OR v_attempt IS DISTINCT FROM p_attempt OR v_lease IS NULL THEN
+        RAISE EXCEPTION 'lease lost: run % of dag % is % at attempt %, not running at attempt %',
+                p_run_id, p_dag_id, v_state, v_attempt, coalesce(CAST(p_attempt AS text), 'NULL')
+            USING ERRCODE = 'AQ010',
+                  HINT = 'Roll back: another worker holds it now, or it was finished; nothing was written.';
+    END IF;
+    v_now := clock_timestamp();
+    IF p_state = 'success' THEN
+        IF p_events IS NOT NULL AND p_events <> '[]'::jsonb THEN
+            SELECT array_agg(e.event_id ORDER BY e.item_no) INTO v_out
+              FROM {{ns}}.register_events(p_events) e;
+        END IF;
+        UPDATE {{ns}}.dag_run r
+           SET state = 'success', ended_at = v_now, updated_at = v_now, lease_until = NULL,
+               not_before = NULL
+         WHERE r.id = v_id;
+    ELSIF v_attempt < v_max THEN
+        IF v_cap IS NOT NULL THEN
+            v_delay := least(v_delay * power(2::double precision, least(v_attempt - 1, 60)), v_cap);
+        END IF;
+        UPDATE {{ns}}.dag_run r
+           SET state = 'queued', updated_at = v_now, lease_until = NULL,
+               not_before = v_now + make_interval(secs => v_delay), error = left(p_error, 4000)
+         WHERE r.id = v_id;
+    ELSE
+        UPDATE {{ns}}.dag_run r
+           SET state = 'failed', ended_at = v_now, updated_at = v_now, lease_until = NULL,
+               not_before = NULL, error = left(p_error, 4000)
+         WHERE r.id = v_id;
+    END IF;
+    RETURN QUERY
+    SELECT r.id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at, r.started_at,
+           r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker, r.lease_until,
+           r.not_before, r.error, coalesce(v_out, '{}'), r.partition_key
+      FROM {{ns}}.dag_run r
+     WHERE r.id = v_id;
+END
+$$;
+
+ALTER FUNCTION {{ns}}.complete_run(text, text, integer, text, text, jsonb)
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp;

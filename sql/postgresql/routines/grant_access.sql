@@ -1,0 +1,46 @@
+-- Gives the existing role p_grantee one kind of access (see above); p_host must be NULL (it
+-- is MySQL's account host). Idempotent. Runs with the caller's rights: the caller must own
+-- assetq's objects (or hold them WITH GRANT OPTION). AQ002 for an unknown kind or role.
+CREATE OR REPLACE FUNCTION {{ns}}.grant_access(p_access text, p_grantee text, p_host text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_access IS NULL OR p_access NOT IN ('producer', 'scheduler', 'worker', 'reader') THEN
+        RAISE EXCEPTION 'unknown access %: use producer, scheduler, worker or reader', quote_nullable(p_access)
+            USING ERRCODE = 'AQ002';
+    END IF;
+    IF p_host IS NOT NULL THEN
+        RAISE EXCEPTION 'a PostgreSQL role has no host: got %', quote_literal(p_host)
+            USING ERRCODE = 'AQ002';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = p_grantee) THEN
+        RAISE EXCEPTION 'role % does not exist', quote_nullable(p_grantee)
+            USING ERRCODE = 'AQ002',
+                  HINT = 'Create it first, e.g. CREATE ROLE name LOGIN PASSWORD ''...''.';
+    END IF;
+    EXECUTE format('GRANT USAGE ON SCHEMA {{ns}} TO %I', p_grantee);
+    EXECUTE format('GRANT SELECT ON {{ns}}.assetq_alembic_version TO %I', p_grantee);
+    IF p_access = 'producer' THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION'
+                       ' {{ns}}.register_event(text, jsonb, text, text, text, integer, text),'
+                       ' {{ns}}.register_events(jsonb) TO %I', p_grantee);
+    ELSIF p_access = 'scheduler' THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION {{ns}}.schedule_pass(integer),'
+                       ' {{ns}}.set_run_state(text, text, text),'
+                       ' {{ns}}.retry_run(text, text) TO %I', p_grantee);
+    ELSIF p_access = 'worker' THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION'
+                       ' {{ns}}.claim_runs(text, integer, double precision, jsonb),'
+                       ' {{ns}}.heartbeat_run(text, text, integer, double precision),'
+                       ' {{ns}}.complete_run(text, text, integer, text, text, jsonb) TO %I', p_grantee);
+    ELSE
+        EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA {{ns}} TO %I', p_grantee);
+    END IF;
+    -- Schedulers and workers record that they are alive (migration 0010_liveness).
+    IF p_access IN ('scheduler', 'worker') THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION'
+                       ' {{ns}}.process_heartbeat(text, text, text, text, bigint, text, double precision),'
+                       ' {{ns}}.process_gone(text) TO %I', p_grantee);
+    END IF;
+END
+$$;

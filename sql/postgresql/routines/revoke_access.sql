@@ -1,0 +1,26 @@
+-- Takes every kind of access grant_access gave p_grantee away again. Idempotent.
+CREATE OR REPLACE FUNCTION {{ns}}.revoke_access(p_grantee text, p_host text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_host IS NOT NULL THEN
+        RAISE EXCEPTION 'a PostgreSQL role has no host: got %', quote_literal(p_host)
+            USING ERRCODE = 'AQ002';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = p_grantee) THEN
+        RAISE EXCEPTION 'role % does not exist', quote_nullable(p_grantee) USING ERRCODE = 'AQ002';
+    END IF;
+    EXECUTE format('REVOKE EXECUTE ON FUNCTION'
+                   ' {{ns}}.register_event(text, jsonb, text, text, text, integer, text),'
+                   ' {{ns}}.register_events(jsonb), {{ns}}.schedule_pass(integer),'
+                   ' {{ns}}.set_run_state(text, text, text), {{ns}}.retry_run(text, text),'
+                   ' {{ns}}.claim_runs(text, integer, double precision, jsonb),'
+                   ' {{ns}}.heartbeat_run(text, text, integer, double precision),'
+                   ' {{ns}}.complete_run(text, text, integer, text, text, jsonb),'
+                   ' {{ns}}.process_heartbeat(text, text, text, text, bigint, text, double precision),'
+                   ' {{ns}}.process_gone(text) FROM %I',
+                   p_grantee);
+    EXECUTE format('REVOKE SELECT ON ALL TABLES IN SCHEMA {{ns}} FROM %I', p_grantee);
+    EXECUTE format('REVOKE USAGE ON SCHEMA {{ns}} FROM %I', p_grantee);
+END
+$$;
