@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from assetq import migrate
 
 from dbs import (
     DEFAULT_DB_PREFIX,
@@ -313,3 +316,20 @@ def empty_db(backend: Backend) -> Iterator[TestDatabase]:
         yield database
     finally:
         backend.drop(database)
+
+
+#: tests/revisions: test-only table steps after the baseline (see its README).
+TEST_REVISIONS = Path(__file__).parent / "revisions"
+
+
+@pytest.fixture
+def test_revisions() -> Iterator[tuple[str, ...]]:
+    """The test-only revisions added after the package's own for the test (head is then the
+    last of them); yields their ids, oldest first. Removed again afterwards."""
+    migrate.use_revisions(str(TEST_REVISIONS))
+    try:
+        migrate.forget_checks()
+        yield tuple(r for r in migrate.revisions() if r.startswith("t"))
+    finally:
+        migrate.use_revisions(None)
+        migrate.forget_checks()

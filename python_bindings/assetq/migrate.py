@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import random
 import re
 import threading
@@ -122,12 +123,14 @@ Direction = Literal["up", "down"]
 # -- revisions ------------------------------------------------------------------------------
 
 
+def _version_locations() -> list[str]:
+    return [str(resources.files("assetq.migrations").joinpath("versions")), *_extra_locations]
+
+
 @functools.cache
 def _script() -> ScriptDirectory:
-    locations = [str(resources.files("assetq.migrations").joinpath("versions"))]
     return ScriptDirectory(
-        str(resources.files("assetq.migrations")),
-        version_locations=locations + _extra_locations,
+        str(resources.files("assetq.migrations")), version_locations=_version_locations()
     )
 
 
@@ -235,6 +238,8 @@ def _config(
 ) -> Config:
     cfg = Config(output_buffer=output)
     cfg.set_main_option("script_location", str(resources.files("assetq.migrations")))
+    cfg.set_main_option("version_path_separator", "os")
+    cfg.set_main_option("version_locations", os.pathsep.join(_version_locations()))
     cfg.attributes["connection"] = conn
     cfg.attributes["namespace"] = namespace
     cfg.attributes["dialect_name"] = dialect_name or (conn.dialect.name if conn else None)

@@ -1,0 +1,1 @@
+ALTER TABLE {{ns}}.asset_event DROP COLUMN note;

@@ -1,0 +1,1 @@
+ALTER TABLE {{ns}}.asset_event DROP INDEX asset_event_note_idx;

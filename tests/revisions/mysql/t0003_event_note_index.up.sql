@@ -1,0 +1,1 @@
+ALTER TABLE {{ns}}.asset_event ADD INDEX asset_event_note_idx (note);

@@ -1,0 +1,1 @@
+ALTER TABLE {{ns}}.asset_event ADD COLUMN note text;

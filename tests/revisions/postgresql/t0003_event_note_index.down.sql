@@ -1,0 +1,1 @@
+DROP INDEX {{ns}}.asset_event_note_idx;

@@ -1,0 +1,1 @@
+CREATE INDEX asset_event_note_idx ON {{ns}}.asset_event (note);

@@ -1,0 +1,23 @@
+"""Test-only table step: a nullable note column on asset_event (the producers' table).
+
+Revision ID: t0002_event_note
+Revises: 0001_baseline
+"""
+
+from pathlib import Path
+
+from assetq.migrate import run_revision_script
+
+revision = "t0002_event_note"
+down_revision = "0001_baseline"
+branch_labels = None
+depends_on = None
+FOLDER = str(Path(__file__).parent)
+
+
+def upgrade() -> None:
+    run_revision_script(revision, "up", folder=FOLDER)
+
+
+def downgrade() -> None:
+    run_revision_script(revision, "down", folder=FOLDER)
