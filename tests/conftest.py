@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from assetq import migrate
-
 from dbs import (
     DEFAULT_DB_PREFIX,
     Backend,
