@@ -68,14 +68,17 @@ def test_a_conflicting_table_fails_with_the_database_code_and_leaves_only_the_us
         assert assetq.current_revision(conn) is None
 
 
-def test_a_failed_replayed_install_names_the_revision_that_failed(
-    empty_db: TestDatabase,
+def test_a_failed_install_of_several_revisions_names_the_revision_that_failed(
+    empty_db: TestDatabase, test_revisions: tuple[str, ...]
 ) -> None:
+    """Head is a test-only revision here: the install runs the baseline, then each test
+    revision, and the conflict fails the baseline, which the error names (not the target)."""
     code = _create_conflict(empty_db)
     with pytest.raises(assetq.MigrationFailed) as failed:
-        assetq.install(empty_db.engine, revision="0005_wakeup_on_demand")
+        assetq.install(empty_db.engine)
     assert failed.value.code == code
-    assert failed.value.revision == "0001_initial"
+    assert assetq.head_revision() == test_revisions[-1]
+    assert failed.value.revision == "0001_baseline"
     assert _user_objects(empty_db) == ["table dag"]
 
 
@@ -138,11 +141,14 @@ def test_install_refuses_a_schema_newer_than_the_package(
     assert "Can't locate revision" not in err
 
 
-def test_install_never_downgrades(db: TestDatabase) -> None:
+def test_install_never_downgrades(
+    empty_db: TestDatabase, test_revisions: tuple[str, ...]
+) -> None:
+    assert assetq.install(empty_db.engine) == test_revisions[-1]
     with pytest.raises(assetq.SchemaTooNew, match="never downgrades"):
-        assetq.install(db.engine, revision="0005_wakeup_on_demand")
-    with db.engine.connect() as conn:
-        assert assetq.current_revision(conn) == assetq.head_revision()
+        assetq.install(empty_db.engine, revision="0001_baseline")
+    with empty_db.engine.connect() as conn:
+        assert assetq.current_revision(conn) == test_revisions[-1]
 
 
 @pytest.mark.engines("postgresql")
