@@ -141,9 +141,7 @@ def test_install_refuses_a_schema_newer_than_the_package(
     assert "Can't locate revision" not in err
 
 
-def test_install_never_downgrades(
-    empty_db: TestDatabase, test_revisions: tuple[str, ...]
-) -> None:
+def test_install_never_downgrades(empty_db: TestDatabase, test_revisions: tuple[str, ...]) -> None:
     assert assetq.install(empty_db.engine) == test_revisions[-1]
     with pytest.raises(assetq.SchemaTooNew, match="never downgrades"):
         assetq.install(empty_db.engine, revision="0001_baseline")
