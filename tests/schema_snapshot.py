@@ -1,6 +1,6 @@
 """A comparable description of everything in a namespace, per engine.
 
-Used to prove that a fresh install (schema snapshot) and a replay of every migration build the
+Used to prove that a fresh install and a replay of every revision, one at a time, build the
 same schema, and that an uninstall leaves nothing behind.
 """
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
 import assetq
-from assetq import migrate
+from assetq import migrate, routines
 from dbs import Backend, TestDatabase
 from schema_snapshot import snapshot
+
+TEST_REVISIONS = Path(__file__).parent / "revisions"
 
 
 @pytest.fixture
@@ -20,14 +23,52 @@ def second_empty_db(backend: Backend):  # type: ignore[no-untyped-def]
     backend.drop(database)
 
 
-def test_fresh_install_equals_a_replay_of_every_migration(
-    empty_db: TestDatabase, second_empty_db: TestDatabase
+def test_a_fresh_install_equals_the_baseline_plus_every_step_replayed(
+    empty_db: TestDatabase, second_empty_db: TestDatabase, test_revisions: tuple[str, ...]
 ) -> None:
-    assetq.install(empty_db.engine)  # executes the schema snapshot, stamps head
-    assetq.install(second_empty_db.engine, replay=True)  # runs every revision's SQL
+    """One install to head (the baseline and every step in one transaction, then the
+    routines) and one revision at a time, each an install of its own (the routines only
+    once the last reaches head) build the same schema."""
+    assert test_revisions, "no test-only step after the baseline"
+    assetq.install(empty_db.engine)
+    for revision in migrate.revisions():
+        assert assetq.install(second_empty_db.engine, revision=revision) == revision
     fresh, replayed = snapshot(empty_db), snapshot(second_empty_db)
     assert fresh["relations"], "nothing was installed"
     assert fresh == replayed
+
+
+def test_an_upgrade_from_the_package_head_equals_a_fresh_install(
+    empty_db: TestDatabase, second_empty_db: TestDatabase
+) -> None:
+    """The way a real upgrade goes: a namespace at the package's head, routines and all; then
+    a newer package with table steps after it (here the test-only ones) upgrades it. It ends
+    where a fresh install by the newer package ends."""
+    assetq.install(second_empty_db.engine)
+    migrate.use_revisions(str(TEST_REVISIONS))
+    try:
+        migrate.forget_checks()
+        assetq.install(empty_db.engine)
+        assert assetq.install(second_empty_db.engine) == migrate.head_revision()
+        assert snapshot(empty_db) == snapshot(second_empty_db)
+        with second_empty_db.engine.connect() as conn:
+            assert routines.differences(conn, second_empty_db.namespace) == []
+    finally:
+        migrate.use_revisions(None)
+        migrate.forget_checks()
+
+
+def test_the_routines_come_with_the_schema_reaching_head(
+    empty_db: TestDatabase, test_revisions: tuple[str, ...]
+) -> None:
+    """A namespace below the package's head has the tables of its revision and no routines:
+    this package refuses to run against it anyway (SchemaTooOld), and its routine files are
+    written for head's tables."""
+    assetq.install(empty_db.engine, revision="0001_baseline")
+    below = snapshot(empty_db)
+    assert below["relations"] and not below["routines"] and not below["triggers"]
+    assetq.install(empty_db.engine)
+    assert snapshot(empty_db)["triggers"]
 
 
 def test_install_reports_the_head_revision(empty_db: TestDatabase) -> None:
@@ -64,10 +105,10 @@ def test_uninstall_is_idempotent(db: TestDatabase) -> None:
     assetq.uninstall(db.engine, namespace="never_installed")
 
 
-def test_reinstall_after_uninstall_by_replay_gives_the_same_schema(db: TestDatabase) -> None:
+def test_reinstall_after_uninstall_gives_the_same_schema(db: TestDatabase) -> None:
     original = snapshot(db)
     assetq.uninstall(db.engine)
-    assetq.install(db.engine, replay=True)
+    assetq.install(db.engine)
     assert snapshot(db) == original
 
 

@@ -31,6 +31,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal, TextIO
 
+import alembic
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -54,6 +55,8 @@ from .handles import bind_of, connection_of, keyword_namespace
 from .validation import check_namespace, split_namespace
 
 log = logging.getLogger("assetq.migrate")
+
+_ALEMBIC_BEFORE_1_16 = tuple(int(p) for p in re.findall(r"\d+", alembic.__version__)[:2]) < (1, 16)
 
 DEFAULT_NAMESPACE = "assetq"
 #: alembic's version table, inside the namespace. Not "alembic_version": a MySQL user with a
@@ -238,7 +241,11 @@ def _config(
 ) -> Config:
     cfg = Config(output_buffer=output)
     cfg.set_main_option("script_location", str(resources.files("assetq.migrations")))
-    cfg.set_main_option("version_path_separator", "os")
+    # Separated by os.pathsep: "path_separator" since alembic 1.16, which deprecates the
+    # older "version_path_separator" that alembic before it reads.
+    cfg.set_main_option("path_separator", "os")
+    if _ALEMBIC_BEFORE_1_16:
+        cfg.set_main_option("version_path_separator", "os")
     cfg.set_main_option("version_locations", os.pathsep.join(_version_locations()))
     cfg.attributes["connection"] = conn
     cfg.attributes["namespace"] = namespace

@@ -245,6 +245,17 @@ def _create_postgresql(
     conn.execute(setting, {"value": str(before)})
 
 
+def replaces_atomically(conn: Connection) -> bool:
+    """MariaDB: CREATE OR REPLACE PROCEDURE and TRIGGER replace an object in one statement.
+    It waits for the transactions that use the object (its metadata lock), new callers queue
+    behind it, and then every one of them runs the new body: no caller ever finds it missing,
+    and its grants stay (tests/test_routines.py). MySQL 8 / 9 has neither statement."""
+    return bool(getattr(conn.dialect, "is_mariadb", False))
+
+
+_CREATE_OBJECT = re.compile(r"^(\s*)CREATE\s+(PROCEDURE|TRIGGER)\b", re.IGNORECASE)
+
+
 def _create_mysql(
     conn: Connection,
     dialect: Dialect,
@@ -252,9 +263,19 @@ def _create_mysql(
     files: Sequence[ObjectFile],
     present: dict[tuple[str, str], Definition],
 ) -> None:
-    """Routines first (a trigger may call one), then triggers, then views (files' order)."""
+    """Routines first (a trigger may call one), then triggers, then views (files' order).
+
+    MariaDB: each replaced in one statement (:func:`replaces_atomically`). MySQL: a routine
+    is dropped and created again, its grants kept in the namespace meanwhile (a call in
+    between gets 1305, RoutineUnavailable: transient, retried by the API's own
+    transactions); a trigger is dropped and created again with its table locked for writing,
+    so no row is inserted without it. A routine the fan-out trigger calls (partition_fan_out,
+    partition_map) cannot be swapped under that lock (MySQL refuses DROP PROCEDURE under
+    LOCK TABLES, error 1192): a producer between its DROP and CREATE fails with 1305 and is
+    retried like any caller."""
+    atomic = replaces_atomically(conn)
     replaced = [f for f in files if f.kind == "routine" and (f.kind, f.name) in present]
-    if replaced or grants_kept(conn, dialect, namespace):
+    if not atomic and (replaced or grants_kept(conn, dialect, namespace)):
         _save_grants(conn, dialect, namespace, replaced)
     mode = conn.execute(text(_sql(dialect, "read_sql_mode", namespace))).scalar()
     set_mode = text(_sql(dialect, "set_sql_mode", namespace))
@@ -262,7 +283,13 @@ def _create_mysql(
         conn.execute(text(_sql(dialect, "strict_sql_mode", namespace)))
         for f in files:
             statements = sqlfiles.split_script(sqlfiles.render(f.text, dialect.quote_ns(namespace)))
-            if f.kind == "trigger" and (f.kind, f.name) in present and f.table is not None:
+            if atomic:
+                statements = [
+                    _CREATE_OBJECT.sub(r"\1CREATE OR REPLACE \2", s, count=1)
+                    for s in statements
+                    if not re.match(r"\s*DROP\s", s, re.IGNORECASE)
+                ]
+            elif f.kind == "trigger" and (f.kind, f.name) in present and f.table is not None:
                 statements = [
                     _named(dialect, "repair_lock_table", namespace, table=_quoted(f.table)),
                     *statements,
