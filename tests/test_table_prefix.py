@@ -232,33 +232,38 @@ def second_app_db(backend: Backend) -> Iterator[TestDatabase]:
 
 
 @pytest.mark.engines("mysql")
-def test_a_prefixed_fresh_install_equals_a_replay_of_every_migration(
-    app_db: TestDatabase, second_app_db: TestDatabase
+def test_a_prefixed_fresh_install_equals_a_prefixed_upgrade_from_the_baseline(
+    app_db: TestDatabase, second_app_db: TestDatabase, test_revisions: tuple[str, ...]
 ) -> None:
+    """With the test-only revisions after the baseline: a fresh install to head and an
+    install at the baseline upgraded revision by revision give the same prefixed schema."""
     assetq.install(app_db.engine, namespace=NS)
-    assetq.install(second_app_db.engine, namespace=NS, replay=True)
+    assetq.install(second_app_db.engine, namespace=NS, revision="0001_baseline")
+    assert assetq.install(second_app_db.engine, namespace=NS) == test_revisions[-1]
     fresh = snapshot(app_db, MYSQL_APP_DATABASE)
     assert any(r[0] == "assetq_dag" for r in fresh["relations"])
     assert fresh == snapshot(second_app_db, MYSQL_APP_DATABASE)
 
 
 @pytest.mark.engines("mysql")
-@pytest.mark.parametrize("start", ["0001_initial", "0004_semantics", "0009_partitions"])
+@pytest.mark.parametrize("start", ["0001_baseline", "t0002_event_note"])
 def test_a_prefixed_install_at_an_old_revision_upgrades_to_head_and_downgrades_to_base(
-    app_db: TestDatabase, start: str
+    app_db: TestDatabase, start: str, test_revisions: tuple[str, ...]
 ) -> None:
+    """Head is the last test-only revision; the start is one below it."""
     before = _app_state(app_db)
     assetq.install(app_db.engine, namespace=NS, revision=start)
     with app_db.engine.connect() as conn:
         assert assetq.current_revision(conn, namespace=NS) == start
-    assert assetq.install(app_db.engine, namespace=NS) == assetq.head_revision()
+    assert assetq.install(app_db.engine, namespace=NS) == test_revisions[-1]
     with app_db.engine.begin() as conn:  # this package works against head only
         assetq.declare_dag(conn, "consumer", "orders", namespace=NS)
         assetq.register_event(conn, "orders", namespace=NS)
+    assert app_db.scalar("SELECT count(*) FROM {ns}.asset_event WHERE note IS NULL") == 1
     assert len(assetq.schedule(app_db.engine, namespace=NS)) == 1
     report = assetq.doctor(app_db.engine, namespace=NS)
     assert {c.name: c.severity for c in report.checks}["definitions"] == "ok"
-    assert assetq.uninstall(app_db.engine, namespace=NS) == assetq.head_revision()
+    assert assetq.uninstall(app_db.engine, namespace=NS) == test_revisions[-1]
     assert [o for o in _objects(app_db) if o[1].startswith(PREFIX)] == []
     assert _app_state(app_db) == before
 
@@ -368,7 +373,8 @@ def test_a_namespace_is_a_name_or_a_database_and_a_prefix(namespace: str, error:
 def test_a_host_alembic_history_installs_assetq_with_a_prefix_next_to_its_dag_table(
     app_db: TestDatabase,
 ) -> None:
-    """tests/hostapp's history (assetq pinned at 0005, upgraded to 0007 later) in a database
+    """tests/hostapp's history (assetq pinned at 0001_baseline, upgraded later to
+    t0003_event_note_index, a test-only revision standing for a newer package) in a database
     that also has dag, asset and dag_run tables that its metadata does not map: `alembic
     check` proposes dropping those three and nothing of assetq's prefixed tables;
     `alembic downgrade base` removes assetq and leaves them."""
@@ -377,7 +383,7 @@ def test_a_host_alembic_history_installs_assetq_with_a_prefix_next_to_its_dag_ta
     before = _app_state(app_db)
     host_alembic(app_db, "upgrade", "head", namespace=NS)
     with app_db.engine.connect() as conn:
-        assert assetq.current_revision(conn, namespace=NS) == "0007_capped_claim"
+        assert assetq.current_revision(conn, namespace=NS) == "t0003_event_note_index"
     checked = host_alembic(app_db, "check", namespace=NS, check=False)
     proposed = checked.stdout + checked.stderr
     assert checked.returncode != 0 and "remove_table" in proposed
@@ -395,9 +401,13 @@ def test_a_host_alembic_history_installs_assetq_with_a_prefix_next_to_its_dag_ta
 
 
 def _mysql_scripts() -> list[str]:
+    """Every packaged MySQL file: the tables, the queries, each routine, trigger and view,
+    and the table steps after the baseline."""
     folder = resources.files("assetq.sql").joinpath("mysql")
     names = [e.name for e in folder.iterdir() if e.name.endswith(".sql")]
-    names += [f"migrations/{e.name}" for e in folder.joinpath("migrations").iterdir()]
+    names += [f.path for f in sqlfiles.object_files("mysql")]
+    names += [f"steps/{e.name}" for e in folder.joinpath("steps").iterdir()]
+    assert "tables.sql" in names and "routines/claim_runs.sql" in names
     return sorted(n for n in names if n.endswith(".sql"))
 
 
