@@ -933,11 +933,11 @@ def table(results: dict[str, dict[str, Any]]) -> list[str]:
 
 
 @contextmanager
-def _server(engine_name: str, args: argparse.Namespace, prefix: str = "aqbd") -> Iterator[Engine]:
+def _server(engine_name: str, args: argparse.Namespace) -> Iterator[Engine]:
     """The engine of a server for ``engine_name`` (``--postgres`` / ``--mysql``), in a
-    database of its own named ``prefix``_<pid>, dropped after (also benchmarks/revisions.py's)."""
+    database of its own named aqbd_<pid>, dropped after."""
     bench = importlib.import_module("bench")
-    name = f"{prefix}_{os.getpid()}"
+    name = f"aqbd_{os.getpid()}"
     if engine_name == "postgresql":
         server = bench._postgres_server(args.postgres, name=name)
     else:

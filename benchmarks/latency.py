@@ -25,14 +25,15 @@ seconds. Polling latency is about half the poll interval at idle, by constructio
 Producer cost of the wake-up (PostgreSQL): registration throughput with the notification
 trigger enabled and disabled, at 1 and ``--producers`` threads, rounds interleaved, in three
 states of the schedulers (a transaction notifies only while a scheduler holds the wake-up
-lock, migration 0005_wakeup_on_demand):
+lock: sql/postgresql/routines/asset_dag_run_queue_notify.sql):
 
 none       no scheduler runs: no transaction notifies;
 running    one run_scheduler loop consumes the events as they come (what production looks
            like): it holds the lock only when a pass found nothing;
 2 running  two loops: one may hold the lock while the other is busy;
 waiting    a session holds the wake-up lock throughout, as a scheduler that has nothing to
-           do: every transaction notifies (the worst case, and the cost before 0005).
+           do: every transaction notifies (the worst case, and what every transaction paid before
+           development schema 0005_wakeup_on_demand made it depend on the lock).
 
 With the trigger off, the running loops only poll, every 5 ms (listen=False: no listening
 connection, no locks); with it on they poll every second and are woken by notifications. So
@@ -399,8 +400,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             " default here), async: off for the producers' sessions. Schedulers: none; one"
             " or two run_scheduler loops (when the trigger is off, polling every 5 ms without"
             " listening, so that they consume as promptly as when woken); a session holding"
-            " the wake-up lock throughout (every transaction notifies, as before schema"
-            " 0005):",
+            " the wake-up lock throughout (every transaction notifies, as before development"
+            " schema 0005_wakeup_on_demand):",
             "",
             "schedulers | commits | threads | trigger on          | trigger off         |"
             " ratio on/off",

@@ -47,10 +47,11 @@ drain
 profile
     where assetq's producer time goes at 1 event per transaction, 4 consumers, 1 client:
     assetq against copies of its schema, each without one part (the wake-up trigger, the
-    event's foreign key, 0007's queue indexes, all secondary queue indexes, WAL), or with the
-    fan-out written by one client CTE instead of the routine and its statement trigger, and PgQ in
-    the same run. The variants are made by benchmarks/sql/peers_postgresql.sql in namespaces
-    of their own; the real schema is never changed.
+    event's foreign key, the capped claim's two queue indexes, all secondary queue indexes,
+    WAL), or with the fan-out written by one client CTE instead of the routine and its
+    statement trigger, and PgQ in the same run. The variants are made by
+    benchmarks/sql/peers_postgresql.sql in namespaces of their own; the real schema is never
+    changed.
 
 MySQL/MariaDB: no peer runs there; the producer figure compares assetq with the same rows
 written by plain client statements (benchmarks/register.py's plain path).
@@ -816,7 +817,7 @@ def _capped_drain(
     vacuum = _vacuum(s, ns)
     add(ASSETQ, shared, _simple(info, _assetq_pass(ns)), vacuum)
     if cap == 1:
-        # One run per pass, as every pass was before 0011_runs_per_pass.
+        # One run per pass, as every pass was before development schema 0011_runs_per_pass.
         add(ASSETQ_ONE, shared, _simple(info, _assetq_pass(ns, 1)), vacuum)
         api_engine = sa.create_engine(
             s.engine.url, connect_args={"options": "-c synchronous_commit=off"}
@@ -902,7 +903,7 @@ PROFILE_VARIANTS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("fan-out without FOR KEY SHARE and alias probe", ("prof_lean_fan_out",), "aq_register"),
     ("without the wake-up trigger", ("prof_no_notify",), "aq_register"),
     ("without the event's foreign key", ("prof_no_fk",), "aq_register"),
-    ("without 0007's two queue indexes", ("prof_no_0007_indexes",), "aq_register"),
+    ("without the capped claim's two queue indexes", ("prof_no_claim_indexes",), "aq_register"),
     ("without any secondary queue index", ("prof_no_queue_indexes",), "aq_register"),
     ("event and queue unlogged", ("prof_unlogged",), "aq_register"),
     (

@@ -78,9 +78,10 @@ class PlainPath:
 
 
 class PostgresPlainPath(PlainPath):
-    # The same rows the registration routine and trigger write (schema.sql): the event with
-    # the default extra and source, then one queue row per unpaused consumer of the asset,
-    # carrying the event's own timestamp.
+    # The same rows the registration routine and trigger write (sql/postgresql/routines/:
+    # register_event.sql, asset_event_fan_out.sql): the event with the default extra and
+    # source, then one queue row per unpaused consumer of the asset, carrying the event's own
+    # timestamp.
     INSERT_EVENT = """
         INSERT INTO {ns}.asset_event (asset_id, extra)
         SELECT a.id, CAST(:extra AS jsonb) FROM {ns}.asset a WHERE a.name = :asset

@@ -7,10 +7,13 @@ docs/benchmarks.json. Every number in the page comes from the run that writes it
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from assetq import migrate
 
 ENGINE_TITLES = {"postgresql": "PostgreSQL", "mysql": "MariaDB"}
 PLOTS = "benchmarks"  # folder of the PNGs, next to benchmarks.md
@@ -18,6 +21,16 @@ PLOTS = "benchmarks"  # folder of the PNGs, next to benchmarks.md
 #: Airflow 3's published figure for one asset-triggered run of 50,000 events on PostgreSQL
 #: (apache/airflow#69848).
 AIRFLOW_50K_SECONDS = 10.0
+
+#: Figures measured before 0.1.0 name the development schema they ran at, as bench.py wrote
+#: it ("0.1.0 (schema 0007_capped_claim)"). Those revisions are gone: the 0.1.0 baseline
+#: installs the tables and routines of the last of them, unchanged (CHANGELOG, 0.1.0).
+_AT_SCHEMA = re.compile(r"^(?P<version>\S+) \(schema (?P<revision>\w+)\)$")
+BASELINE_OF = "0015_batch_lookups"
+
+#: Labels of variants that benchmarks/peers.py has renamed since a figure was stored: the
+#: page shows today's label.
+RENAMED = {"without 0007's two queue indexes": "without the capped claim's two queue indexes"}
 
 
 def _median(values: Sequence[float]) -> float:
@@ -36,6 +49,21 @@ def _spread(values: Sequence[float], scale: float = 1.0, digits: int = 0, unit: 
 def _ratios(top: Sequence[float], bottom: Sequence[float]) -> list[float]:
     """Per-repetition ratios: the two rounds of a repetition ran next to each other."""
     return [a / b for a, b in zip(top, bottom, strict=True) if b]
+
+
+def _assetq(version: str) -> str:
+    """The assetq version and schema of a figure, as the page says it: one measured at a
+    development revision says what 0.1.0 installs of it."""
+    match = _AT_SCHEMA.match(version)
+    if match is None or match["revision"] not in migrate.DEVELOPMENT_REVISIONS:
+        return version
+    at = f"{match['version']}, measured at development schema {match['revision']}"
+    if match["revision"] == BASELINE_OF:
+        return f"{at}, whose tables and routines the 0.1.0 baseline installs unchanged"
+    return (
+        f"{at} (the 0.1.0 baseline installs the tables and routines of development schema"
+        f" {BASELINE_OF}; these figures were not measured again at it)"
+    )
 
 
 def _engine_title(report: dict[str, Any], engine: str) -> str:
@@ -259,7 +287,7 @@ def peers_section(report: dict[str, Any]) -> list[str]:
         f" backlog of {st['backlog']:,} events (one consumer) is topped up before each slice,"
         " untimed; assetq's step is one scheduler pass as `assetq.schedule` sends it (limit"
         " 100; `max_events_per_run` capping each run, a pass making up to 100 capped runs,"
-        " schema 0011_runs_per_pass; *limit 1* is one run per pass), PgQ's"
+        " since development schema 0011_runs_per_pass; *limit 1* is one run per pass), PgQ's"
         " a batch (the events between two ticks, ticked by hand every 1,000 events or once"
         " for the whole backlog), pgmq's a read of N messages and their delete, procrastinate's"
         " a fetch and a finish. Events/s, median (min-max) of"
@@ -342,20 +370,22 @@ def peers_section(report: dict[str, Any]) -> list[str]:
             " transaction with N consumers PgQ writes one row (one index entry, on ev_txid; no"
             " key, no foreign key), pgmq and procrastinate N rows; assetq writes the event row"
             " (3 index entries, 1 foreign-key check) and N queue rows (4 index entries each; no"
-            " foreign-key check since schema 0013_queue_checks, whose two per queue row were 8"
+            " foreign-key check since development schema 0013_queue_checks, whose two per queue"
+            " row were 8"
             " of the 9 at 4 consumers), so with 4 consumers 5 rows, 19 index entries and 1"
             " foreign-key check per event, plus the routine's asset lookup and the fan-out"
             " trigger's join with its FOR KEY SHARE locks; the profile below measures which of"
             " them matter. A whole-backlog or 1,000-event drain of PgQ writes nothing per event"
             " (a batch is a txid range; finish_batch moves the consumer's position), pgmq"
             " deletes a row per event; assetq's run deletes each queue row (4 index entries"
-            " each) and inserts a link row per event (2 index entries since schema 0014_link_keys,"
-            " 3 before; no foreign-key check since schema 0012_link_checks, whose checks were"
+            " each) and inserts a link row per event (2 index entries since development schema"
+            " 0014_link_keys, 3 before; no foreign-key check since development schema"
+            " 0012_link_checks, whose checks were"
             " more than half of a whole-backlog run)."
             " A one-event drain is a run per event: assetq inserts a dag_run row (10 indexes),"
             " a link, deletes the queue row and updates the consumer row, where procrastinate"
-            " updates one job row twice; a pass makes up to 100 such runs (schema"
-            " 0011_runs_per_pass), one statement and commit where procrastinate sends two.",
+            " updates one job row twice; a pass makes up to 100 such runs (since development"
+            " schema 0011_runs_per_pass), one statement and commit where procrastinate sends two.",
         ]
     profile = (pg or {}).get("profile")
     if profile:
@@ -474,7 +504,7 @@ def profile_section(profile: dict[str, Any]) -> list[str]:
             gap = _spread([x * 100 for x in shares], unit="%") if shares else ""
         rows.append(
             [
-                label,
+                RENAMED.get(label, label),
                 _spread(values),
                 ""
                 if label == profile["base"]
@@ -859,7 +889,7 @@ def markdown(report: dict[str, Any], plots: Sequence[str], latency: str | None =
             f"Figures {', '.join(update['figures'])}: measured again by `{update['command']}`"
             f" (about {update['elapsed_s'] / 60:.0f} min, {update['date']}, load average"
             f" {update['load_before']} before, {update['load_after']} after; assetq"
-            f" {update['machine']['assetq']}); the rest of the page is the run above.",
+            f" {_assetq(update['machine']['assetq'])}); the rest of the page is the run above.",
         ]
     out += [
         "",
@@ -877,7 +907,7 @@ def markdown(report: dict[str, Any], plots: Sequence[str], latency: str | None =
                 f"Python {machine['python']}, SQLAlchemy {machine['sqlalchemy']},"
                 f" psycopg {machine['psycopg']}, PyMySQL {machine['pymysql']}",
             ],
-            ["assetq", machine["assetq"]],
+            ["assetq", _assetq(machine["assetq"])],
             [
                 "load average (1 min)",
                 f"{report['load_before']} before, {report['load_after']} after: other work on"
@@ -1054,7 +1084,8 @@ def markdown(report: dict[str, Any], plots: Sequence[str], latency: str | None =
         " on an autocommit connection the single call is the whole transaction.",
         "- One run of a backlog: the run's links are inserted and its queue rows deleted in"
         " set-based statements; what grows with the backlog is the work per link (its index"
-        " entries; the link table has no foreign keys since schema 0012_link_checks) and the"
+        " entries; the link table has no foreign keys since development schema"
+        " 0012_link_checks) and the"
         " run's ids returned to Python.",
         "- Worker burn-down against procrastinate: per run both sides lock a row with SKIP"
         " LOCKED and update it to claim, update it to finish, and commit. assetq does more"

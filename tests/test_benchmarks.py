@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -107,3 +108,44 @@ def _check_peers(figure: dict[str, Any], engine_name: str) -> None:
         )
         assert set(floors[work]) == sides, work
         assert min(_every_rate(floors[work])) > 0, work
+
+
+def test_the_page_is_what_report_py_draws_from_the_raw_figures(tmp_path: Path) -> None:
+    """docs/benchmarks.md is never edited by hand: report.py re-draws it, word for word, from
+    docs/benchmarks.json and docs/benchmarks/latency.md."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    report = importlib.import_module("report")
+    docs = BENCHMARKS.parent / "docs"
+    raw = json.loads((docs / "benchmarks.json").read_text("utf-8"))
+    (tmp_path / "benchmarks").mkdir()
+    latency = (docs / "benchmarks" / "latency.md").read_text("utf-8")
+    (tmp_path / "benchmarks" / "latency.md").write_text(latency, "utf-8")
+    report.write(raw, tmp_path)
+    drawn = (tmp_path / "benchmarks.md").read_text("utf-8")
+    assert drawn == (docs / "benchmarks.md").read_text("utf-8")
+
+
+def test_a_figure_of_a_development_schema_says_what_0_1_0_installs_of_it() -> None:
+    """The revisions before 0.1.0 are gone; a figure measured at one of them says so, and
+    only the last one's tables and routines are the baseline's."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    report = importlib.import_module("report")
+    assert report._assetq("0.1.0 (schema 0015_batch_lookups)") == (
+        "0.1.0, measured at development schema 0015_batch_lookups, whose tables and routines"
+        " the 0.1.0 baseline installs unchanged"
+    )
+    older = report._assetq("0.1.0 (schema 0007_capped_claim)")
+    assert older.startswith("0.1.0, measured at development schema 0007_capped_claim (")
+    assert "not measured again" in older
+    # A run at a revision of the package is shown as bench.py wrote it.
+    head = "0.1.0 (schema 0001_baseline)"
+    assert report._assetq(head) == head
+    # The page and the latency figures never name a development revision as a plain schema.
+    docs = BENCHMARKS.parent / "docs"
+    for page in (docs / "benchmarks.md", docs / "benchmarks" / "latency.md"):
+        text = page.read_text("utf-8")
+        for match in re.finditer(r"(\w+ )?schema (\d{4}_\w+)", text):
+            if match[2] in report.migrate.DEVELOPMENT_REVISIONS:
+                assert match[1] == "development ", (page.name, match[0])

@@ -23,8 +23,8 @@ SELECT a.id
 
 -- aq_pass --
 -- One scheduler pass over the namespace's one consumer: what assetq.schedule sends (its
--- default limit is 100: a capped consumer gets up to 100 runs in a pass, 0011_runs_per_pass;
--- limit 1 is one run per pass, as every pass was before).
+-- default limit is 100: a capped consumer gets up to 100 runs in a pass; limit 1 is one run
+-- per pass, as every pass was before development schema 0011_runs_per_pass).
 SELECT dag_run_id, event_ids FROM {{ns}}.schedule_pass(p_limit => %(limit)s)
 
 -- aq_vacuum --
@@ -42,22 +42,23 @@ DROP TRIGGER asset_dag_run_queue_notify ON {{ns}}.asset_dag_run_queue
 
 -- prof_no_fk --
 -- Without the foreign key a producer's rows check: the event's to its asset (the queue has
--- none since 0013_queue_checks).
+-- none since development schema 0013_queue_checks).
 ALTER TABLE {{ns}}.asset_event DROP CONSTRAINT asset_event_asset_id_fkey
 
--- prof_no_0007_indexes --
--- Without the two queue indexes migration 0007 added for capped claims.
+-- prof_no_claim_indexes --
+-- Without the two queue indexes the capped claim reads (sql/postgresql/tables.sql).
 DROP INDEX {{ns}}.asset_dag_run_queue_order_idx, {{ns}}.asset_dag_run_queue_asset_idx
 
 -- prof_no_queue_indexes --
--- Without any secondary index of the queue (0007's two and the purge's event index).
+-- Without any secondary index of the queue (the capped claim's two and the purge's event
+-- index).
 DROP INDEX {{ns}}.asset_dag_run_queue_order_idx, {{ns}}.asset_dag_run_queue_asset_idx,
            {{ns}}.asset_dag_run_queue_event_idx
 
 -- prof_unlogged --
 -- Event and queue tables unlogged (no WAL). A logged table cannot reference an unlogged one:
 -- the alias records' foreign key to asset_event goes first (not on the path; the links have
--- none since 0012_link_checks).
+-- none since development schema 0012_link_checks).
 ALTER TABLE {{ns}}.asset_event_alias DROP CONSTRAINT asset_event_alias_asset_event_id_fkey;
 ALTER TABLE {{ns}}.asset_dag_run_queue SET UNLOGGED;
 ALTER TABLE {{ns}}.asset_event SET UNLOGGED
@@ -95,8 +96,8 @@ SELECT a.id FROM {{ns}}.asset a WHERE a.name = %(asset)s
 
 -- prof_lean_fan_out --
 -- The fan-out trigger's function without its FOR KEY SHARE locks and its alias probe (since
--- 0013_queue_checks no foreign-key check locks the dag row either: not a safe schema, a
--- measurement of what the locks cost).
+-- development schema 0013_queue_checks no foreign-key check locks the dag row either: not a
+-- safe schema, a measurement of what the locks cost).
 CREATE OR REPLACE FUNCTION {{ns}}.asset_event_fan_out() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
