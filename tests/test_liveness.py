@@ -1,8 +1,8 @@
-"""Liveness (issue 15 item 5, schema 0010_liveness): every scheduler and worker loop keeps a
-row in process_liveness, refreshed at most every liveness_interval seconds in a transaction of
-its own; a clean stop deletes it; a killed process leaves it, and status shows it as stale
-once it is three intervals old; doctor notes it and purge removes it. Schedulers and workers
-may heartbeat through their grants; producers may not.
+"""Liveness (issue 15 item 5, since development revision 0010_liveness): every scheduler and
+worker loop keeps a row in process_liveness, refreshed at most every liveness_interval seconds
+in a transaction of its own; a clean stop deletes it; a killed process leaves it, and status
+shows it as stale once it is three intervals old; doctor notes it and purge removes it.
+Schedulers and workers may heartbeat through their grants; producers may not.
 
 Intervals here are tens of milliseconds, so waits are short polls, not sleeps of seconds.
 """
@@ -336,58 +336,3 @@ def test_scheduler_and_worker_roles_may_heartbeat_producers_may_not(
         assert "could not record its liveness" in caplog.text
         assetq.revoke_roles(db.engine, made["scheduler"].grantee, namespace=db.namespace)
         assert not _heartbeat(made["scheduler"].engine, db, "scheduler")
-
-
-def test_the_upgrade_to_0010_lets_existing_scheduler_and_worker_roles_heartbeat(
-    empty_db: TestDatabase,
-) -> None:
-    assetq.install(empty_db.engine, revision="0009_partitions", namespace=empty_db.namespace)
-    with made_logins(empty_db, ("scheduler", "worker", "reader"), "aqh10") as made:
-        assetq.grant_roles(
-            empty_db.engine,
-            scheduler=made["scheduler"].grantee,
-            worker=made["worker"].grantee,
-            reader=made["reader"].grantee,
-            namespace=empty_db.namespace,
-        )
-        assetq.install(empty_db.engine, namespace=empty_db.namespace)
-        for kind in ("scheduler", "worker"):
-            alive = liveness.Liveness(made[kind].engine, empty_db.namespace, kind, 30.0)
-            assert alive.beat()
-        with made["reader"].engine.connect() as conn:
-            rows = assetq.processes(conn, namespace=empty_db.namespace)
-        assert sorted(r.kind for r in rows) == ["scheduler", "worker"]
-
-
-def test_the_mysql_upgrade_script_can_run_twice_and_gives_the_fresh_schema(
-    empty_db: TestDatabase, backend: Any
-) -> None:
-    """MySQL commits each DDL statement: an upgrade to 0010 that stopped half-way is finished by
-    running the script again. Twice in a row, it keeps a scheduler account's new grants and
-    builds what a fresh install builds."""
-    if empty_db.engine_name != "mysql":
-        pytest.skip("PostgreSQL runs a revision in one transaction")
-    from assetq import migrate, sqlfiles
-    from schema_snapshot import snapshot
-
-    namespace = empty_db.namespace
-    assetq.install(empty_db.engine, revision="0009_partitions", namespace=namespace)
-    script = sqlfiles.read("mysql", "migrations/0010_liveness.up.sql")
-    with made_logins(empty_db, ("scheduler",), "aqh10") as made:
-        assetq.grant_roles(
-            empty_db.engine, scheduler=made["scheduler"].grantee, namespace=namespace
-        )
-        for _ in range(2):
-            with empty_db.engine.begin() as conn:
-                empty_db.dialect.run_script(conn, script, namespace)
-        assert _heartbeat(made["scheduler"].engine, empty_db, "scheduler")
-    table = f"{empty_db.dialect.quote_ns(namespace)}.{migrate.VERSION_TABLE}"
-    with empty_db.engine.begin() as conn:
-        conn.execute(sa.text(f"UPDATE {table} SET version_num = '0010_liveness'"))
-    fresh = backend.database(installed=False)
-    try:
-        # At 0010, not at head: later revisions (0011_runs_per_pass) change routines again.
-        assetq.install(fresh.engine, revision="0010_liveness", namespace=fresh.namespace)
-        assert snapshot(empty_db) == snapshot(fresh)
-    finally:
-        backend.drop(fresh)
