@@ -1,5 +1,5 @@
-"""The link table without foreign keys (migration 0012_link_checks): what its two keys
-guaranteed still holds, proven instead of checked per row.
+"""The link table without foreign keys (since development revision 0012_link_checks): what its
+two keys guaranteed still holds, proven instead of checked per row.
 
 dagrun_asset_event had a foreign key to asset_event and one to dag_run, both ON DELETE
 CASCADE; their checks were most of the cost of a pass over a large backlog. Now the pass
@@ -352,32 +352,3 @@ def test_the_turned_unique_key_refuses_a_second_link_of_an_event_to_a_consumer(
             " VALUES (3, 7, 'consumer')"
         )
     assert db.scalar("SELECT count(*) FROM {ns}.dagrun_asset_event") == 2
-
-
-def test_0014_link_keys_up_gives_the_fresh_schema_and_down_gives_0013s_back(
-    empty_db: TestDatabase, backend: Any
-) -> None:
-    """The revision's scripts by themselves, from 0013_queue_checks: up builds what a fresh
-    install at 0014 builds, down restores 0013 exactly. On MySQL, which commits each DDL
-    statement, each script runs twice in a row (a script that stopped half-way is finished
-    by running it again)."""
-    from assetq import sqlfiles
-    from schema_snapshot import snapshot
-
-    namespace, engine = empty_db.namespace, empty_db.engine_name
-    runs = 2 if engine == "mysql" else 1
-    assetq.install(empty_db.engine, revision="0013_queue_checks", namespace=namespace)
-    at_0013 = snapshot(empty_db)
-    for direction in ("up", "down"):
-        script = sqlfiles.read(engine, f"migrations/0014_link_keys.{direction}.sql")
-        for _ in range(runs):
-            with empty_db.engine.begin() as conn:
-                empty_db.dialect.run_script(conn, script, namespace)
-        if direction == "up":
-            fresh = backend.database(installed=False)
-            try:
-                assetq.install(fresh.engine, revision="0014_link_keys", namespace=fresh.namespace)
-                assert snapshot(empty_db) == snapshot(fresh)
-            finally:
-                backend.drop(fresh)
-    assert snapshot(empty_db) == at_0013
