@@ -806,6 +806,16 @@ def _check_conflicts(
 _UPGRADING = re.compile(r"; upgrading to (\w+)")
 
 
+def _marked_revision(conn: Connection, dialect: Dialect, namespace: str) -> str | None:
+    """The revision the version table's marker names (None: no version table, or no marker),
+    read from the catalog only."""
+    row = conn.execute(
+        text(_upgrade_sql(dialect, "read_compat_marker", namespace)), {"namespace": namespace}
+    ).first()
+    found = _MARKED_REVISION.match(str(row.marker or "")) if row is not None else None
+    return found.group(1) if found else None
+
+
 def _upgrading_to(conn: Connection, dialect: Dialect, namespace: str) -> str | None:
     """The target of an upgrade that started and has not finished (see _check_conflicts)."""
     row = conn.execute(
@@ -987,9 +997,12 @@ def migrate_connection(
     dialect = dialect_for(conn)
     if dialect is MYSQL and direction == "up" and target is not None:
         with _reported(conn, dialect, namespace, target, "install of"):
-            # Before the lock: on Galera taking it creates the namespace and a table.
-            existed = bool(_scalar(dialect, conn, "namespace_exists", namespace))
-            if (current_revision(conn, namespace=namespace) if existed else None) != target:
+            # Before the lock: on Galera taking it creates the namespace and a table. The
+            # installed revision is read from the version table's comment (the marker), not
+            # from the table: a read of the table holds its metadata lock to the end of this
+            # transaction, while this installer waits for the namespace lock, and the
+            # installer holding that lock deadlocked (1213) on it when it wrote the marker.
+            if _marked_revision(conn, dialect, namespace) != target:
                 _check_binary_log(conn, dialect, namespace, target)
     with (
         _reported(conn, dialect, namespace, target, "install of"),
@@ -1038,7 +1051,7 @@ def migrate_connection(
             if target == head_revision():
                 _sync_routines(conn, dialect, namespace, target)
         installed = current_revision(conn, namespace=namespace)
-        if installed is not None:
+        if installed is not None and current is not None:  # a fresh install wrote it
             _write_marker(conn, dialect, namespace, installed)
         forget_checks(conn.engine, namespace)  # this process's next call checks again
         return installed
@@ -1064,6 +1077,7 @@ def _fresh_install(
             command.upgrade(_config(conn, namespace), target)
         if target == head_revision():
             routines.sync(conn, namespace)
+        _write_marker(conn, dialect, namespace, target)
     except BaseException:
         if before is not None:
             _remove_created(conn, dialect, namespace, before, set(creates), existed=existed)
