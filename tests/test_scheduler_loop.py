@@ -24,7 +24,7 @@ import pytest
 import sqlalchemy as sa
 
 import assetq
-from assetq import api, sqlfiles
+from assetq import api
 from dbs import TestDatabase
 
 
@@ -516,34 +516,6 @@ def test_a_database_that_is_down_at_start_is_an_error_the_loop_backs_off_from(
     finally:
         engine.dispose()
     assert (stats.passes, stats.errors) == (2, 2)
-
-
-@pytest.mark.engines("postgresql")
-def test_with_the_trigger_of_0004_every_producer_notifies_and_the_loop_still_wakes(
-    db: TestDatabase,
-) -> None:
-    """Schedulers may be upgraded before the schema: with the trigger as 0005's down script
-    leaves it (0004's), a producer notifies whether or not a scheduler waits, and this
-    version's loop, which takes the wake-up lock all the same, is woken by it."""
-    with db.engine.begin() as conn:
-        down = sqlfiles.read("postgresql", "migrations/0005_wakeup_on_demand.down.sql")
-        db.dialect.run_script(conn, down, db.namespace)
-    _declare(db, "consumer", "orders")
-    with psycopg.connect(_psycopg_url(db), autocommit=True) as listener:
-        listener.execute(f'LISTEN "{db.namespace}"')
-        listener.execute("LISTEN aqo_marker")
-        _register(db, "orders")  # nobody waits: notifies anyway
-        assert _notifications_until_marker(db, listener) == [db.namespace, "aqo_marker"]
-    assert len(assetq.schedule(db.engine)) == 1  # that event's run: the queue is empty
-    loop = _Loop(db, poll_interval=30)
-    try:
-        _until(lambda: loop.passes >= 2 and _wakeup_lock(db, granted=True) == 1, "the wait")
-        (event,) = _register(db, "orders")
-        run = loop.runs.get(timeout=20)  # a hang here means no wake-up: the poll is 30 s
-    finally:
-        stats = loop.finish()
-    assert run.event_ids == (event.id,)
-    assert stats.wakeups >= 1
 
 
 @pytest.mark.engines("postgresql")
