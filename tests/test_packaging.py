@@ -1,9 +1,11 @@
 """A built wheel carries its SQL and migrations and works from any directory.
 
 The repository keeps ``sql/`` and ``migrations/`` at the top level; pyproject.toml maps them
-into the package. These tests build a real wheel from a copy of the checkout, look inside it,
-and install assetq into a fresh database from the unpacked wheel alone, with the checkout out
-of reach (another working directory, no site-packages hooks, so no editable install).
+into the package: per engine ``tables.sql`` (the 0.1.0 baseline's tables), ``uninstall.sql``,
+one file per routine, trigger and view, table steps (none yet), and the baseline revision.
+These tests build a real wheel from a copy of the checkout, look inside it, and install
+assetq into a fresh database from the unpacked wheel alone, with the checkout out of reach
+(another working directory, no site-packages hooks, so no editable install).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from assetq import sqlfiles
 from dbs import TestDatabase
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,35 +74,72 @@ def unpacked(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return target
 
 
-def test_wheel_ships_sql_migrations_and_type_marker(wheel: Path) -> None:
-    names = set(zipfile.ZipFile(wheel).namelist())
+#: The engines whose SQL the wheel ships (sql/<engine>/).
+ENGINES = ("postgresql", "mysql")
+#: Per engine: the tables (the baseline's up), their removal (its down), the named queries,
+#: the upgrade helpers; routines/, triggers/ and views/ hold one file per object.
+ENGINE_FILES = ("tables.sql", "uninstall.sql", "queries.sql", "upgrades.sql")
+
+
+def test_wheel_ships_the_sql_the_baseline_and_the_type_marker(wheel: Path) -> None:
+    archive = zipfile.ZipFile(wheel)
+    names = set(archive.namelist())
     required = {
         "assetq/py.typed",
-        "assetq/sql/postgresql/schema.sql",
-        "assetq/sql/postgresql/queries.sql",
         "assetq/migrations/env.py",
         "assetq/migrations/script.py.mako",
+        "assetq/migrations/versions/0001_baseline.py",
     }
-    # Every SQL file and alembic revision in the checkout, whichever engines exist by now.
-    required |= {
-        "assetq/sql/" + p.relative_to(ROOT / "sql").as_posix()
-        for p in (ROOT / "sql").rglob("*.sql")
+    for engine in ENGINES:
+        required |= {f"assetq/sql/{engine}/{name}" for name in ENGINE_FILES}
+        # One file per routine, trigger and view, as assetq.sqlfiles finds them in the
+        # checkout; each kind has files on each engine.
+        objects = sqlfiles.object_files(engine)
+        assert {f.kind for f in objects} == set(sqlfiles.OBJECT_FOLDERS), engine
+        required |= {f"assetq/sql/{engine}/{f.path}" for f in objects}
+    # Every SQL (and text) file and alembic revision in the checkout, whichever engines and
+    # table steps exist by now.
+    checkout_sql = {
+        "assetq/sql/" + p.relative_to(ROOT / "sql").as_posix(): p
+        for p in (ROOT / "sql").rglob("*")
+        if p.suffix in (".sql", ".txt")
     }
+    required |= set(checkout_sql)
     required |= {
         "assetq/migrations/versions/" + p.name
         for p in (ROOT / "migrations" / "versions").glob("*.py")
     }
-    assert any(n.startswith("assetq/sql/postgresql/migrations/") for n in required)
     assert not required - names, f"missing from the wheel: {sorted(required - names)}"
+    # Each the checkout's, byte for byte.
+    for name, path in checkout_sql.items():
+        assert archive.read(name) == path.read_bytes(), name
+    # Table steps: exactly the checkout's (none yet: the folder holds only a .keep, which
+    # is not shipped, so the installed package has no steps/ folder at all).
+    steps = {n for n in names if n.startswith("assetq/sql/") and "/steps/" in n}
+    assert steps == {n for n in checkout_sql if "/steps/" in n}
+    # Nothing of the development layout (one schema.sql, a script per revision).
+    stale = [
+        n
+        for n in names
+        if n.startswith("assetq/sql/") and (n.endswith("/schema.sql") or "/migrations/" in n)
+    ]
+    assert not stale, stale
+    revisions = {n for n in names if n.startswith("assetq/migrations/versions/0")}
+    assert revisions == {
+        "assetq/migrations/versions/" + p.name
+        for p in (ROOT / "migrations" / "versions").glob("0*.py")
+    }
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "assetq = assetq.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "assetq = assetq.cli:main" in archive.read(entry_points).decode()
 
 
 _INSTALL_SCRIPT = textwrap.dedent(
     """
     import json, sys
+    from importlib import resources
     import sqlalchemy as sa
     import assetq
+    from assetq import sqlfiles
 
     url, namespace = sys.argv[1], sys.argv[2]
     engine = sa.create_engine(url)
@@ -108,13 +148,17 @@ _INSTALL_SCRIPT = textwrap.dedent(
         assetq.declare_dag(conn, "consumer", "orders", namespace=namespace)
         assetq.register_event(conn, "orders", namespace=namespace)
     runs = assetq.schedule(engine, namespace=namespace)
+    doctor = assetq.doctor(engine, namespace=namespace)
     assetq.uninstall(engine, namespace=namespace)
     engine.dispose()
     print(json.dumps({
         "module": assetq.__file__,
+        "sql": str(resources.files("assetq.sql")),
+        "object_files": len(sqlfiles.object_files(engine.dialect.name)),
         "revision": revision,
         "head": assetq.head_revision(),
         "runs": len(runs),
+        "checks": {c.name: c.severity for c in doctor.checks},
     }))
     """
 )
@@ -150,8 +194,15 @@ def test_unpacked_wheel_installs_assetq_from_another_directory(
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert Path(report["module"]).resolve().is_relative_to(unpacked.resolve())
-    assert report["revision"] == report["head"]
+    assert Path(report["sql"]).resolve().is_relative_to(unpacked.resolve())
+    assert report["object_files"] == len(sqlfiles.object_files(empty_db.engine_name))
+    assert report["revision"] == report["head"] == "0001_baseline"
     assert report["runs"] == 1
+    # Every table, routine, trigger and view the wheel's files define was there, each as its
+    # file defines it (the routine catalogue's checksums, the definitions the server prints).
+    # (doctor: one "objects" check when none is missing, one per missing object otherwise.)
+    checks = report["checks"]
+    assert checks["revision"] == checks["objects"] == checks["definitions"] == "ok", checks
 
 
 def test_unpacked_wheel_runs_the_command_line(unpacked: Path, tmp_path: Path) -> None:
