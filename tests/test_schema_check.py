@@ -67,10 +67,11 @@ CALLS: dict[str, Call] = {
 }
 
 
-@pytest.mark.parametrize("revision", ["0003_operations", "0008_claim_plans"])
+@pytest.mark.parametrize("revision", ["0001_baseline", "t0002_event_note"])
 def test_the_first_call_against_an_older_schema_says_upgrade_it_first(
-    empty_db: TestDatabase, revision: str
+    empty_db: TestDatabase, revision: str, test_revisions: tuple[str, ...]
 ) -> None:
+    """Older than head: the baseline and the first test-only revision, head the second."""
     assetq.install(empty_db.engine, revision=revision)
     for name, call in CALLS.items():
         fix = "assetq upgrade --namespace assetq"
@@ -93,6 +94,21 @@ def test_the_failed_check_leaves_the_callers_transaction_usable(empty_db: TestDa
         assert conn.execute(sa.text("SELECT 1")).scalar_one() == 1
     with pytest.raises(assetq.NotInstalled, match="assetq install"):
         assetq.schedule(empty_db.engine, max_attempts=1)
+
+
+def test_the_first_call_against_a_development_schema_says_reinstall_it(
+    db: TestDatabase,
+) -> None:
+    """A namespace at one of the development revisions 0.1.0's baseline replaced: no
+    upgrade reaches it, so the fix is a re-install."""
+    _stamp(db, "0015_batch_lookups", "0001_initial")  # as a development package left it
+    assert "0015_batch_lookups" in migrate.DEVELOPMENT_REVISIONS
+    for name, call in CALLS.items():
+        with pytest.raises(assetq.SchemaTooOld, match="assetq uninstall --yes") as raised:
+            call(db.engine, db.namespace)
+        message = str(raised.value)
+        assert "development schema 0015_batch_lookups" in message, name
+        assert "assetq install" in message and "assetq upgrade" not in message, name
 
 
 def _stamp(db: TestDatabase, revision: str, clients_from: str) -> None:
@@ -205,8 +221,10 @@ def test_threads_whose_first_calls_overlap_all_pass_and_the_check_is_cached(
         engine.dispose()
 
 
-def test_the_asyncio_api_checks_too(empty_db: TestDatabase) -> None:
-    assetq.install(empty_db.engine, revision="0008_claim_plans")
+def test_the_asyncio_api_checks_too(
+    empty_db: TestDatabase, test_revisions: tuple[str, ...]
+) -> None:
+    assetq.install(empty_db.engine, revision="0001_baseline")  # older than the test head
 
     async def calls() -> None:
         engine = create_async_engine(aio.async_url(empty_db.url), poolclass=NullPool)
