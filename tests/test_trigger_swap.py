@@ -1,113 +1,152 @@
-"""MySQL/MariaDB upgrades replace the fan-out trigger without a gap (I1, I12).
+"""The fan-out trigger and the routines it calls are replaced without losing or failing a
+producer's event (I1, I12; issue 25 item 3).
 
-MySQL has no CREATE OR REPLACE TRIGGER: a migration that changes the fan-out drops the trigger
-and creates it again. An event inserted between the two statements would commit without its
-queue rows, lost to every consumer. 0009_partitions swaps it with the event table locked for
-writing. Here its upgrade script runs one statement at a time, and right after the DROP
-TRIGGER producers on other connections try to insert events: one that waits a second gives
-up (error 1205) instead of committing an event nobody gets; one that waits longer, on a
-connection that had registered events before the upgrade began (its routines cached), goes
-on once the script is done and is fanned out by the new trigger. The forced interleaving,
-not traffic and luck: tests/test_online_upgrade.py's upgrades under traffic found the same
-gap in 0004_semantics only in some runs (2 events of a few hundred).
+A newer package that changes the fan-out is applied by assetq.routines.sync. Forced here, on
+both engines: a producer transaction has registered an event (its INSERT fired the fan-out,
+and on MySQL the routines the trigger calls: partition_fan_out and partition_map, reached
+through an alias resolution) and stays open; the sync that replaces them starts and waits
+for it; a second producer starts and waits behind the sync; then the first commits. Both
+events end queued once, by whichever body their INSERT ran, and nobody got an error.
 
-0004_semantics swaps it under the same lock, through a bridge trigger (see its script): with
-the lock alone, a CALL that waited for it fired 0004's trigger with only the tables 0003's
-trigger read opened for it, and failed with 1146 ("Table 'assetq.aa' doesn't exist", MariaDB
-10.11). tests/test_online_upgrade.py forces that interleaving at each of its swaps.
+PostgreSQL replaces the trigger function in place (no lock a producer holds) and the trigger
+with CREATE OR REPLACE TRIGGER, which waits for the open producer. MariaDB replaces the
+trigger and each routine with CREATE OR REPLACE, which waits for the open producer's
+metadata locks, new callers queueing behind it; they then run the new bodies (measured with
+plain procedures first: the caller that waited ran the new body, none failed). MySQL proper
+drops and re-creates instead (routines.replaces_atomically), the trigger under LOCK TABLES:
+tests/test_repair.py forces that path on MariaDB.
 """
 
 from __future__ import annotations
 
-import json
-import threading
+import time
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy import Connection
-from sqlalchemy.exc import DBAPIError
 
 import assetq
-from assetq import sqlfiles
-from assetq.dialects import MYSQL
+from assetq import routines
+from changed_files import shipped
 from dbs import TestDatabase
+from races import in_thread
 
-REVISION, BEFORE = "0009_partitions", "0008_claim_plans"
-DECLARE_0008 = "CALL {ns}.declare_dag('consumer', :c, :k, NULL, NULL, NULL, NULL, NULL, NULL, NULL)"
+#: The fan-out's objects, per engine.
+FAN_OUT = {
+    "postgresql": ("asset_event_fan_out",),  # the trigger function and the trigger itself
+    "mysql": ("asset_event_fan_out", "partition_fan_out", "partition_map"),
+}
 
-
-def _statements(db: TestDatabase) -> list[str]:
-    script = sqlfiles.read("mysql", f"migrations/{REVISION}.up.sql")
-    return sqlfiles.split_script(sqlfiles.render(script, MYSQL.quote_ns(db.namespace)))
-
-
-def _producer(db: TestDatabase, wait: int) -> Connection:
-    conn = db.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-    conn.execute(
-        sa.text("SET SESSION lock_wait_timeout = :w, innodb_lock_wait_timeout = :w"), {"w": wait}
-    )
-    return conn
-
-
-def _register(db: TestDatabase, conn: Connection) -> int:
-    """One event of asset 'a' through the 0008 routine (its call is the same at head)."""
-    row = conn.execute(
-        sa.text(db.sql("CALL {ns}.register_events(:e)")), {"e": json.dumps([{"asset": "a"}])}
-    ).one()
-    return int(row.event_id)
+#: Sessions of the test's server waiting for a lock a transaction holds (row, table or, on
+#: MySQL, metadata lock: which INNODB_TRX does not show).
+WAITING = {
+    "postgresql": "SELECT count(*) FROM pg_stat_activity"
+    " WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    "mysql": "SELECT count(*) FROM information_schema.PROCESSLIST"
+    " WHERE STATE LIKE 'Waiting for%lock%'",
+}
 
 
-def test_no_event_is_inserted_while_the_fan_out_trigger_is_replaced(
-    empty_db: TestDatabase,
+def _wait_for_waiters(db: TestDatabase, count: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while db.scalar(WAITING[db.engine_name]) < count:
+        assert time.monotonic() < deadline, f"{count} sessions never waited for a lock"
+        time.sleep(0.05)
+
+
+def test_a_producer_blocked_in_the_middle_of_the_fan_out_swap_is_fanned_out_once(
+    db: TestDatabase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if empty_db.engine_name != "mysql":
-        pytest.skip("MySQL only: PostgreSQL replaces a trigger function in place")
-    db = empty_db
-    assetq.install(db.engine, revision=BEFORE)
     with db.engine.begin() as conn:
-        conn.execute(sa.text(db.sql("CALL {ns}.declare_asset('a', NULL, NULL)")))
-        conn.execute(
-            sa.text(db.sql(DECLARE_0008)), {"c": json.dumps("a"), "k": json.dumps([["a"]])}
-        )
-    patient = _producer(db, 60)
-    before = _register(db, patient)  # its routines are cached before the upgrade starts
-    statements = _statements(db)
-    drop = next(
-        i for i, s in enumerate(statements) if s.lstrip().startswith("DROP TRIGGER IF EXISTS")
+        assetq.declare_dag(conn, "report", assetq.alias("feed"), namespace=db.namespace)
+        assetq.declare_dag(conn, "direct", "orders", namespace=db.namespace)
+        assetq.register_event(conn, "orders", aliases=["feed"], namespace=db.namespace)
+    held = db.engine.connect()
+    held_transaction = held.begin()
+    # Its INSERT fires the fan-out (through the alias: on MySQL its routines too).
+    first = assetq.register_event(held, "orders", aliases=["feed"], namespace=db.namespace)
+    try:
+        with shipped(monkeypatch, {db.engine_name: FAN_OUT[db.engine_name]}) as files:
+            sync, synced = in_thread(
+                lambda: assetq.install(db.engine, namespace=db.namespace, lock_timeout=60)
+            )
+            _wait_for_waiters(db, 1)  # the swap waits for the open producer
+
+            def produce() -> int:
+                with db.engine.begin() as conn:
+                    event = assetq.register_event(
+                        conn, "orders", aliases=["feed"], namespace=db.namespace
+                    )
+                return event.id
+
+            producer, produced = in_thread(produce)
+            _wait_for_waiters(db, 2)  # and the next producer waits behind the swap
+            assert sync.is_alive() and producer.is_alive()
+            held_transaction.commit()
+            sync.join(60)
+            producer.join(60)
+            assert synced.error is None and produced.error is None, (synced, produced)
+            with db.engine.connect() as conn:
+                recorded = routines.catalogue(conn, db.namespace)
+                left = routines.differences(conn, db.namespace)
+        for f in files[db.engine_name]:
+            if f.name in FAN_OUT[db.engine_name]:
+                assert recorded[(f.kind, f.name)].checksum == f.checksum, f.name
+        assert left == []
+    finally:
+        held.close()
+    second = produced.value
+    queued = db.rows(
+        "SELECT asset_event_id, target_dag_id FROM {ns}.asset_dag_run_queue"
+        " WHERE asset_event_id IN (:a, :b) ORDER BY 1, 2",
+        a=first.id,
+        b=second,
     )
-    outcome: list[object] = []
+    assert [(r.asset_event_id, r.target_dag_id) for r in queued] == [
+        (first.id, "direct"),
+        (first.id, "report"),
+        (second, "direct"),
+        (second, "report"),
+    ]
 
-    def register_during_the_swap() -> None:
-        try:
-            outcome.append(_register(db, patient))
-        except Exception as exc:  # reported by the assertion below
-            outcome.append(exc)
 
-    waiting = threading.Thread(target=register_during_the_swap, daemon=True)
-    with db.engine.connect() as migrator:
-        cursor = migrator.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            for statement in statements[: drop + 1]:
-                cursor.execute(statement)
-                while cursor.nextset():
-                    pass
-            # The trigger is gone now: a producer must not get an event in.
-            with _producer(db, 1) as impatient, pytest.raises(DBAPIError) as refused:
-                _register(db, impatient)
-            assert refused.value.orig.args[0] == 1205, refused.value  # lock wait timeout
-            waiting.start()
-            waiting.join(2)
-            assert waiting.is_alive() and outcome == [], outcome  # it waits for the swap
-            for statement in statements[drop + 1 :]:
-                cursor.execute(statement)
-                while cursor.nextset():
-                    pass
-        finally:
-            cursor.close()
-    waiting.join(60)
-    patient.close()
-    assert len(outcome) == 1 and isinstance(outcome[0], int), outcome
-    events = [before, outcome[0]]
-    assert db.scalar("SELECT count(*) FROM {ns}.asset_event") == 2
-    queued = db.rows("SELECT asset_event_id FROM {ns}.asset_dag_run_queue ORDER BY 1")
-    assert [r.asset_event_id for r in queued] == events  # each fanned out, none lost
+def test_a_raw_insert_during_the_swap_is_fanned_out_too(
+    db: TestDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """I1 holds for any program's INSERT, not only register_event's: one that waits for the
+    swap is fanned out by the new trigger."""
+    with db.engine.begin() as conn:
+        assetq.declare_dag(conn, "direct", "orders", namespace=db.namespace)
+        assetq.register_event(conn, "orders", namespace=db.namespace)
+    asset_id = db.scalar("SELECT id FROM {ns}.asset WHERE name = 'orders'")
+    held = db.engine.connect()
+    held_transaction = held.begin()
+    held.execute(
+        sa.text(db.sql("INSERT INTO {ns}.asset_event (asset_id) VALUES (:a)")), {"a": asset_id}
+    )
+    try:
+        with shipped(monkeypatch, {db.engine_name: FAN_OUT[db.engine_name]}):
+            sync, synced = in_thread(
+                lambda: assetq.install(db.engine, namespace=db.namespace, lock_timeout=60)
+            )
+            _wait_for_waiters(db, 1)
+
+            def insert() -> None:
+                with db.engine.begin() as conn:
+                    conn.execute(
+                        sa.text(db.sql("INSERT INTO {ns}.asset_event (asset_id) VALUES (:a)")),
+                        {"a": asset_id},
+                    )
+
+            producer, produced = in_thread(insert)
+            _wait_for_waiters(db, 2)
+            held_transaction.commit()
+            sync.join(60)
+            producer.join(60)
+            assert synced.error is None and produced.error is None, (synced, produced)
+    finally:
+        held.close()
+    unqueued = db.scalar(
+        "SELECT count(*) FROM {ns}.asset_event e WHERE NOT EXISTS"
+        " (SELECT 1 FROM {ns}.asset_dag_run_queue q WHERE q.asset_event_id = e.id)"
+    )
+    assert db.scalar("SELECT count(*) FROM {ns}.asset_event") == 3 and unqueued == 0
