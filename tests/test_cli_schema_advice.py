@@ -2,7 +2,9 @@
 the advice status, doctor and the API give (migrate.schema_advice): a newer schema inside the
 compatibility window is fine (a rolling deploy upgrades the schema first, then restarts the
 processes), an older one is to be upgraded, and a package older than the schema is never told
-to run `assetq upgrade`. On each engine, in-process (``cli.main``)."""
+to run `assetq upgrade`. A schema at a development revision from before 0.1.0's baseline is to
+be re-installed: install, upgrade and status say so in one line. On each engine, in-process
+(``cli.main``)."""
 
 from __future__ import annotations
 
@@ -75,13 +77,15 @@ def test_the_worker_runs_against_a_newer_schema_inside_the_window(
 
 
 def test_the_worker_against_an_older_schema_says_upgrade_it_first(
-    db: TestDatabase,
+    empty_db: TestDatabase,
+    test_revisions: tuple[str, ...],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    _stamp(db, "0007_capped_claim", None)
-    code = _worker(db, tmp_path, monkeypatch)
+    """Older than head: the baseline, head being the last test-only revision."""
+    assetq.install(empty_db.engine, revision="0001_baseline")
+    code = _worker(empty_db, tmp_path, monkeypatch)
     err = capsys.readouterr().err
     assert code == cli.EXIT_ERROR
     assert "older than this package's" in err and "upgrade the schema first" in err
@@ -123,3 +127,49 @@ def test_the_scheduler_says_nothing_of_a_newer_schema_inside_the_window(
 ) -> None:
     _within_window(db)
     assert _scheduler_warnings(db, caplog) == ""
+
+
+def _development(db: TestDatabase) -> None:
+    """The namespace as a package of assetq's development (before 0.1.0) left it."""
+    assert "0015_batch_lookups" in migrate.DEVELOPMENT_REVISIONS
+    marker = "assetq schema 0015_batch_lookups; works with packages from schema 0001_initial"
+    _stamp(db, "0015_batch_lookups", marker)
+
+
+def _cli(db: TestDatabase, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    url = db.url.render_as_string(hide_password=False)
+    code = cli.main(["--url", url, *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _says_reinstall(text: str) -> None:
+    assert "development schema 0015_batch_lookups" in text, text
+    assert "`assetq uninstall --yes`" in text and "`assetq install`" in text, text
+    assert "`assetq upgrade" not in text and "Traceback" not in text, text
+
+
+def test_install_on_a_development_schema_says_reinstall_it_and_changes_nothing(
+    db: TestDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _development(db)
+    for command in ("install", "upgrade"):
+        code, out, err = _cli(db, capsys, command)
+        assert code == cli.EXIT_ERROR, out
+        assert err.count("\n") == 1 and err.startswith(f"assetq {command}: error"), err
+        _says_reinstall(err)
+    with db.engine.connect() as conn:
+        assert assetq.current_revision(conn) == "0015_batch_lookups"
+
+
+def test_status_of_a_development_schema_says_reinstall_it(
+    db: TestDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _development(db)
+    """Status still shows what it can read (an operator looks before re-installing), with the
+    advice on its first line, as for any schema outside the window."""
+    code, out, err = _cli(db, capsys, "status")
+    assert code == cli.EXIT_OK and err == "", err
+    first = out.splitlines()[0]
+    assert "schema 0015_batch_lookups (" in first, out
+    _says_reinstall(first)
