@@ -66,46 +66,28 @@ def test_upgrade_refuses_a_namespace_without_assetq_and_upgrades_an_installed_on
     assert f"schema {assetq.head_revision()} already installed" in done.stdout
 
 
-def test_upgrading_a_0002_install_keeps_its_data_and_adds_the_operations(
-    empty_db: TestDatabase,
+def test_upgrading_an_install_of_an_older_package_keeps_its_data_and_prints_from_and_to(
+    empty_db: TestDatabase, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from alembic import command
-
-    from assetq import migrate
-    from assetq.api import _utc
-    from assetq.dialects import dialect_for
-
+    """Installed and used by this package (head 0001_baseline), then upgraded by a newer one:
+    the test-only revisions added stand for it (head t0003_event_note_index, a column and an
+    index on asset_event). The event queued before the upgrade is still queued, then
+    consumed, and the command says from which revision to which. In-process: the revisions
+    are added to this interpreter's package."""
+    assetq.install(empty_db.engine)
     with empty_db.engine.begin() as conn:
-        dialect_for(conn).execute(conn, "create_namespace", "assetq")
-        command.upgrade(migrate._config(conn, "assetq"), "0002_batch_registration")
-    with empty_db.engine.begin() as conn:
-        # The routine as 0002 had it: today's declare_dag sends the options 0004 added.
-        conn.execute(
-            empty_db.engine_sql("declare_dag_before_0004"),
-            {"dag_id": "report", "condition": '{"asset":"orders"}', "clauses": '[["orders"]]'},
-        )
-        # The call as 0002 had it (today's package refuses a 0002 schema: SchemaTooOld).
-        first = dialect_for(conn).execute(
-            conn,
-            "register_event",
-            "assetq",
-            {
-                "asset": "orders",
-                "extra": "{}",
-                "source_dag_id": None,
-                "source_task_id": None,
-                "source_run_id": None,
-                "source_map_index": -1,
-                "idempotency_key": None,
-            },
-        )[0]
+        assetq.declare_dag(conn, "report", "orders")
+        first = assetq.register_event(conn, "orders")
+    before = assetq.head_revision()
+    newer: tuple[str, ...] = request.getfixturevalue("test_revisions")
     url = empty_db.url.render_as_string(hide_password=False)
-    done = _assetq("upgrade", url=url)
-    assert done.returncode == 0, done.stderr
-    assert f"0002_batch_registration -> {assetq.head_revision()}" in done.stdout
+    assert cli.main(["--url", url, "upgrade"]) == cli.EXIT_OK, capsys.readouterr().err
+    assert f"{before} -> {newer[-1]}" in capsys.readouterr().out
     with empty_db.engine.connect() as conn:
+        assert assetq.current_revision(conn) == newer[-1]
         (report,) = assetq.status(conn)
-    assert (report.queued_events, report.oldest_queued_at) == (1, _utc(first.event_timestamp))
+    assert (report.queued_events, report.oldest_queued_at) == (1, first.timestamp)
+    assert empty_db.scalar("SELECT count(*) FROM {ns}.asset_event WHERE note IS NULL") == 1
     (run,) = assetq.schedule(empty_db.engine)
-    assert run.event_ids == (first.event_id,)
+    assert run.event_ids == (first.id,)
     assert assetq.doctor(empty_db.engine).ok
