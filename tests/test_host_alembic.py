@@ -1,10 +1,15 @@
 """assetq as revisions of a host application's own alembic history (issue 13, item 1).
 
 tests/hostapp is an application's alembic project: its own tables, a revision that installs
-assetq pinned at 0005, a revision of its own, a revision that upgrades assetq to 0007 and then
-indexes its own table. The tests drive it with the ``alembic`` command as the application's
-developers would (a subprocess: alembic's exit status is part of what is proven), online and
-offline (``--sql``, the output run with psql / the mysql client), on both engines.
+assetq pinned at the baseline (0001_baseline), a revision of its own, a revision that
+upgrades assetq to a later table step and then indexes its own table. That later step is a
+test-only revision (tests/revisions), standing for a newer assetq package: the tests run
+"the newer package" by giving the host's env.py that folder (HOSTAPP_ASSETQ_REVISIONS) and,
+in this process, the ``test_revisions`` fixture; "the package that installed the baseline"
+without either (its head is the baseline). The tests drive the project with the ``alembic``
+command as the application's developers would (a subprocess: alembic's exit status is part
+of what is proven), online and offline (``--sql``, the output run with psql / the mysql
+client), on both engines.
 """
 
 from __future__ import annotations
@@ -20,12 +25,20 @@ import pytest
 import sqlalchemy as sa
 
 import assetq
+import changed_files
 from dbs import Backend, TestDatabase
 from schema_snapshot import snapshot
 
 HOSTAPP = Path(__file__).parent / "hostapp"
-PINNED = "0005_wakeup_on_demand"
-UPGRADED = "0007_capped_claim"
+#: The test-only revisions after the baseline (the conftest's ``test_revisions`` fixture
+#: gives this process the same folder).
+NEWER_REVISIONS = Path(__file__).parent / "revisions"
+PINNED = "0001_baseline"
+UPGRADED = "t0003_event_note_index"
+HOST_HEAD = "h0004_assetq_event_note"
+#: The last host revision the package that installed the baseline can run (the next one
+#: names a revision only the newer package knows).
+OLD_PACKAGE_HOST_HEAD = "h0003_orders"
 NAMESPACE = "assetq"
 
 
@@ -42,15 +55,21 @@ def alembic(
     namespace: str = NAMESPACE,
     project: Path = HOSTAPP,
     check: bool = True,
+    newer_package: bool = True,
     **env: str,
 ) -> subprocess.CompletedProcess[str]:
-    """``alembic -c <project>/alembic.ini ARGS`` against ``db``, as a developer runs it."""
+    """``alembic -c <project>/alembic.ini ARGS`` against ``db``, as a developer runs it;
+    with the newer package (whose head is after the baseline: tests/revisions added) unless
+    ``newer_package`` is False."""
     environment = {
         **os.environ,
         "HOSTAPP_DATABASE_URL": db.url.render_as_string(hide_password=False),
         "HOSTAPP_ASSETQ_NAMESPACE": namespace,
         **env,
     }
+    environment.pop("HOSTAPP_ASSETQ_REVISIONS", None)
+    if newer_package:
+        environment["HOSTAPP_ASSETQ_REVISIONS"] = str(NEWER_REVISIONS)
     done = subprocess.run(
         [sys.executable, "-m", "alembic", "-c", str(project / "alembic.ini"), *args],
         capture_output=True,
@@ -94,9 +113,7 @@ def run_with_client(db: TestDatabase, sql: str) -> None:
         env = dict(os.environ)
     if tool is None:
         pytest.skip(f"no {command[0]} client on this machine")
-    done = subprocess.run(
-        command, input=sql, capture_output=True, text=True, env=env, timeout=240
-    )
+    done = subprocess.run(command, input=sql, capture_output=True, text=True, env=env, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -126,7 +143,7 @@ def host_tables(db: TestDatabase) -> set[str]:
 
 
 def test_a_host_history_installs_assetq_pinned_then_upgrades_it_between_its_own_steps(
-    empty_db: TestDatabase, second_empty_db: TestDatabase
+    empty_db: TestDatabase, second_empty_db: TestDatabase, test_revisions: tuple[str, ...]
 ) -> None:
     db = empty_db
     alembic(db, "upgrade", "h0003_orders")
@@ -135,30 +152,102 @@ def test_a_host_history_installs_assetq_pinned_then_upgrades_it_between_its_own_
     # nested alembic command removed the host's proxies).
     assert {c["name"] for c in sa.inspect(db.engine).get_columns("account")} >= {"email"}
     alembic(db, "upgrade", "head")
-    assert assetq_revision(db) == UPGRADED
-    assert host_revision(db) == "h0004_assetq_0007"
+    assert assetq_revision(db) == UPGRADED == assetq.head_revision()
+    assert host_revision(db) == HOST_HEAD
     indexes = {i["name"] for i in sa.inspect(db.engine).get_indexes("orders")}
     assert "orders_amount_idx" in indexes
-    assetq.install(second_empty_db.engine, revision=UPGRADED)
+    assetq.install(second_empty_db.engine)
+    assert_same_schema(db, second_empty_db)
+
+
+def test_the_package_that_installed_the_baseline_builds_its_own_fresh_install(
+    empty_db: TestDatabase, second_empty_db: TestDatabase
+) -> None:
+    """The pinned step at that package's head: the baseline's tables and that package's
+    routines, triggers and views, as `assetq install` builds them."""
+    alembic(empty_db, "upgrade", OLD_PACKAGE_HOST_HEAD, newer_package=False)
+    assert assetq_revision(empty_db) == PINNED == assetq.head_revision()
+    assetq.install(second_empty_db.engine)
+    assert_same_schema(empty_db, second_empty_db)
+
+
+def test_replaying_the_history_with_a_newer_package_ends_where_its_fresh_install_does(
+    empty_db: TestDatabase, second_empty_db: TestDatabase, test_revisions: tuple[str, ...]
+) -> None:
+    """The host history run up to h0003 by the package that installed the baseline, then the
+    rest by the newer package: the pinned steps, never edited, end at the newer package's
+    fresh install."""
+    db = empty_db
+    alembic(db, "upgrade", OLD_PACKAGE_HOST_HEAD, newer_package=False)
+    assert assetq_revision(db) == PINNED
+    alembic(db, "upgrade", "head")
+    assert assetq_revision(db) == UPGRADED
+    assetq.install(second_empty_db.engine)
     assert_same_schema(db, second_empty_db)
 
 
 def test_the_pinned_revision_is_installed_whatever_this_package_head_is(
-    empty_db: TestDatabase, second_empty_db: TestDatabase
+    empty_db: TestDatabase, second_empty_db: TestDatabase, test_revisions: tuple[str, ...]
 ) -> None:
+    """The newer package runs the pinned step: the baseline's tables, not its head's. No
+    routine, trigger or view yet: they are made from the package's files when the schema
+    reaches the package's head, as for an install pinned there."""
     alembic(empty_db, "upgrade", "h0002_assetq")
-    assetq.install(second_empty_db.engine, revision=PINNED, replay=True)
+    assert assetq_revision(empty_db) == PINNED != assetq.head_revision()
+    assetq.install(second_empty_db.engine, revision=PINNED)
     assert_same_schema(empty_db, second_empty_db)
+    assert not snapshot(empty_db)["routines"]
+
+
+def test_the_install_at_deploy_reaches_the_package_head_and_the_later_host_step_does_nothing(
+    empty_db: TestDatabase, second_empty_db: TestDatabase, test_revisions: tuple[str, ...]
+) -> None:
+    """A history whose assetq steps stop below the package's head (h0003 with the newer
+    package): `assetq.install(engine)` at deploy upgrades to the head and creates the
+    routines; the host's later step to that revision then only does its own part."""
+    db = empty_db
+    alembic(db, "upgrade", "h0003_orders")
+    assetq.install(db.engine)
+    assert assetq_revision(db) == UPGRADED
+    alembic(db, "upgrade", "head")
+    assert host_revision(db) == HOST_HEAD
+    assert "orders_amount_idx" in {i["name"] for i in sa.inspect(db.engine).get_indexes("orders")}
+    assetq.install(second_empty_db.engine)
+    assert_same_schema(db, second_empty_db)
+
+
+def test_a_newer_package_brings_its_routine_bodies_at_deploy_without_a_host_revision(
+    empty_db: TestDatabase, second_empty_db: TestDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A package with another body of a routine and no new revision (this process, with
+    set_dag_paused's file changed): the host history stays as it is, its assetq step
+    unedited, and `assetq.install(engine)` at deploy re-creates the routine whose file
+    differs from the one it was made from (routine_catalogue's checksum)."""
+    db = empty_db
+    alembic(db, "upgrade", OLD_PACKAGE_HOST_HEAD, newer_package=False)
+    before = snapshot(db)
+    with changed_files.shipped(monkeypatch, {db.dialect.name: ["set_dag_paused"]}):
+        assetq.install(db.engine)
+        assetq.install(second_empty_db.engine)
+    assert host_revision(db) == OLD_PACKAGE_HOST_HEAD
+    assert assetq_revision(db) == PINNED
+    changed = [row for row in snapshot(db)["routines"] if row not in before["routines"]]
+    assert [row[0] for row in changed] == ["set_dag_paused"]
+    assert changed_files.MARK in str(changed[0])
+    assert_same_schema(db, second_empty_db)
 
 
 def test_alembic_downgrade_steps_assetq_back_with_the_host_history(
     empty_db: TestDatabase,
 ) -> None:
+    """Up to h0003 by the package that installed the baseline, to head by the newer one,
+    then back. Routines are never downgraded: the downgrade keeps the newer package's bodies,
+    here the same as the older one's (the test-only steps change tables only)."""
     db = empty_db
-    alembic(db, "upgrade", "h0003_orders")
+    alembic(db, "upgrade", OLD_PACKAGE_HOST_HEAD, newer_package=False)
     at_pinned = snapshot(db)
     alembic(db, "upgrade", "head")
-    alembic(db, "downgrade", "h0003_orders")
+    alembic(db, "downgrade", OLD_PACKAGE_HOST_HEAD)
     assert assetq_revision(db) == PINNED
     assert snapshot(db) == at_pinned
     alembic(db, "downgrade", "base")
@@ -167,35 +256,67 @@ def test_alembic_downgrade_steps_assetq_back_with_the_host_history(
     assert host_tables(db) == set()
 
 
+@pytest.mark.parametrize("newer_package", [True, False], ids=["newer", "baseline_package"])
+@pytest.mark.parametrize("start", ["base", "h0001_accounts"])
 def test_alembic_upgrade_sql_emits_what_a_dba_runs_to_get_the_same_schema(
-    empty_db: TestDatabase, second_empty_db: TestDatabase
+    empty_db: TestDatabase, second_empty_db: TestDatabase, start: str, newer_package: bool
 ) -> None:
-    offline = alembic(empty_db, "upgrade", "head", "--sql").stdout
+    """From the host's base, and from the revision before the install step, which needs no
+    from_revision: an upgrade to the baseline starts from nothing installed, and the later
+    assetq step takes what it wrote."""
+    end = "head" if newer_package else OLD_PACKAGE_HOST_HEAD
+    if start != "base":
+        alembic(empty_db, "upgrade", start, newer_package=newer_package)
+    moves = end if start == "base" else f"{start}:{end}"
+    offline = alembic(empty_db, "upgrade", moves, "--sql", newer_package=newer_package).stdout
     assert "{{ns}}" not in offline
     run_with_client(empty_db, offline)
-    assert assetq_revision(empty_db) == UPGRADED
-    assert host_revision(empty_db) == "h0004_assetq_0007"
+    assert assetq_revision(empty_db) == (UPGRADED if newer_package else PINNED)
+    assert host_revision(empty_db) == (HOST_HEAD if newer_package else OLD_PACKAGE_HOST_HEAD)
     assert host_tables(empty_db) >= {"account", "orders"}
-    alembic(second_empty_db, "upgrade", "head")  # the same history, online
+    alembic(second_empty_db, "upgrade", end, newer_package=newer_package)  # the same, online
     assert_same_schema(empty_db, second_empty_db)
 
 
 def test_alembic_downgrade_sql_steps_assetq_back_as_online(empty_db: TestDatabase) -> None:
     db = empty_db
-    alembic(db, "upgrade", "h0003_orders")
+    alembic(db, "upgrade", OLD_PACKAGE_HOST_HEAD, newer_package=False)
     at_pinned = snapshot(db)
     alembic(db, "upgrade", "head")
-    run_with_client(db, alembic(db, "downgrade", "h0004_assetq_0007:h0003_orders", "--sql").stdout)
+    steps_back = f"{HOST_HEAD}:{OLD_PACKAGE_HOST_HEAD}"
+    run_with_client(db, alembic(db, "downgrade", steps_back, "--sql").stdout)
     assert assetq_revision(db) == PINNED
     assert snapshot(db) == at_pinned
 
 
+@pytest.mark.parametrize("start", ["h0002_assetq", "h0003_orders"])
 def test_offline_upgrade_starting_after_the_install_asks_for_from_revision(
-    empty_db: TestDatabase,
+    empty_db: TestDatabase, start: str
 ) -> None:
-    done = alembic(empty_db, "upgrade", "h0003_orders:head", "--sql", check=False)
+    done = alembic(empty_db, "upgrade", f"{start}:head", "--sql", check=False)
     assert done.returncode != 0
+    assert f"upgrade({UPGRADED!r})" in done.stderr
     assert "pass from_revision=" in done.stderr
+
+
+def test_offline_upgrade_starting_after_the_install_runs_with_from_revision(
+    empty_db: TestDatabase, second_empty_db: TestDatabase, tmp_path: Path
+) -> None:
+    """The later step with from_revision= written in it: a `--sql` run may start anywhere."""
+    project = tmp_path / "hostapp"
+    shutil.copytree(HOSTAPP, project, ignore=shutil.ignore_patterns("__pycache__"))
+    step = project / "migrations" / "versions" / f"{HOST_HEAD}.py"
+    call = f'assetq.alembic.upgrade(op, "{UPGRADED}", namespace=NAMESPACE)'
+    code = step.read_text()
+    assert call in code
+    step.write_text(code.replace(call, f'{call[:-1]}, from_revision="{PINNED}")'))
+    alembic(empty_db, "upgrade", "h0003_orders", project=project)
+    offline = alembic(empty_db, "upgrade", "h0003_orders:head", "--sql", project=project)
+    run_with_client(empty_db, offline.stdout)
+    assert assetq_revision(empty_db) == UPGRADED
+    assert host_revision(empty_db) == HOST_HEAD
+    alembic(second_empty_db, "upgrade", "head")
+    assert_same_schema(empty_db, second_empty_db)
 
 
 def test_autogenerate_proposes_nothing_for_assetq_objects(empty_db: TestDatabase) -> None:

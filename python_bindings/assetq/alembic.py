@@ -5,18 +5,19 @@ In a revision file of your project::
     import assetq.alembic
 
     def upgrade() -> None:
-        assetq.alembic.upgrade(op, "0005_wakeup_on_demand")
+        assetq.alembic.upgrade(op, "0001_baseline")
 
     def downgrade() -> None:
         assetq.alembic.downgrade(op, "base")
 
 Each call runs on the migration's own connection, inside its transaction (on PostgreSQL the
-assetq step commits or rolls back with the rest of the revision), pins the assetq schema at
-the revision named (replaying your history next year installs the same schema at that
-point), leaves alembic's ``op`` and ``context`` as they were for the rest of your revision,
-and in offline mode (``alembic upgrade --sql``) writes the rendered SQL into alembic's
-output. :func:`include_object` (and :func:`include_name`) keep ``alembic revision
---autogenerate`` away from assetq's tables. docs/alembic.md has the complete example.
+assetq step commits or rolls back with the rest of the revision), pins the assetq tables at the
+revision named (replaying your history next year installs the same tables at that point;
+routine bodies come from the package installed, see :func:`upgrade`), leaves alembic's ``op``
+and ``context`` as they were for the rest of your revision, and in offline mode (``alembic
+upgrade --sql``) writes the rendered SQL into alembic's output. :func:`include_object` (and
+:func:`include_name`) keep ``alembic revision --autogenerate`` away from assetq's tables.
+docs/alembic.md has the complete example.
 
 (This module is ``assetq.alembic``; ``import alembic`` anywhere still means alembic itself:
 imports are absolute.)
@@ -60,15 +61,22 @@ def upgrade(
     from_revision: str | None = None,
 ) -> None:
     """Install assetq into ``namespace``, or upgrade it, to schema ``revision`` (a full id
-    such as ``"0005_wakeup_on_demand"``; pin one rather than ``"head"``, which moves with
-    the package), from a revision of your own alembic history.
+    such as ``"0001_baseline"``; pin one rather than ``"head"``, which moves with the
+    package), from a revision of your own alembic history.
 
     Online: on ``op``'s connection and transaction; does nothing when ``revision`` is
     installed; raises SchemaTooNew when a newer one is (it never downgrades) and
     MigrationFailed, with the database's code, when a step fails. Offline (``--sql``): writes
     the SQL. ``from_revision``: the assetq revision installed before this step, needed
-    offline only, and only when the ``--sql`` run starts after the revision that installed
-    assetq (online the database's version table says it).
+    offline only (online the database's version table says it) and only where nothing else
+    says it: a step to the first revision (``"0001_baseline"``) starts from nothing
+    installed, a later step from what an earlier assetq step of the same ``--sql`` run
+    wrote; a later step of a run that starts after the install needs it.
+
+    Routine, trigger and view bodies are not pinned: once the schema reaches this package's
+    head, each is created from this package's file (:mod:`assetq.routines`); a newer
+    package brings its bodies through ``assetq upgrade`` or ``assetq.install(engine)``,
+    never through an edit of this step.
     """
     _move(op, revision, namespace, from_revision, "up")
 
@@ -107,14 +115,19 @@ def _move(
         start = migrate.resolve_revision(from_revision)
     elif namespace in written:
         start = written[namespace]
-    elif direction == "up" and _starts_at_base(ctx):
+    elif direction == "up" and (target == migrate.revisions()[0] or _starts_at_base(ctx)):
+        # A step that upgrades to the first revision (the baseline) is the step that
+        # installs assetq: before it, nothing of assetq's is installed, whichever host
+        # revision the run starts from. A run from the host's base has had no assetq step
+        # before this one either.
         start = None
     else:
         verb = "upgrade" if direction == "up" else "downgrade"
         raise AssetqError(
             f"assetq.alembic.{direction}grade({revision!r}) in offline mode (alembic {verb}"
             " --sql) cannot ask the database which assetq revision namespace"
-            f" {namespace!r} holds: pass from_revision=<the assetq revision before this step>"
+            f" {namespace!r} holds, and no earlier assetq step of this run says it: pass"
+            " from_revision=<the assetq revision installed before this step>"
         )
     if direction == "up" and migrate._position(start) > migrate._position(target):
         raise SchemaTooNew(

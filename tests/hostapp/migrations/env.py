@@ -1,6 +1,9 @@
 """The host application's alembic environment: an ordinary env.py, plus assetq's filter for
 autogenerate. HOSTAPP_NO_ASSETQ_FILTER=1 leaves the filter out (the test shows what
-autogenerate proposes then)."""
+autogenerate proposes then). HOSTAPP_ASSETQ_REVISIONS=<folder> adds the assetq revisions of
+that folder after the package's own (the tests give tests/revisions: test-only table steps
+that stand for a newer assetq package, whose head is after the baseline). A test fixture's
+switch: no application needs it, and assetq itself reads no environment variable for it."""
 
 import os
 
@@ -8,9 +11,13 @@ import sqlalchemy as sa
 from alembic import context
 
 import assetq.alembic
+import assetq.migrate
 
 NAMESPACE = os.environ.get("HOSTAPP_ASSETQ_NAMESPACE", "assetq")
 URL = os.environ["HOSTAPP_DATABASE_URL"]
+
+if os.environ.get("HOSTAPP_ASSETQ_REVISIONS"):
+    assetq.migrate.use_revisions(os.environ["HOSTAPP_ASSETQ_REVISIONS"])
 
 metadata = sa.MetaData()
 sa.Table(

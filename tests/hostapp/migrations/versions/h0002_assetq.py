@@ -1,4 +1,6 @@
-"""assetq, pinned at schema 0005: replaying this history installs the same schema here.
+"""assetq, pinned at schema 0001_baseline (assetq 0.1.0's tables): replaying this history
+with any later package installs the same tables here. Routines, triggers and views are not
+pinned: they come from the package installed, once the schema reaches its head.
 
 Revision ID: h0002_assetq
 Revises: h0001_accounts
@@ -19,10 +21,8 @@ NAMESPACE = os.environ.get("HOSTAPP_ASSETQ_NAMESPACE", "assetq")
 
 
 def upgrade() -> None:
-    assetq.alembic.upgrade(op, "0005_wakeup_on_demand", namespace=NAMESPACE)
+    assetq.alembic.upgrade(op, "0001_baseline", namespace=NAMESPACE)
 
 
 def downgrade() -> None:
-    assetq.alembic.downgrade(
-        op, "base", namespace=NAMESPACE, from_revision="0005_wakeup_on_demand"
-    )
+    assetq.alembic.downgrade(op, "base", namespace=NAMESPACE, from_revision="0001_baseline")

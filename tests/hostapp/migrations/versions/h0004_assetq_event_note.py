@@ -1,10 +1,11 @@
-"""assetq upgraded to schema 0007, then an index of the application's own, in the same
-revision: op works after assetq's step.
+"""assetq upgraded to schema t0003_event_note_index (a test-only revision standing for a
+newer package's table step: tests/revisions), then an index of the application's own, in
+the same revision: op works after assetq's step.
 
 Offline (`alembic upgrade --sql`) this step takes the revision the earlier assetq step of the
 same run wrote; a `--sql` run that starts after h0002 would need from_revision= here.
 
-Revision ID: h0004_assetq_0007
+Revision ID: h0004_assetq_event_note
 Revises: h0003_orders
 """
 
@@ -14,7 +15,7 @@ from alembic import op
 
 import assetq.alembic
 
-revision = "h0004_assetq_0007"
+revision = "h0004_assetq_event_note"
 down_revision = "h0003_orders"
 branch_labels = None
 depends_on = None
@@ -23,12 +24,12 @@ NAMESPACE = os.environ.get("HOSTAPP_ASSETQ_NAMESPACE", "assetq")
 
 
 def upgrade() -> None:
-    assetq.alembic.upgrade(op, "0007_capped_claim", namespace=NAMESPACE)
+    assetq.alembic.upgrade(op, "t0003_event_note_index", namespace=NAMESPACE)
     op.create_index("orders_amount_idx", "orders", ["amount"])
 
 
 def downgrade() -> None:
     op.drop_index("orders_amount_idx", table_name="orders")
     assetq.alembic.downgrade(
-        op, "0005_wakeup_on_demand", namespace=NAMESPACE, from_revision="0007_capped_claim"
+        op, "0001_baseline", namespace=NAMESPACE, from_revision="t0003_event_note_index"
     )
