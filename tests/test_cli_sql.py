@@ -1,21 +1,23 @@
 """`assetq sql` (issue 13, item 2): the SQL of an install or an upgrade for review, rendered
 and runnable as printed: piped into psql / the mysql client, it builds the schema that
-`assetq install` builds."""
+`assetq install` builds. Upgrades run against the test-only revisions after the baseline
+(tests/revisions, the ``test_revisions`` fixture), which stand for a newer package's table
+steps: an upgrade that ends at the head prints every routine, trigger and view as well."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
-from test_host_alembic import assert_same_schema, assetq_revision, run_with_client
+from test_host_alembic import NEWER_REVISIONS, assert_same_schema, assetq_revision, run_with_client
 
 import assetq
-from assetq import cli
+from assetq import cli, migrate
 from dbs import Backend, TestDatabase
 from schema_snapshot import snapshot
 
-PINNED = "0005_wakeup_on_demand"
-LATER = "0007_capped_claim"
+PINNED = "0001_baseline"
+LATER = "t0003_event_note_index"
 
 
 @pytest.fixture
@@ -42,19 +44,49 @@ def test_the_printed_fresh_install_builds_what_install_builds(
     assert_same_schema(empty_db, second_empty_db)
 
 
-def test_the_printed_upgrade_moves_an_older_install_to_the_target(
-    empty_db: TestDatabase, second_empty_db: TestDatabase, capsys: pytest.CaptureFixture[str]
+def test_the_printed_fresh_install_of_a_newer_package_builds_what_install_builds(
+    empty_db: TestDatabase,
+    second_empty_db: TestDatabase,
+    capsys: pytest.CaptureFixture[str],
+    test_revisions: tuple[str, ...],
 ) -> None:
-    assetq.install(empty_db.engine, revision=PINNED)
+    run_with_client(empty_db, printed_sql(capsys, "--engine", empty_db.dialect.name))
+    assetq.install(second_empty_db.engine)
+    assert assetq_revision(empty_db) == LATER == assetq.head_revision()
+    assert_same_schema(empty_db, second_empty_db)
+
+
+@pytest.mark.parametrize(
+    "installed_by", ["older_package", "pinned_step"], ids=["with_routines", "tables_only"]
+)
+def test_the_printed_upgrade_moves_an_older_install_to_the_target(
+    empty_db: TestDatabase,
+    second_empty_db: TestDatabase,
+    capsys: pytest.CaptureFixture[str],
+    test_revisions: tuple[str, ...],
+    installed_by: str,
+) -> None:
+    """The baseline as the package whose head it was installed it (its routines, triggers
+    and views there: the printed SQL re-creates each), or as a pinned step of the newer
+    package installs it (tables only: the printed SQL creates them)."""
+    if installed_by == "older_package":
+        migrate.use_revisions(None)
+        try:
+            assetq.install(empty_db.engine)
+        finally:
+            migrate.use_revisions(str(NEWER_REVISIONS))
+    else:
+        assetq.install(empty_db.engine, revision=PINNED)
+    assert assetq_revision(empty_db) == PINNED
     url = empty_db.url.render_as_string(hide_password=False)  # the engine comes from the URL
-    run_with_client(empty_db, printed_sql(capsys, "--url", url, "--from", "0005", "--to", LATER))
+    run_with_client(empty_db, printed_sql(capsys, "--url", url, "--from", "0001", "--to", LATER))
     assetq.install(second_empty_db.engine, revision=LATER)
     assert assetq_revision(empty_db) == LATER
     assert_same_schema(empty_db, second_empty_db)
 
 
 def test_the_printed_downgrade_to_base_removes_every_object(
-    empty_db: TestDatabase, capsys: pytest.CaptureFixture[str]
+    empty_db: TestDatabase, capsys: pytest.CaptureFixture[str], test_revisions: tuple[str, ...]
 ) -> None:
     assetq.install(empty_db.engine, revision=LATER)
     args = ("--engine", empty_db.dialect.name, "--from", LATER, "--to", "base")
