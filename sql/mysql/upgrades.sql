@@ -1,4 +1,5 @@
--- Statements assetq.migrate sends around its migrations (online upgrades, version skew).
+-- Statements assetq.migrate and assetq.routines send around migrations: online upgrades,
+-- version skew, and the routines re-created from their files by checksum (routine_catalogue).
 -- Each starts with a "-- name --" line and a one-line description, as in queries.sql.
 -- {{ns}} is the quoted namespace; {{marker}} a string literal assetq.migrate builds from
 -- revision ids (letters, digits, underscores) only.
@@ -42,13 +43,13 @@ SELECT 1 AS installed, v.version_num AS revision,
 
 -- definitions --
 -- Every routine, trigger and view of the namespace with its definition as the server keeps
--- it (doctor compares them with a reference install of the same revision in a scratch
--- database). Routines: type, parameters, return type, security, determinism, data access,
+-- it (assetq.routines keeps its checksum in routine_catalogue when it creates one; doctor and
+-- repair compare, to tell an object changed by hand). Routines: type, parameters, return type, security, determinism, data access,
 -- comment and body (ROUTINE_DEFINITION: the body as written, NULL to an account that may
 -- not see it); triggers: timing, event, table, level and body (ACTION_STATEMENT); views:
 -- security, check option and the text the server rewrote (names qualified with the
 -- database, which the comparison replaces). The definer and sql_mode are not compared: an
--- install by another account, from another session, is still the revision's. With a table
+-- install by another account, from another session, is still the file's. With a table
 -- prefix: the objects named with it, by their names without it.
 SELECT 'routine' AS kind, SUBSTRING(r.routine_name, CHAR_LENGTH('{{prefix}}') + 1) AS name,
        CONCAT_WS('\n', r.routine_type,
@@ -76,38 +77,22 @@ SELECT 'view', SUBSTRING(v.table_name, CHAR_LENGTH('{{prefix}}') + 1), CONCAT_WS
   FROM information_schema.views v
  WHERE v.table_schema = {{database}} AND LEFT(v.table_name, CHAR_LENGTH('{{prefix}}')) = '{{prefix}}'
 
--- show_create_procedure --
--- repair: the statement that creates procedure {{name}} as the reference install has it,
--- with the sql_mode it runs under (MySQL stores it with the routine).
-SHOW CREATE PROCEDURE {{ns}}.{{name}}
-
--- show_create_function --
--- repair: the same for a function.
-SHOW CREATE FUNCTION {{ns}}.{{name}}
-
--- show_create_trigger --
--- repair: the statement that creates trigger {{name}} as the reference install has it.
-SHOW CREATE TRIGGER {{ns}}.{{name}}
-
--- show_create_view --
--- repair: the statement that creates view {{name}} as the reference install has it.
-SHOW CREATE VIEW {{ns}}.{{name}}
-
 -- read_sql_mode --
--- repair: the session's sql_mode, put back after each object is created under its own.
+-- routines.sync: the session's sql_mode, put back after the objects are created under
+-- strict_sql_mode.
 SELECT @@SESSION.sql_mode AS sql_mode
 
 -- set_sql_mode --
--- repair: create an object under the sql_mode the reference install created it with
--- (strict: a routine created under a lax mode would truncate silently ever after).
+-- routines.sync: the session's sql_mode back as it was.
 SET SESSION sql_mode = :sql_mode
 
 -- repair_grants_table --
--- repair: the grants of the routines it drops and creates again, kept in the namespace until
--- they are given back. MySQL revokes a routine's grants on DROP PROCEDURE (mysql.procs_priv)
--- and has no CREATE OR REPLACE PROCEDURE, and DDL commits statement by statement: a repair
--- that stopped between the DROP and the GRANT leaves them here, and the next repair gives
--- them back (as 0009_partitions keeps them in _assetq_0009_grants).
+-- routines.sync, MySQL proper (MariaDB replaces with CREATE OR REPLACE, which keeps them):
+-- the grants of the routines it drops and creates again, kept in the namespace until they
+-- are given back. MySQL revokes a routine's grants on DROP PROCEDURE (mysql.procs_priv) and
+-- has no CREATE OR REPLACE PROCEDURE, and DDL commits statement by statement: a sync that
+-- stopped between the DROP and the GRANT leaves them here, and the next one (install,
+-- upgrade or repair) gives them back.
 CREATE TABLE IF NOT EXISTS {{ns}}._assetq_repair_grants (
     routine_type VARCHAR(9) NOT NULL,
     routine_name VARCHAR(64) NOT NULL,
@@ -118,16 +103,16 @@ CREATE TABLE IF NOT EXISTS {{ns}}._assetq_repair_grants (
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin
 
 -- repair_grants_table_exists --
--- repair: 1 when an earlier repair left grants to give back.
+-- routines.sync: 1 when an earlier sync left grants to give back.
 SELECT COUNT(*) FROM information_schema.tables
  WHERE table_schema = {{database}} AND table_name = '{{prefix}}_assetq_repair_grants'
 
 -- repair_save_grants --
--- repair: the privileges accounts hold on routine :routine (its name with the namespace's
--- table prefix, if any), saved before it is dropped. IGNORE
--- only skips grants an interrupted repair saved already (the table has no foreign key or
--- check whose failure it could hide). An account that may not read mysql.procs_priv gets
--- 1142 here, before anything is dropped: repair refuses (AQ124) rather than lose the grants.
+-- routines.sync: the privileges accounts hold on routine :routine (its name with the
+-- namespace's table prefix, if any), saved before it is dropped. IGNORE only skips grants an
+-- interrupted sync saved already (the table has no foreign key or check whose failure it
+-- could hide). An account that may not read mysql.procs_priv gets 1142 here, before anything
+-- is dropped: the sync refuses (AQ124) rather than lose the grants.
 INSERT IGNORE INTO {{ns}}._assetq_repair_grants
        (routine_type, routine_name, grantee_user, grantee_host, privileges)
 SELECT p.Routine_type, p.Routine_name, p.User, p.Host, p.Proc_priv
@@ -136,9 +121,9 @@ SELECT p.Routine_type, p.Routine_name, p.User, p.Host, p.Proc_priv
    AND p.Proc_priv <> ''
 
 -- repair_grant_statements --
--- repair: the GRANT giving back each saved privilege, on the routines that exist again, to
--- the accounts that still exist (GRANT would create a missing account on MariaDB). A
--- MariaDB role is stored with host '' and is named without a host in GRANT.
+-- routines.sync: the GRANT giving back each saved privilege, on the routines that exist
+-- again, to the accounts that still exist (GRANT would create a missing account on MariaDB).
+-- A MariaDB role is stored with host '' and is named without a host in GRANT.
 SELECT CONCAT('GRANT ',
               CONCAT_WS(', ', IF(FIND_IN_SET('Execute', g.privileges) > 0, 'EXECUTE', NULL),
                         IF(FIND_IN_SET('Alter Routine', g.privileges) > 0, 'ALTER ROUTINE', NULL)),
@@ -156,28 +141,19 @@ SELECT CONCAT('GRANT ',
  ORDER BY g.routine_type, g.routine_name, g.grantee_user, g.grantee_host
 
 -- repair_drop_grants_table --
--- repair: every saved grant was given back (or its routine or account is gone).
+-- routines.sync: every saved grant was given back (or its routine or account is gone).
 DROP TABLE IF EXISTS {{ns}}._assetq_repair_grants
 
--- repair_drop_routine --
--- repair: routine {{name}} ({{type}}: PROCEDURE or FUNCTION) goes, to be created again from
--- the reference. A call in between fails with 1305: RoutineUnavailable, which the API retries.
-DROP {{type}} IF EXISTS {{ns}}.{{name}}
-
 -- repair_lock_table --
--- repair: a trigger of {{table}} is dropped and created again with the table locked for
--- writing, so no row is inserted in between without it (MySQL has no CREATE OR REPLACE
--- TRIGGER; a producer's INSERT waits, at most its lock timeout, and then fires the new
--- trigger: tests/test_repair.py). Also how 0009_partitions swaps the fan-out trigger. The
--- lock waits at most the repair's lock timeout for producers' open transactions.
+-- routines.sync, MySQL proper: a trigger of {{table}} is dropped and created again with the
+-- table locked for writing, so no row is inserted in between without it (MySQL has no
+-- CREATE OR REPLACE TRIGGER; a producer's INSERT waits, at most its lock timeout, and then
+-- fires the new trigger: tests/test_repair.py). The lock waits at most the sync's lock
+-- timeout for producers' open transactions.
 LOCK TABLES {{ns}}.{{table}} WRITE
 
--- repair_drop_trigger --
--- repair: the trigger {{name}} on {{table}} goes, under repair_lock_table.
-DROP TRIGGER IF EXISTS {{ns}}.{{name}}
-
 -- unlock_tables --
--- repair: the end of the trigger swap.
+-- routines.sync: the end of the trigger swap.
 UNLOCK TABLES
 
 -- catalogue_rows --

@@ -1,4 +1,5 @@
--- Statements assetq.migrate sends around its migrations (online upgrades, version skew).
+-- Statements assetq.migrate and assetq.routines send around migrations: online upgrades,
+-- version skew, and the routines re-created from their files by checksum (routine_catalogue).
 -- Each starts with a "-- name --" line and a one-line description, as in queries.sql.
 -- {{ns}} is the quoted namespace; {{marker}} a string literal assetq.migrate builds from
 -- revision ids (letters, digits, underscores) only.
@@ -42,8 +43,9 @@ LOCK TABLE {{tables}} IN ACCESS EXCLUSIVE MODE
 
 -- definitions --
 -- Every routine, trigger and view of the namespace with its full definition as the server
--- prints it (doctor compares them with a reference install of the same revision; repair
--- re-creates from the reference). Routines by name and argument types (overloads differ).
+-- prints it (assetq.routines keeps its checksum in routine_catalogue when it creates one;
+-- doctor and repair compare, to tell an object changed by hand). Routines by name and
+-- argument types (overloads differ).
 SELECT 'routine' AS kind, p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')' AS name,
        pg_get_functiondef(p.oid) AS definition, CAST(NULL AS text) AS owner_table
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
@@ -57,22 +59,6 @@ UNION ALL
 SELECT 'view', CAST(c.relname AS text), pg_get_viewdef(c.oid), NULL
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :namespace AND c.relkind = 'v'
-
--- reference_savepoint --
--- A reference install lives under this savepoint and is rolled back: nothing stays.
-SAVEPOINT assetq_reference
-
--- reference_rollback --
--- Undo the reference install (and only it).
-ROLLBACK TO SAVEPOINT assetq_reference
-
--- repair_drop_trigger --
--- repair: the trigger {{name}} on {{table}} goes, to be created again from the reference.
-DROP TRIGGER IF EXISTS {{name}} ON {{ns}}.{{table}}
-
--- repair_view --
--- repair: the view {{name}} as the reference has it ({{body}}: its pg_get_viewdef).
-CREATE OR REPLACE VIEW {{ns}}.{{name}} AS {{body}}
 
 -- schema_state --
 -- The first API call's check (migrate.check_schema), in one statement that never fails (a
