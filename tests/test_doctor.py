@@ -7,10 +7,12 @@ import json
 import os
 import subprocess
 import sys
+from importlib import resources
 
 import pytest
 
 import assetq
+from assetq import sqlfiles
 from assetq.ops import expected_objects
 from dbs import TestDatabase
 
@@ -43,6 +45,15 @@ def _doctor(
     )
 
 
+def _packaged_file(db: TestDatabase, *parts: str) -> str:
+    """Where the installed package keeps ``sql/<engine>/<parts>``: a file that exists."""
+    path = resources.files("assetq.sql").joinpath(db.dialect.name)
+    for part in parts:
+        path = path.joinpath(part)
+    assert path.is_file(), path
+    return str(path)
+
+
 def _problems(db: TestDatabase) -> dict[str, assetq.Check]:
     report = assetq.doctor(db.engine)
     return {c.name: c for c in report.checks if c.severity == "problem"}
@@ -59,11 +70,19 @@ def test_a_fresh_install_has_no_problems(db: TestDatabase) -> None:
     assert "no problems found" in done.stdout
 
 
-def test_the_expected_objects_come_from_the_schema_snapshot(db: TestDatabase) -> None:
+def test_the_expected_objects_come_from_the_packaged_files(db: TestDatabase) -> None:
+    """Every routine, trigger and view has its file (sql/<engine>/routines/, triggers/,
+    views/); everything else doctor expects is a table of tables.sql."""
     expected = expected_objects(db.dialect.name)
     assert ("trigger", "asset_event_fan_out") in expected
     assert ("view", "dag_queue_status") in expected
     assert {("routine", n) for n in ("register_event", "schedule_pass", "purge_events")} <= expected
+    assert {("table", n) for n in ("asset_event", "routine_catalogue")} <= expected
+    files = {(f.kind, f.name) for f in sqlfiles.object_files(db.dialect.name)}
+    assert files <= expected
+    assert {kind for kind, _ in expected - files} == {"table"}
+    tables = sqlfiles.read(db.dialect.name, "tables.sql")
+    assert all(f"{{{{ns}}}}.{name} (" in tables for kind, name in expected - files), tables
 
 
 def test_a_dropped_fan_out_trigger_is_a_problem_with_a_fix_and_exit_code_1(
@@ -73,16 +92,32 @@ def test_a_dropped_fan_out_trigger_is_a_problem_with_a_fix_and_exit_code_1(
     problems = _problems(db)
     check = problems["trigger asset_event_fan_out"]
     assert "events are not queued" in check.detail
-    assert "schema.sql" in check.fix
+    assert check.fix.startswith("run `assetq repair --namespace assetq` as the owner"), check
+    file = _packaged_file(db, "triggers", "asset_event_fan_out.sql")
+    assert f"from its file, {file}, data untouched" in check.fix, check
     done = _doctor(db)
     assert done.returncode == 1
     assert "asset_event_fan_out is missing" in done.stdout
     assert "fix:" in done.stdout and "1 problem(s) found" in done.stdout
 
 
-def test_a_dropped_routine_is_a_problem(db: TestDatabase) -> None:
+def test_a_dropped_routine_is_a_problem_repair_re_creates_from_its_file(db: TestDatabase) -> None:
     db.execute(DROP[db.engine_name]["routine"])
-    assert "routine purge_runs" in _problems(db)
+    check = _problems(db)["routine purge_runs"]
+    assert "routine purge_runs is missing" in check.detail
+    file = _packaged_file(db, "routines", "purge_runs.sql")
+    assert (
+        f"assetq repair --namespace assetq` as the owner: it re-creates it from its file, {file},"
+        in check.fix
+    )
+
+
+def test_a_dropped_table_is_a_problem_whose_fix_names_tables_sql(db: TestDatabase) -> None:
+    db.execute("DROP TABLE {ns}.process_liveness")
+    check = _problems(db)["table process_liveness"]
+    assert "table process_liveness is missing" in check.detail
+    file = _packaged_file(db, "tables.sql")
+    assert check.fix.startswith(f"recreate it with its CREATE statement in {file}, as the owner")
 
 
 def test_doctor_json_lists_every_check(db: TestDatabase) -> None:

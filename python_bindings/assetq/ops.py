@@ -754,7 +754,14 @@ def _object_checks(
     checks: list[Check] = []
     missing = sorted(expected - present)
     where = _schema_file(dialect.name)
+    # Where each object is created: its own file; a table in tables.sql or in the step
+    # that added it after the baseline.
+    files = {(f.kind, f.name): f.path for f in sqlfiles.object_files(dialect.name)}
+    for path in ("tables.sql", *(f"steps/{s}" for s in sqlfiles.step_names(dialect.name))):
+        for kind, name in _CREATE.findall(sqlfiles.read(dialect.name, path)):
+            files.setdefault((_KIND[kind], name), path)
     for kind, name in missing:
+        file = f"{where}/{files.get((kind, name), 'tables.sql')}"
         why = {
             "asset_event_fan_out": ": events are not queued for any consumer (I1)",
             "asset_dag_run_queue_notify": ": schedulers are not woken, they only poll",
@@ -766,10 +773,10 @@ def _object_checks(
                 "problem",
                 f"{kind} {name} is missing from namespace {namespace!r}"
                 f" (expected at revision {revision}){why}",
-                f"run `assetq repair --namespace {namespace}` as the owner: it re-creates it as"
-                f" revision {revision} defines it ({where} has the head's), data untouched"
+                f"run `assetq repair --namespace {namespace}` as the owner: it re-creates it"
+                f" from its file, {file}, data untouched"
                 if kind != "table"
-                else f"recreate it with its CREATE statement from {where}, as the owner; or"
+                else f"recreate it with its CREATE statement in {file}, as the owner; or"
                 " reinstall into a new namespace",
             )
         )
