@@ -56,7 +56,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlch
 
 from . import __version__, liveness, logs, migrate, ops
 from .dialects import dialect_of, engine_arguments
-from .errors import AssetqError, InvalidArgument, NotInstalled, TransientError
+from .errors import AssetqError, InvalidArgument, NotInstalled, SchemaTooOld, TransientError
 from .validation import check_namespace
 
 URL_ENV = "ASSETQ_DATABASE_URL"
@@ -899,19 +899,27 @@ def cmd_status(args: argparse.Namespace) -> int:
     try:
         revision = _installed_revision(engine, url, namespace)
         with engine.connect() as conn:
+            marker = migrate.read_marker(conn, namespace)
+            advice = migrate.schema_advice(revision, marker, namespace)
+            if advice is not None and advice.error is SchemaTooOld:
+                # Below this package's head the routines and the view are not there yet
+                # (they come with the schema reaching head): the advice is all there is.
+                print(
+                    f"assetq namespace {namespace!r} of {_shown(url)}: schema {revision}"
+                    f" ({advice.problem}: {advice.fix})"
+                )
+                return EXIT_ERROR
             consumers = ops.status(conn, namespace=namespace)
             alive = (
                 ops.processes(conn, namespace=namespace)
                 if ops.processes_supported(revision)
                 else []
             )
-            marker = migrate.read_marker(conn, namespace)
     finally:
         engine.dispose()
     head = migrate.head_revision()
     # The same advice as doctor and the API's SchemaTooOld/SchemaTooNew: an older package
     # against a newer schema must never be told to run `assetq upgrade`.
-    advice = migrate.schema_advice(revision, marker, namespace)
     if args.json:
         print(
             json.dumps(
