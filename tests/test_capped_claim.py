@@ -1,4 +1,5 @@
-"""A capped run costs what it consumes (issue 16, migration 0007_capped_claim).
+"""A capped run costs what it consumes (issue 16, since development revision
+0007_capped_claim).
 
 With ``max_events_per_run = N`` the pass reads the N + 1 oldest queued rows of the consumer by
 index, and, when those do not satisfy the condition, each member asset's oldest row, also by

@@ -1,5 +1,6 @@
 """MariaDB/MySQL facts that explain why sql/mysql looks the way it does. Each test fails if the
-SQL is changed back to the obvious alternative (see the comments in sql/mysql/schema.sql)."""
+SQL is changed back to the obvious alternative (see the comments in sql/mysql/tables.sql and in
+the routine files, sql/mysql/routines/<name>.sql)."""
 
 from __future__ import annotations
 
@@ -337,7 +338,7 @@ def test_a_user_with_one_database_installs_into_it_and_uninstall_keeps_it(
         assert assetq.current_revision(conn, namespace=namespace) is None
 
 
-# -- runs as work (migration 0006_work_queue) ---------------------------------------------------
+# -- runs as work (since development revision 0006_work_queue) ----------------------------------
 
 
 def _queued_run(db: TestDatabase, dag_id: str = "consumer", asset: str = "orders") -> assetq.Run:

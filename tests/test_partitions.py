@@ -1,6 +1,6 @@
-"""Partitioned assets (issue 17, migration 0009_partitions): a partitioned consumer's condition
-is evaluated per partition key, a run per key consumes exactly the queued events that map to
-that key, and at most one run exists per (consumer, key, generation).
+"""Partitioned assets (issue 17, since development revision 0009_partitions): a partitioned
+consumer's condition is evaluated per partition key, a run per key consumes exactly the queued
+events that map to that key, and at most one run exists per (consumer, key, generation).
 
 What is proven here, on every engine: identity, roll-up (hour -> day, day -> week, day ->
 month, with require "all" and "any") and static mappings; several keys in one pass, an

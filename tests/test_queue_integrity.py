@@ -1,5 +1,5 @@
-"""The queue without foreign keys (migration 0013_queue_checks): what its two keys
-guaranteed still holds, proven instead of checked per row.
+"""The queue without foreign keys (since development revision 0013_queue_checks): what its two
+keys guaranteed still holds, proven instead of checked per row.
 
 asset_dag_run_queue had a foreign key to dag (ON DELETE CASCADE) and one to asset_event (no
 cascade: a queued event could not be deleted); their checks were a large share of a

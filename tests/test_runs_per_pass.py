@@ -1,5 +1,5 @@
-"""Runs per pass (issue 16, migration 0011_runs_per_pass): a capped consumer gets as many runs
-in one scheduler pass as its backlog fills, up to its share of the pass.
+"""Runs per pass (issue 16, since development revision 0011_runs_per_pass): a capped consumer
+gets as many runs in one scheduler pass as its backlog fills, up to its share of the pass.
 
 The share is the pass's limit divided by the consumers it takes (at least 1); uncapped and
 partitioned consumers are unchanged. Proven on both engines: the runs one pass makes are those
@@ -105,7 +105,8 @@ def test_each_consumer_gets_its_share_of_the_pass(db: TestDatabase) -> None:
     }
     assert len(runs) <= 12
     # A pass of limit 1 takes one consumer, with a share of one run: the single claim of
-    # before this revision, the least recently examined consumer first.
+    # before development revision 0011_runs_per_pass, the least recently examined consumer
+    # first.
     (one,) = assetq.schedule(db.engine, limit=1)
     assert one.event_ids == (events[3],)
 

@@ -213,7 +213,8 @@ def test_doctor_finds_no_problem_while_a_worker_holds_a_live_lease(db: TestDatab
 
 
 #: Engines whose pass does not fail expired last attempts of consumers below their cap yet
-#: (the MySQL port of migration 0007_capped_claim): the test below is xfail(strict) there.
+#: (the MySQL port of development revision 0007_capped_claim): the test below is xfail(strict)
+#: there.
 PASS_REAPER_PENDING: tuple[str, ...] = ()
 
 

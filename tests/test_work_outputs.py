@@ -1,5 +1,5 @@
-"""A completion that fails commits nothing, whatever its caller does next (I9, migration
-0007_capped_claim).
+"""A completion that fails commits nothing, whatever its caller does next (I9, since
+development revision 0007_capped_claim).
 
 complete_run writes in the caller's transaction: the run's output events (and their queue
 rows), then its success. When it fails half-way, an output event refused after others were
