@@ -17,7 +17,7 @@ import sqlalchemy as sa
 import assetq
 from assetq import migrate, routines, sqlfiles
 from changed_files import MARK, shipped
-from dbs import TestDatabase
+from dbs import TestDatabase, made_logins
 
 
 def _catalogue(db: TestDatabase) -> dict[tuple[str, str], routines.Recorded]:
@@ -191,3 +191,44 @@ def test_package_versions_are_ordered_as_pep_440_orders_them(older: str, newer: 
     assert routines.is_newer(newer, older) and not routines.is_newer(older, newer)
     assert not routines.is_newer(older, older)
     assert routines.version_key("0.1") == routines.version_key("0.1.0")
+
+
+def test_a_routine_created_again_reaches_the_roles_of_its_kind(db: TestDatabase) -> None:
+    """A routine that was missing (dropped by hand here; a newer package's new routine the
+    same way) is given to every role holding its kind when it is created: nobody has to run
+    ``assetq grant`` again after a repair or an upgrade."""
+    with db.engine.begin() as conn:
+        assetq.declare_dag(conn, "report", "orders")
+    with made_logins(db, ("producer", "scheduler"), "aqsync") as made:
+        assetq.grant_roles(
+            db.engine,
+            producer=made["producer"].grantee,
+            scheduler=made["scheduler"].grantee,
+            namespace=db.namespace,
+        )
+        if db.engine_name == "postgresql":
+            db.execute(
+                "DROP FUNCTION {ns}.register_event(text, jsonb, text, text, text, integer, text)"
+            )
+            db.execute("DROP FUNCTION {ns}.retry_run(text, text)")
+        else:
+            db.execute("DROP PROCEDURE {ns}.register_event")
+            db.execute("DROP PROCEDURE {ns}.retry_run")
+        assert sorted(migrate.repair(db.engine, db.namespace)) == [
+            "routine register_event",
+            "routine retry_run",
+        ]
+        with made["producer"].engine.begin() as conn:
+            event = assetq.register_event(conn, "orders", namespace=db.namespace)
+        (run,) = assetq.schedule(made["scheduler"].engine, namespace=db.namespace)
+        assert run.event_ids == (event.id,)
+        # retry_run is the scheduler kind's again: a run it may not retry is refused by the
+        # routine (a state error), not by the server (a privilege error).
+        with made["scheduler"].engine.begin() as conn, pytest.raises(assetq.InvalidRunState):
+            assetq.retry_run(conn, "report", run.run_id, namespace=db.namespace)
+        # And only to them: the producer may still not retry runs.
+        call = "CALL {ns}.retry_run('report', 'x')"
+        if db.engine_name == "postgresql":
+            call = "SELECT {ns}.retry_run('report', 'x')"
+        with made["producer"].engine.begin() as conn, pytest.raises(sa.exc.DBAPIError):
+            conn.execute(sa.text(db.sql(call)))

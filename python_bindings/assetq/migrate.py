@@ -1050,6 +1050,7 @@ def migrate_connection(
                     command.downgrade(cfg, target)
             if target == head_revision():
                 _sync_routines(conn, dialect, namespace, target)
+                routines.regrant(conn, namespace)  # readers: the steps' new tables
         installed = current_revision(conn, namespace=namespace)
         if installed is not None and current is not None:  # a fresh install wrote it
             _write_marker(conn, dialect, namespace, installed)

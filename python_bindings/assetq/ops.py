@@ -840,8 +840,8 @@ def _security_checks(dialect: Dialect, conn: Connection, namespace: str) -> list
                 f"{', '.join(wrong)} must run with the owner's rights"
                 " (SECURITY DEFINER, search_path pinned to pg_catalog, pg_temp on PostgreSQL):"
                 " roles given access have no table rights",
-                "someone altered them; reinstall, or restore the ALTER FUNCTION/ALTER"
-                f" PROCEDURE statements of {_schema_file(dialect.name)}",
+                f"someone altered them: run `assetq repair --namespace {namespace}` as the"
+                " owner (re-creates them from their files, grants kept)",
             )
         )
     else:

@@ -229,7 +229,27 @@ def sync(conn: Connection, namespace: str) -> list[Difference]:
             },
         )
         log.info("assetq: %s %s in namespace %s (%s)", "created", d.label, namespace, d.reason)
+    if any(d.reason == "missing" for d in todo) and present:
+        regrant(conn, namespace)
     return todo
+
+
+def regrant(conn: Connection, namespace: str) -> int:
+    """Give every role (MySQL: account) that holds a kind of access (grant_access) that kind
+    again: after a routine that was missing is created (a newer package's, or one dropped
+    by hand and repaired) or a table step ran, so that the roles of its kind reach it as
+    they reach the rest (no grant to run again after an upgrade). Returns how many grants
+    were given again; idempotent."""
+    dialect = dialect_for(conn)
+    rows = conn.execute(
+        text(_sql(dialect, "granted_access", namespace)), {"namespace": namespace}
+    ).all()
+    for r in rows:
+        params = {"access": str(r.access), "grantee": str(r.grantee), "host": r.host}
+        dialect.execute(conn, "grant_access", namespace, params)
+    if rows:
+        log.info("assetq: gave %d kinds of access again in namespace %s", len(rows), namespace)
+    return len(rows)
 
 
 def _create_postgresql(

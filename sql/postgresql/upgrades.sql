@@ -118,3 +118,25 @@ DROP TRIGGER IF EXISTS {{name}} ON {{ns}}.{{table}}
 -- drop_view --
 -- The baseline's downgrade: view {{name}} (one file of views/) goes.
 DROP VIEW IF EXISTS {{ns}}.{{name}}
+
+-- granted_access --
+-- assetq.routines, after it created a routine that was missing or a table step ran: which
+-- roles hold which kind of access (grant_access), read from the privileges of one routine
+-- or table each kind always has, so that grant_access gives each of them again, and a
+-- routine or table that is new to the namespace reaches the roles of its kind.
+SELECT k.access, r.rolname AS grantee, CAST(NULL AS text) AS host
+  FROM (VALUES ('producer', 'register_events'), ('scheduler', 'schedule_pass'),
+               ('worker', 'claim_runs')) AS k(access, marker)
+  JOIN pg_proc p ON p.proname = k.marker
+  JOIN pg_namespace n ON n.oid = p.pronamespace AND n.nspname = :namespace
+ CROSS JOIN LATERAL aclexplode(p.proacl) a
+  JOIN pg_roles r ON r.oid = a.grantee
+ WHERE a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
+UNION
+SELECT 'reader', r.rolname, NULL
+  FROM pg_class c
+  JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = :namespace
+ CROSS JOIN LATERAL aclexplode(c.relacl) a
+  JOIN pg_roles r ON r.oid = a.grantee
+ WHERE c.relname = 'dag' AND a.privilege_type = 'SELECT' AND a.grantee <> c.relowner
+ ORDER BY 1, 2
