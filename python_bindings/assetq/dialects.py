@@ -588,7 +588,7 @@ class _MySQL(Dialect):
                 cursor.execute(statement)
                 while cursor.nextset():
                     pass
-                # A script may swap a trigger under LOCK TABLES (0009_partitions): the lock
+                # A script may swap a trigger under LOCK TABLES (routines.sync on MySQL): the lock
                 # is the session's, and must not outlive a failure on a pooled connection.
                 head = statement.lstrip().upper()
                 if head.startswith("LOCK TABLES"):

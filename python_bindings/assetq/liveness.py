@@ -1,4 +1,4 @@
-"""Liveness (schema 0010_liveness): each scheduler and worker loop keeps a row of its own in
+"""Liveness: each scheduler and worker loop keeps a row of its own in
 ``process_liveness``, which ``assetq status`` shows, flagging the stale ones.
 
 A loop makes up its process id (uuid4 hex) when it starts, records itself at once and then

@@ -139,7 +139,7 @@ def status(conn: Handle, *, namespace: str = DEFAULT_NAMESPACE) -> list[DagStatu
 
 @dataclass(frozen=True)
 class ProcessStatus:
-    """One scheduler or worker loop of the liveness table (schema 0010_liveness). Times are
+    """One scheduler or worker loop of the liveness table . Times are
     UTC, ages by the database's clock. Field names are the columns' and the JSON keys of
     ``assetq status --json``."""
 
@@ -1075,7 +1075,7 @@ def _liveness_checks(conn: Connection, namespace: str) -> list[Check]:
                 "ok",
                 f"{live} live processes"
                 + (
-                    " (schedulers and workers record themselves since schema 0010_liveness)"
+                    " (schedulers and workers record themselves in the liveness table)"
                     if not rows
                     else ""
                 ),

@@ -1,4 +1,4 @@
-"""Partition mappings of partitioned consumers (issue 17, migration 0009_partitions).
+"""Partition mappings of partitioned consumers (issue 17).
 
 A consumer declared with ``partitioned=...`` (:func:`assetq.declare_dag`) has its condition
 evaluated per partition key: a run is created for key k when the condition holds on the

@@ -4,8 +4,8 @@ A loop of :func:`assetq.schedule` passes. After a pass that created runs it pass
 once (more may be waiting); otherwise it waits for a wake-up or for ``poll_interval``. On
 PostgreSQL the wake-up is a notification on the namespace's channel, which the loop LISTENs
 to on a connection of its own. Producers pay for a notification (PostgreSQL serializes the
-commits of notifying transactions), so they send one only while a scheduler asked for it
-(migration 0005_wakeup_on_demand). Two session locks of the listening connection say who
+commits of notifying transactions), so they send one only while a scheduler asked for it.
+Two session locks of the listening connection say who
 needs what:
 
 * the wake-up lock, exclusive: a loop whose pass found nothing takes it, which waits for the
@@ -563,8 +563,8 @@ def run_scheduler(
     each failed pass, each run created with its event->run latency, and how each idle wait
     ended (woken or polled); see docs/python.md.
 
-    ``liveness_interval``: the loop records itself in the liveness table (schema
-    0010_liveness; ``assetq status`` shows it) at start and then at most every that many
+    ``liveness_interval``: the loop records itself in the liveness table
+    (``assetq status`` shows it) at start and then at most every that many
     seconds, between passes, each time in a short transaction of its own; a clean stop
     deletes its row. The row's interval is the longer of this and ``poll_interval`` (the
     longest the loop may go between two looks), and status calls it stale after three of

@@ -327,7 +327,7 @@ def run_worker(
     idle wait ended (woken or polled), from every slot's thread; see docs/python.md.
 
     ``liveness_interval``: the worker records itself (with its name) in the liveness table
-    (schema 0010_liveness; ``assetq status`` shows it) at start and then every that many
+    (``assetq status`` shows it) at start and then every that many
     seconds, from the thread that called run_worker, each time in a short transaction of its
     own; a clean stop deletes its row; status calls it stale after three intervals. A failed
     heartbeat is one WARNING and never stops the worker. None: no row.
