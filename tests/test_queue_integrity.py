@@ -2,26 +2,23 @@
 keys guaranteed still holds, proven instead of checked per row.
 
 asset_dag_run_queue had a foreign key to dag (ON DELETE CASCADE) and one to asset_event (no
-cascade: a queued event could not be deleted); their checks were a large share of a
-producer's cost. Now the routines keep what the keys kept: queue rows are written only by
-the fan-out trigger, in the statement that inserts their event, after locking the
-consumer's dag row and the rows it queues through (so a consumer being deleted is waited for,
-then skipped); delete_dag deletes its consumer's queue rows itself, after the lock that waits
-for producers in flight; delete_asset deletes its events' queue rows before the events;
-purge_events deletes only events without a queue row. Proven on both engines, before and
-after that migration (the keys, while there, enforce the same): after delete_dag (of a
-direct, an alias and two partitioned consumers, one through an alias), delete_asset (its
-events queued for several consumers, each getting them through an alias: one that named
-the asset is re-declared to, since delete_asset refuses an asset a condition names;
-partitioned ones included) and purge over a partly consumed backlog, no queue row lacks its
-consumer or its event, no partition row lacks its queue row, and each routine removed
-exactly the rows it should, every other consumer and asset keeping all of theirs; and with
-forced interleavings (a producer and delete_dag, each holding its transaction open while
-the other runs on another connection and is seen waiting for a lock, for a consumer of the
-asset and one of an alias it resolved to; a producer holding its transaction open while
-delete_asset waits for it), no queue row is orphaned and the remaining consumer has the
-event queued exactly once.
-"""
+cascade: a queued event could not be deleted); their checks were a large share of a producer's
+cost. Now the routines keep what the keys kept: queue rows are written only by the fan-out
+trigger, in the statement that inserts their event, after locking the consumer's dag row and
+the rows it queues through (so a consumer being deleted is waited for, then skipped);
+delete_dag deletes its consumer's queue rows itself, after the lock that waits for producers in
+flight; delete_asset deletes its events' queue rows before the events; purge_events deletes
+only events without a queue row. Proven on both engines: after delete_dag (of a direct, an
+alias and two partitioned consumers, one through an alias), delete_asset (its events queued for
+several consumers, each getting them through an alias: one that named the asset is re-declared
+to, since delete_asset refuses an asset a condition names; partitioned ones included) and purge
+over a partly consumed backlog, no queue row lacks its consumer or its event, no partition row
+lacks its queue row, and each routine removed exactly the rows it should, every other consumer
+and asset keeping all of theirs; and with forced interleavings (a producer and delete_dag, each
+holding its transaction open while the other runs on another connection and is seen waiting for
+a lock, for a consumer of the asset and one of an alias it resolved to; a producer holding its
+transaction open while delete_asset waits for it), no queue row is orphaned and the remaining
+consumer has the event queued exactly once."""
 
 from __future__ import annotations
 
