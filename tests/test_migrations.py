@@ -170,3 +170,20 @@ def test_concurrent_installs_both_succeed_with_one_schema(empty_db: TestDatabase
             sa.text(empty_db.sql("SELECT count(*) FROM {ns}.assetq_alembic_version"))
         ).scalar_one()
     assert count == 1
+
+
+def test_an_install_at_head_rewrites_a_marker_that_names_another_revision(
+    db: TestDatabase,
+) -> None:
+    """A namespace stamped by hand (a development install adopted as the baseline: CHANGELOG,
+    0.1.0) keeps the marker its last install wrote, which names a development revision; the
+    next install at head writes the right one, or every call would be refused."""
+    old = "assetq schema 0015_batch_lookups; works with packages from schema 0006_work_queue"
+    db.execute(migrate._upgrade_sql(db.dialect, "write_compat_marker", db.namespace, old))
+    migrate.forget_checks()
+    with db.engine.connect() as conn, pytest.raises(assetq.SchemaTooOld):
+        migrate.check_schema(conn, db.namespace)
+    assetq.install(db.engine)
+    with db.engine.connect() as conn:
+        assert migrate.read_marker(conn, db.namespace) == migrate.head_revision()
+        migrate.check_schema(conn, db.namespace)

@@ -1028,6 +1028,8 @@ def migrate_connection(
         if current == target:
             if target is not None and target == head_revision() and direction == "up":
                 _sync_routines(conn, dialect, namespace, target)
+                if _marked_revision(conn, dialect, namespace) != target:  # a stamped schema
+                    _write_marker(conn, dialect, namespace, target)
             return current
         creates = (
             _check_conflicts(conn, dialect, namespace, current, target)
