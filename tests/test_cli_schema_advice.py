@@ -166,10 +166,8 @@ def test_status_of_a_development_schema_says_reinstall_it(
     db: TestDatabase, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _development(db)
-    """Status still shows what it can read (an operator looks before re-installing), with the
-    advice on its first line, as for any schema outside the window."""
+    """As for any schema older than this package's: the advice, in one line, and exit 1."""
     code, out, err = _cli(db, capsys, "status")
-    assert code == cli.EXIT_OK and err == "", err
-    first = out.splitlines()[0]
-    assert "schema 0015_batch_lookups (" in first, out
-    _says_reinstall(first)
+    assert code == cli.EXIT_ERROR and err == "", err
+    assert out.count("\n") == 1 and "schema 0015_batch_lookups (" in out, out
+    _says_reinstall(out)
