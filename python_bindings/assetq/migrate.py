@@ -1092,7 +1092,7 @@ def _sync_routines(conn: Connection, dialect: Dialect, namespace: str, target: s
     MySQL: a trigger is dropped before it is created again, so binary logging that would
     refuse the CREATE (1419) is refused first, before anything is dropped."""
     if dialect is MYSQL and any(
-        d.file.kind == "trigger" and d.reason != "newer"
+        d.file.kind == "trigger" and d.reason not in ("newer", "unreadable")
         for d in routines.differences(conn, namespace)
     ):
         _check_binary_log(conn, dialect, namespace, target)

@@ -713,6 +713,7 @@ def _definition_checks(
     # (a disabled wake-up trigger is a choice): this one compares what is there.
     stale = [d for d in found if d.reason in ("changed", "altered")]
     newer = [d for d in found if d.reason == "newer"]
+    unreadable = [d for d in found if d.reason == "unreadable"]
     checks: list[Check] = []
     if stale:
         what = "; ".join(
@@ -737,6 +738,18 @@ def _definition_checks(
                 + ", ".join(f"{d.label}: {d.recorded_by}" for d in newer)
                 + "), left as they are",
                 "restart this process with the newer package when convenient (rolling deploy)",
+            )
+        )
+    if unreadable:
+        checks.append(
+            Check(
+                "definitions",
+                "note",
+                f"{len(unreadable)} bodies not compared: this account may not read them"
+                " (MySQL shows a routine's body to its definer and to accounts that may read"
+                " mysql.proc)",
+                "run doctor as the owner to compare them, or GRANT SELECT ON mysql.proc"
+                " (MySQL 8: GRANT SHOW_ROUTINE ON *.*) to this account",
             )
         )
     if not checks:

@@ -91,7 +91,9 @@ class Difference:
 
     ``reason``: ``missing`` (not in the namespace), ``changed`` (its file is not the one it
     was created from: this package has another body), ``altered`` (its definition is not the
-    one recorded: changed by hand), ``newer`` (recorded by a newer package: left alone)."""
+    one recorded: changed by hand), ``newer`` (recorded by a newer package: left alone),
+    ``unreadable`` (MySQL: the account may not read its body, so whether it was changed by
+    hand cannot be told; left alone, doctor says so)."""
 
     file: ObjectFile
     reason: str
@@ -110,6 +112,9 @@ class Definition:
     name: str
     definition: str
     table: str | None
+    #: Whether the account could read the whole definition (MySQL hides a routine's body
+    #: from accounts other than its definer that may not read mysql.proc).
+    visible: bool = True
 
     @property
     def checksum(self) -> str:
@@ -131,17 +136,23 @@ def definitions(conn: Connection, namespace: str) -> dict[tuple[str, str], Defin
     rows = conn.execute(
         text(_sql(dialect, "definitions", namespace)), {"namespace": namespace}
     ).all()
-    found: dict[tuple[str, str], list[tuple[str, str, str | None]]] = {}
+    found: dict[tuple[str, str], list[tuple[str, str, str | None, bool]]] = {}
     for r in rows:
         full = str(r.name)
         name = full.split("(", 1)[0]
-        found.setdefault((str(r.kind), name), []).append((full, str(r.definition), r.owner_table))
+        found.setdefault((str(r.kind), name), []).append(
+            (full, str(r.definition), r.owner_table, bool(r.visible))
+        )
     result: dict[tuple[str, str], Definition] = {}
     for (kind, name), items in found.items():
         items.sort()
         table = items[0][2]
         result[(kind, name)] = Definition(
-            kind, name, "\n".join(d for _, d, _ in items), None if table is None else str(table)
+            kind,
+            name,
+            "\n".join(item[1] for item in items),
+            None if table is None else str(table),
+            all(item[3] for item in items),
         )
     return result
 
@@ -183,7 +194,11 @@ def differences(
             found.append(Difference(f, "missing"))
         elif row is None or row.checksum != f.checksum:
             found.append(Difference(f, "changed", None if row is None else row.package_version))
-        elif row.definition_checksum is not None and row.definition_checksum != current.checksum:
+        elif row.definition_checksum is None:
+            continue  # created offline (assetq sql): nothing printed it yet
+        elif not current.visible:
+            found.append(Difference(f, "unreadable", row.package_version))
+        elif row.definition_checksum != current.checksum:
             found.append(Difference(f, "altered", row.package_version))
     return found
 
@@ -197,6 +212,8 @@ def sync(conn: Connection, namespace: str) -> list[Difference]:
     present = definitions(conn, namespace)
     todo = []
     for d in differences(conn, namespace, present=present):
+        if d.reason == "unreadable":
+            continue
         if d.reason == "newer":
             log.info(
                 "assetq: %s in namespace %s was written by assetq %s, newer than this package"
@@ -218,6 +235,8 @@ def sync(conn: Connection, namespace: str) -> list[Difference]:
     record = text(_sql(dialect, "catalogue_record", namespace))
     for d in todo:
         made = after.get((d.file.kind, d.file.name))
+        if made is not None and not made.visible:
+            made = None  # never compared, rather than always "altered"
         conn.execute(
             record,
             {

@@ -43,13 +43,15 @@ SELECT 1 AS installed, v.version_num AS revision,
 
 -- definitions --
 -- Every routine, trigger and view of the namespace with its definition as the server keeps
--- it (assetq.routines keeps its checksum in routine_catalogue when it creates one; doctor and
--- repair compare, to tell an object changed by hand). Routines: type, parameters, return type, security, determinism, data access,
--- comment and body (ROUTINE_DEFINITION: the body as written, NULL to an account that may
--- not see it); triggers: timing, event, table, level and body (ACTION_STATEMENT); views:
--- security, check option and the text the server rewrote (names qualified with the
--- database, which the comparison replaces). The definer and sql_mode are not compared: an
--- install by another account, from another session, is still the file's. With a table
+-- it (assetq.routines keeps its checksum in routine_catalogue when it creates one; doctor
+-- and repair compare, to tell an object changed by hand). Routines: type, parameters,
+-- return type, security, determinism, data access, comment and body (ROUTINE_DEFINITION:
+-- the body as written); triggers: timing, event, table, level and body (ACTION_STATEMENT);
+-- views: security, check option and the text the server rewrote. The definer and sql_mode
+-- are not compared: an install by another account, from another session, is still the
+-- file's. visible: whether the account may read the body at all: MySQL/MariaDB show a
+-- routine's body only to its definer and to accounts that may read mysql.proc (MySQL 8:
+-- SHOW_ROUTINE), NULL to the others, and such a definition cannot be compared. With a table
 -- prefix: the objects named with it, by their names without it.
 SELECT 'routine' AS kind, SUBSTRING(r.routine_name, CHAR_LENGTH('{{prefix}}') + 1) AS name,
        CONCAT_WS('\n', r.routine_type,
@@ -61,19 +63,21 @@ SELECT 'routine' AS kind, SUBSTRING(r.routine_name, CHAR_LENGTH('{{prefix}}') + 
                      AND p.specific_name = r.routine_name AND p.ordinal_position > 0),
                  r.dtd_identifier, r.security_type, r.is_deterministic, r.sql_data_access,
                  r.routine_comment, r.routine_definition) AS definition,
-       CAST(NULL AS CHAR) AS owner_table
+       CAST(NULL AS CHAR) AS owner_table, r.routine_definition IS NOT NULL AS visible
   FROM information_schema.routines r
  WHERE r.routine_schema = {{database}} AND LEFT(r.routine_name, CHAR_LENGTH('{{prefix}}')) = '{{prefix}}'
 UNION ALL
 SELECT 'trigger', SUBSTRING(t.trigger_name, CHAR_LENGTH('{{prefix}}') + 1),
        CONCAT_WS('\n', t.action_timing, t.event_manipulation, t.event_object_table,
                  t.action_orientation, t.action_statement),
-       SUBSTRING(t.event_object_table, CHAR_LENGTH('{{prefix}}') + 1)
+       SUBSTRING(t.event_object_table, CHAR_LENGTH('{{prefix}}') + 1),
+       t.action_statement IS NOT NULL
   FROM information_schema.triggers t
  WHERE t.trigger_schema = {{database}} AND LEFT(t.trigger_name, CHAR_LENGTH('{{prefix}}')) = '{{prefix}}'
 UNION ALL
-SELECT 'view', SUBSTRING(v.table_name, CHAR_LENGTH('{{prefix}}') + 1), CONCAT_WS('\n', v.security_type, v.check_option, v.view_definition),
-       NULL
+SELECT 'view', SUBSTRING(v.table_name, CHAR_LENGTH('{{prefix}}') + 1),
+       CONCAT_WS('\n', v.security_type, v.check_option, v.view_definition), NULL,
+       COALESCE(v.view_definition, '') <> ''
   FROM information_schema.views v
  WHERE v.table_schema = {{database}} AND LEFT(v.table_name, CHAR_LENGTH('{{prefix}}')) = '{{prefix}}'
 

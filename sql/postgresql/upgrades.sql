@@ -47,16 +47,18 @@ LOCK TABLE {{tables}} IN ACCESS EXCLUSIVE MODE
 -- doctor and repair compare, to tell an object changed by hand). Routines by name and
 -- argument types (overloads differ).
 SELECT 'routine' AS kind, p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')' AS name,
-       pg_get_functiondef(p.oid) AS definition, CAST(NULL AS text) AS owner_table
+       pg_get_functiondef(p.oid) AS definition, CAST(NULL AS text) AS owner_table,
+       true AS visible
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = :namespace AND p.prokind = 'f'
 UNION ALL
-SELECT 'trigger', CAST(t.tgname AS text), pg_get_triggerdef(t.oid), CAST(c.relname AS text)
+SELECT 'trigger', CAST(t.tgname AS text), pg_get_triggerdef(t.oid), CAST(c.relname AS text),
+       true
   FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
   JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :namespace AND NOT t.tgisinternal
 UNION ALL
-SELECT 'view', CAST(c.relname AS text), pg_get_viewdef(c.oid), NULL
+SELECT 'view', CAST(c.relname AS text), pg_get_viewdef(c.oid), NULL, true
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = :namespace AND c.relkind = 'v'
 
