@@ -1054,9 +1054,8 @@ def _print_consumers(consumers: list[ops.DagStatus]) -> None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Check the installation: schema at this package's revision (or inside its
     compatibility window); every routine, trigger, view and table present (triggers
-    enabled); their definitions those of the installed revision (compared with a reference
-    install: on PostgreSQL made under a savepoint and rolled back, on MySQL/MariaDB made in a
-    scratch database and dropped; fix: assetq repair); the
+    enabled); their definitions those of this package's files (compared with the checksums
+    of routine_catalogue, nothing created; fix: assetq repair); the
     routines granted to roles running with their owner's rights and that owner suitable;
     what the connected account may do; the work: expired leases, consumers at their cap with
     events waiting; the server: a standby or read-only server, binary logging that refuses

@@ -168,8 +168,7 @@ def python_side_code(cls: type[AssetqError]) -> str | None:
 class MigrationFailed(DatabaseError):
     """Installing, upgrading or downgrading the schema failed. ``code`` is the database's code
     of the first error it reported (not a later "current transaction is aborted"),
-    ``revision`` the revision being applied (the head revision for a fresh install from the
-    schema snapshot). On PostgreSQL nothing of the failed step was kept; on MySQL/MariaDB a
+    ``revision`` the revision being applied (the target of a fresh install). On PostgreSQL nothing of the failed step was kept; on MySQL/MariaDB a
     failed fresh install removed what it had created (each DDL statement commits there)."""
 
     revision: str | None
