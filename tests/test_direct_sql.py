@@ -154,6 +154,23 @@ CASES: list[tuple[str, tuple[Any, ...], type[assetq.AssetqError]]] = [
         assetq.InvalidCondition,
     ),
     ("condition-null", ("declare_dag", "c", None, '[["a"]]', None), assetq.InvalidCondition),
+    # A member's name, uri or alias is a JSON string: a number or an object is not taken for
+    # its text (PostgreSQL took {"name": 5} for the asset "5", MySQL refused it).
+    (
+        "clause-name-number",
+        ("declare_dag", "c", '{"asset":"a"}', '[[{"name": 5}]]', None),
+        assetq.InvalidCondition,
+    ),
+    (
+        "clause-uri-object",
+        ("declare_dag", "c", '{"asset":"a"}', '[[{"uri": {"x": "y"}}]]', None),
+        assetq.InvalidCondition,
+    ),
+    (
+        "clause-alias-null",
+        ("declare_dag", "c", '{"asset":"a"}', '[[{"alias": null}]]', None),
+        assetq.InvalidCondition,
+    ),
     ("pause-unknown", ("set_dag_paused", "nobody", True), assetq.UnknownDag),
     ("pass-limit-zero", ("schedule_pass", 0), assetq.InvalidArgument),
     ("pass-limit-null", ("schedule_pass", None), assetq.InvalidArgument),

@@ -58,7 +58,9 @@ BEGIN
                      END ORDER BY c.ord),
            array_agg(CASE jsonb_typeof(n)
                          WHEN 'string' THEN n #>> '{}'
-                         WHEN 'object' THEN (SELECT min(v.value) FROM jsonb_each_text(n) v)
+                         -- A string only, as on MySQL: {"name": 5} is not the asset "5".
+                         WHEN 'object' THEN (SELECT min(v.value #>> '{}') FROM jsonb_each(n) v
+                                              WHERE jsonb_typeof(v.value) = 'string')
                      END ORDER BY c.ord)
       INTO v_clause_nos, v_kinds, v_values
       FROM jsonb_array_elements(p_clauses) WITH ORDINALITY AS c(clause, ord),
