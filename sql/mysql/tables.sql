@@ -82,7 +82,7 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag (
     -- ASCII classes, not [[:alnum:]]: MySQL's ICU regular expressions count any Unicode letter
     -- as alnum, MariaDB's PCRE does not. This is exactly what the Python layer accepts.
     CONSTRAINT dag_id_format CHECK (dag_id REGEXP '^[A-Za-z0-9_.-]+$'),
-    -- Partitions (migration 0009_partitions): NULL for an unpartitioned consumer; otherwise
+    -- Partitions: NULL for an unpartitioned consumer; otherwise
     -- the declared mappings with the condition they were declared for (set_dag_partitions),
     -- and the consumer's condition is evaluated per partition key.
     partitioning       JSON NULL
@@ -121,8 +121,8 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_schedule_asset_reference (
         REFERENCES {{ns}}.asset (id),
     CONSTRAINT dag_schedule_asset_reference_dag_id_fkey FOREIGN KEY (dag_id)
         REFERENCES {{ns}}.dag (dag_id) ON DELETE CASCADE,
-    -- A partitioned consumer's mapping of the asset's partition keys to its own (migration
-    -- 0009_partitions, see partition_map), and whether a key needs all of its upstream
+    -- A partitioned consumer's mapping of the asset's partition keys to its own (see
+    -- partition_map), and whether a key needs all of its upstream
     -- partitions or any; both NULL for an unpartitioned consumer.
     partition_mapping VARCHAR(20) NULL,
     partition_require VARCHAR(3) NULL,
@@ -167,7 +167,7 @@ CREATE TABLE IF NOT EXISTS {{ns}}.asset_event (
     CONSTRAINT asset_event_asset_id_fkey FOREIGN KEY (asset_id) REFERENCES {{ns}}.asset (id),
     CONSTRAINT asset_event_extra_is_object CHECK (JSON_TYPE(extra) = 'OBJECT'),
     CONSTRAINT asset_event_idempotency_key_not_empty CHECK (CHAR_LENGTH(idempotency_key) > 0),
-    -- The event's partition (migration 0009_partitions): NULL for an unpartitioned event. No
+    -- The event's partition: NULL for an unpartitioned event. No
     -- CHECK that it is not empty (insert_event_batch refuses ''): adding one to an existing
     -- install would copy the whole event history (ALGORITHM=COPY).
     partition_key     VARCHAR(250) NULL
@@ -176,7 +176,7 @@ CREATE TABLE IF NOT EXISTS {{ns}}.asset_event (
 -- One row per (consumer, event) not yet consumed. created_at is the event's own timestamp,
 -- copied by the trigger (I2).
 --
--- No foreign keys (migration 0013_queue_checks), as on PostgreSQL: a queue row's consumer and
+-- No foreign keys, as on PostgreSQL: a queue row's consumer and
 -- event are guaranteed by the routines, not checked per row. Queue rows are written only by
 -- the fan-out trigger, in the statement that inserts their event, for consumer rows it reads
 -- with a shared lock (the lock the check took); delete_dag deletes its reference and
@@ -191,20 +191,20 @@ CREATE TABLE IF NOT EXISTS {{ns}}.asset_dag_run_queue (
     asset_id        BIGINT NOT NULL,
     created_at      DATETIME(6) NOT NULL,
     PRIMARY KEY (target_dag_id, asset_event_id),
-    -- The queue by event: purge_events' "still queued?" test and delete_asset (it served the
-    -- foreign key to asset_event until 0013_queue_checks).
+    -- The queue by event: purge_events' "still queued?" test and delete_asset (it also served a
+    -- foreign key to asset_event during development).
     KEY asset_dag_run_queue_event_idx (asset_event_id),
     -- A consumer's queue in queue order (a capped claim reads its N + 1 oldest rows), and each
-    -- of its assets' oldest row (the witness search), by index (migration 0007_capped_claim).
+    -- of its assets' oldest row (the witness search), by index.
     KEY asset_dag_run_queue_order_idx (target_dag_id, created_at, asset_event_id, asset_id),
     KEY asset_dag_run_queue_asset_idx (target_dag_id, asset_id, created_at, asset_event_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
--- A run. As work (migration 0006_work_queue, see claim_runs): attempt counts its claims,
+-- A run. As work (see claim_runs): attempt counts its claims,
 -- worker holds or last held it, lease_until ends its lease, not_before is when it may next be
 -- claimed (NULL: never, it is finished or was moved by hand), error is its last failed
 -- attempt's. No CHECK (attempt >= 0): adding one to an existing install would copy the whole
--- table (MySQL 8 / MariaDB: ALGORITHM=COPY), so 0006 adds none; only claim_runs writes it.
+-- table (MySQL 8 / MariaDB: ALGORITHM=COPY), so none is added; only claim_runs writes it.
 CREATE TABLE IF NOT EXISTS {{ns}}.dag_run (
     id          BIGINT NOT NULL AUTO_INCREMENT,
     dag_id      VARCHAR(250) NOT NULL,
@@ -234,7 +234,7 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_run (
     -- runs(state=...) across consumers, newest first; the status view's active runs.
     KEY dag_run_state_idx (state, id),
     -- Running runs by the end of their lease: every pass fails those whose last attempt's
-    -- lease expired (migration 0007_capped_claim). Not partial (MySQL has none): the other
+    -- lease expired. Not partial (MySQL has none): the other
     -- states are in it too, in ranges of their own a range on 'running' never reads.
     KEY dag_run_lease_idx (state, not_before),
     -- Runs by age, for purge_runs; a consumer's runs by age, for dag_queue_status.
@@ -242,14 +242,14 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_run (
     KEY dag_run_dag_created_idx (dag_id, created_at),
     CONSTRAINT dag_run_run_id_key UNIQUE (dag_id, run_id),
     CONSTRAINT dag_run_seq_key UNIQUE (dag_id, seq),
-    -- Was the target of the link table's composite foreign key (until 0012_link_checks); kept,
-    -- so that putting the key back (0012's down script) needs no new index.
+    -- Was the target of the link table's composite foreign key during development; kept, so
+    -- that a development install stamped as the baseline has the baseline's indexes.
     CONSTRAINT dag_run_id_dag_key UNIQUE (id, dag_id),
     CONSTRAINT dag_run_dag_id_fkey FOREIGN KEY (dag_id)
         REFERENCES {{ns}}.dag (dag_id) ON DELETE CASCADE,
     CONSTRAINT dag_run_type_check CHECK (run_type IN ('asset_triggered')),
     CONSTRAINT dag_run_state_check CHECK (state IN ('queued', 'running', 'success', 'failed')),
-    -- Partitions (migration 0009_partitions): the key a partitioned consumer's run is for, and
+    -- Partitions: the key a partitioned consumer's run is for, and
     -- its generation, 1 for the key's first run, 2 for the next (a re-delivered partition).
     -- At most one run per (consumer, key, generation), written into the schema. Both NULL for
     -- an unpartitioned consumer's run. No CHECK that they are NULL together: adding one to an
@@ -261,11 +261,11 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_run (
 
 -- Which events a run consumed. The unique (asset_event_id, dag_id) is the exactly-once
 -- guarantee written into the schema (I4): even a scheduler bug cannot link an event to two
--- runs of one consumer. Event first (migration 0014_link_keys; it was (dag_id,
--- asset_event_id) with an event index beside it): the same uniqueness, and it serves every
+-- runs of one consumer. Event first (during development it was
+-- (dag_id, asset_event_id) with an event index beside it): the same uniqueness, and it serves every
 -- lookup by event too, one index entry fewer for every link a pass inserts.
 --
--- No foreign keys (migration 0012_link_checks), as on PostgreSQL: a link's run and event are
+-- No foreign keys, as on PostgreSQL: a link's run and event are
 -- guaranteed by the routines, not checked per row (on PostgreSQL the two checks were 1.9 s of
 -- a 3.3 s pass over a 100,000-event backlog; here such a pass is 1.3x faster without them).
 -- Links are written only by schedule_pass and schedule_partitions, in the transaction that
@@ -275,8 +275,8 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_run (
 -- and says next to it why no pass can add a link behind it. A DELETE of runs or events by
 -- hand must delete their links too (docs/guarantees.md). The run index that served the key
 -- to dag_run stays, for a link lookup by run (claim_runs, consumed_events); lookups by event
--- (purge_events, delete_asset) go by the unique key, which leads with the event since
--- 0014_link_keys (the event index that served them until then is gone).
+-- (purge_events, delete_asset) go by the unique key, which leads with the event (no
+-- separate event index).
 CREATE TABLE IF NOT EXISTS {{ns}}.dagrun_asset_event (
     dag_run_id      BIGINT NOT NULL,
     asset_event_id  BIGINT NOT NULL,
@@ -286,7 +286,7 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dagrun_asset_event (
     KEY dagrun_asset_event_run_idx (dag_run_id, dag_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
--- Asset aliases (migration 0004_semantics): a producer registers an event "through" an
+-- Asset aliases: a producer registers an event "through" an
 -- alias, which then resolves to the event's asset; consumers may depend on an alias.
 CREATE TABLE IF NOT EXISTS {{ns}}.asset_alias (
     id          BIGINT NOT NULL AUTO_INCREMENT,
@@ -338,7 +338,7 @@ CREATE TABLE IF NOT EXISTS {{ns}}.dag_condition_alias (
         REFERENCES {{ns}}.asset_alias (id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
--- Partitions (migration 0009_partitions). A static mapping of a partitioned consumer: an
+-- Partitions. A static mapping of a partitioned consumer: an
 -- event of asset asset_id with partition key upstream_key counts towards the consumer's key
 -- target_key. With partition_require 'all', a target key needs an event for every upstream
 -- key that maps to it.
@@ -381,7 +381,7 @@ CREATE TABLE IF NOT EXISTS {{ns}}.asset_partition_queue (
         REFERENCES {{ns}}.dag (dag_id) ON DELETE CASCADE
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
--- Liveness (migration 0010_liveness): one row per scheduler or worker loop that runs, so that
+-- Liveness: one row per scheduler or worker loop that runs, so that
 -- status can show who is alive. process_id is made up by the loop when it starts (uuid4
 -- hex); kind is 'scheduler' or 'worker'; name is a worker's name (its runs' worker column
 -- starts with it), NULL for a scheduler; host, pid and version (the assetq package's) say

@@ -42,7 +42,7 @@ CREATE TABLE {{ns}}.dag (
     max_events_per_run integer,
     -- Queue events while paused (consumed after unpausing) instead of skipping them.
     queue_while_paused boolean NOT NULL DEFAULT false,
-    -- Work (migration 0006_work_queue): how many claims a run gets before it fails for good,
+    -- Work: how many claims a run gets before it fails for good,
     -- and the delay before a failed attempt's retry (doubled per failed attempt, up to
     -- max_retry_delay_seconds, when that is set).
     max_attempts       integer NOT NULL DEFAULT 1,
@@ -54,7 +54,7 @@ CREATE TABLE {{ns}}.dag (
     CONSTRAINT dag_max_attempts_check CHECK (max_attempts BETWEEN 1 AND 1000),
     CONSTRAINT dag_retry_delay_check
         CHECK (retry_delay_seconds >= 0 AND max_retry_delay_seconds >= retry_delay_seconds),
-    -- Partitions (migration 0009_partitions): NULL for an unpartitioned consumer; otherwise
+    -- Partitions: NULL for an unpartitioned consumer; otherwise
     -- the declared mappings with the condition they were declared for (set_dag_partitions),
     -- and the consumer's condition is evaluated per partition key.
     partitioning       jsonb
@@ -67,8 +67,8 @@ CREATE TABLE {{ns}}.dag_schedule_asset_reference (
     dag_id      varchar(250) NOT NULL REFERENCES {{ns}}.dag (dag_id) ON DELETE CASCADE,
     created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
     PRIMARY KEY (asset_id, dag_id),
-    -- A partitioned consumer's mapping of the asset's partition keys to its own (migration
-    -- 0009_partitions, see partition_map), and whether a key needs all of its upstream
+    -- A partitioned consumer's mapping of the asset's partition keys to its own (see
+    -- partition_map), and whether a key needs all of its upstream
     -- partitions or any; both NULL for an unpartitioned consumer.
     partition_mapping varchar(20),
     partition_require varchar(3),
@@ -109,7 +109,7 @@ CREATE TABLE {{ns}}.asset_event (
     CONSTRAINT asset_event_idempotency_key UNIQUE (asset_id, idempotency_key),
     CONSTRAINT asset_event_extra_is_object CHECK (jsonb_typeof(extra) = 'object'),
     CONSTRAINT asset_event_idempotency_key_not_empty CHECK (idempotency_key <> ''),
-    -- The event's partition (migration 0009_partitions): NULL for an unpartitioned event. No
+    -- The event's partition: NULL for an unpartitioned event. No
     -- CHECK that it is not empty (register_events refuses ''): adding one to an existing
     -- install would read the whole event history under an exclusive lock.
     partition_key     varchar(250)
@@ -118,11 +118,11 @@ CREATE TABLE {{ns}}.asset_event (
 -- One row per (consumer, event) not yet consumed. created_at is the event's own timestamp,
 -- copied by the trigger (I2).
 --
--- No foreign keys (migration 0013_queue_checks): a queue row's consumer and event are
+-- No foreign keys: a queue row's consumer and event are
 -- guaranteed by the routines, not checked per row. The two checks (to dag, ON DELETE
 -- CASCADE; to asset_event, no cascade) were a per-row query each, 8 of a producer's 9 at 4
 -- consumers; without them one event per transaction is 1.13x faster at 1 client (1.05x at
--- 8) and a batch of 1,000 1.52x (benchmarks/revisions.py, against 0012 side by side). What
+-- 8) and a batch of 1,000 1.52x (measured against the keys side by side during development). What
 -- they guaranteed, and what guarantees it now:
 --   * no queue row without its consumer and its event: queue rows are written only by the
 --     fan-out trigger, in the statement that inserts their event, for consumer rows it locks
@@ -157,7 +157,7 @@ CREATE TABLE {{ns}}.dag_run (
     started_at  timestamptz,
     ended_at    timestamptz,
     updated_at  timestamptz,
-    -- Work (migration 0006_work_queue, see claim_runs): claims so far, the worker holding (or
+    -- Work (see claim_runs): claims so far, the worker holding (or
     -- that last held) it, its lease, when it may next be claimed (NULL: never, it is finished
     -- or was moved by hand), and the error of its last failed attempt.
     attempt     integer NOT NULL DEFAULT 0,
@@ -167,13 +167,13 @@ CREATE TABLE {{ns}}.dag_run (
     error       text,
     CONSTRAINT dag_run_run_id_key UNIQUE (dag_id, run_id),
     CONSTRAINT dag_run_seq_key UNIQUE (dag_id, seq),
-    -- Was the target of the link table's composite foreign key (until 0012_link_checks); kept,
-    -- so that putting the key back (0012's down script) needs no new index.
+    -- Was the target of the link table's composite foreign key during development; kept, so
+    -- that a development install stamped as the baseline has the baseline's indexes.
     CONSTRAINT dag_run_id_dag_key UNIQUE (id, dag_id),
     CONSTRAINT dag_run_type_check CHECK (run_type IN ('asset_triggered')),
     CONSTRAINT dag_run_state_check CHECK (state IN ('queued', 'running', 'success', 'failed')),
     CONSTRAINT dag_run_attempt_check CHECK (attempt >= 0),
-    -- Partitions (migration 0009_partitions): the key a partitioned consumer's run is for, and
+    -- Partitions: the key a partitioned consumer's run is for, and
     -- its generation, 1 for the key's first run, 2 for the next (a re-delivered partition).
     -- At most one run per (consumer, key, generation), written into the schema. Both NULL for
     -- an unpartitioned consumer's run. No CHECK that they are NULL together: adding one to an
@@ -188,13 +188,13 @@ CREATE TABLE {{ns}}.dag_run (
 -- guarantee written into the schema (I4): even a scheduler bug cannot link an event to two
 -- runs of one consumer.
 --
--- Two indexes, each entry paid by every link a pass inserts (migration 0014_link_keys; until
--- then three): the primary key serves lookups by run (claim_runs, consumed_events,
+-- Two indexes, each entry paid by every link a pass inserts (three
+-- during development): the primary key serves lookups by run (claim_runs, consumed_events,
 -- purge_runs, delete_dag through the dag's runs), the unique key, event first, lookups by
 -- event (purge_events, delete_asset) as well as I4. The event-first order is what lets one
 -- index do both; the dag-first one it replaced needed dagrun_asset_event_event_idx beside it.
 --
--- No foreign keys (migration 0012_link_checks): a link's run and event are guaranteed by the
+-- No foreign keys: a link's run and event are guaranteed by the
 -- routines, not checked per row. Their two checks were 1.9 s of a 3.3 s pass consuming a
 -- 100,000-event backlog (auto_explain, 100,000 calls each); without them the pass is 2.5x
 -- faster. What they guaranteed, and what guarantees it now:
@@ -263,7 +263,7 @@ CREATE TABLE {{ns}}.dag_condition_alias (
 
 CREATE INDEX dag_condition_alias_alias_idx ON {{ns}}.dag_condition_alias (alias_id);
 
--- Partitions (migration 0009_partitions). A static mapping of a partitioned consumer: an
+-- Partitions. A static mapping of a partitioned consumer: an
 -- event of asset asset_id with partition key upstream_key counts towards the consumer's key
 -- target_key. With partition_require 'all', a target key needs an event for every upstream
 -- key that maps to it.
@@ -315,7 +315,7 @@ CREATE INDEX asset_partition_queue_new_idx
 CREATE INDEX dag_schedule_asset_reference_partitioned_idx
     ON {{ns}}.dag_schedule_asset_reference (asset_id) WHERE partition_mapping IS NOT NULL;
 
--- Liveness (migration 0010_liveness): one row per scheduler or worker loop that runs, so that
+-- Liveness: one row per scheduler or worker loop that runs, so that
 -- status can show who is alive. process_id is made up by the loop when it starts (uuid4
 -- hex); kind is 'scheduler' or 'worker'; name is a worker's name (its runs' worker column
 -- starts with it), NULL for a scheduler; host, pid and version (the assetq package's) say
@@ -347,7 +347,7 @@ CREATE TABLE {{ns}}.process_liveness (
 CREATE INDEX asset_dag_run_queue_event_idx ON {{ns}}.asset_dag_run_queue (asset_event_id);
 
 -- A consumer's queue in queue order (a capped claim reads its N + 1 oldest rows), and each of
--- its assets' oldest row (the witness search), by index (migration 0007_capped_claim).
+-- its assets' oldest row (the witness search), by index.
 CREATE INDEX asset_dag_run_queue_order_idx
     ON {{ns}}.asset_dag_run_queue (target_dag_id, created_at, asset_event_id) INCLUDE (asset_id);
 
@@ -355,7 +355,7 @@ CREATE INDEX asset_dag_run_queue_asset_idx
     ON {{ns}}.asset_dag_run_queue (target_dag_id, asset_id, created_at, asset_event_id);
 
 -- Running runs by the end of their lease: the pass fails those whose last attempt's lease
--- expired (migration 0007_capped_claim).
+-- expired.
 CREATE INDEX dag_run_lease_idx ON {{ns}}.dag_run (not_before) WHERE state = 'running';
 
 -- Events by age, in the (timestamp, id) order purge_events walks them with its cursor.

@@ -17,7 +17,7 @@
 -- The asset's alias resolutions are looked up first (one index dive, with the shared lock the
 -- alias query below takes on them anyway). An asset no alias has resolved to, the usual case,
 -- takes the short statement: its reference rows in key order, each followed by its consumer's
--- dag row, as in 0003 but with the explicit locks. Interleaving is safe there: a declaration
+-- dag row, with the explicit locks. Interleaving is safe there: a declaration
 -- or deletion holds the rows of one consumer only, and the producer reaches that consumer's
 -- dag row only through its reference row, so it never holds a dag row such a writer waits
 -- for while waiting for that writer. An asset with resolutions takes the UNION: every
@@ -68,7 +68,7 @@ BEGIN
           LOCK IN SHARE MODE;
     END IF;
 
-    -- Partitioned consumers (migration 0009_partitions): each of their new queue rows gets its
+    -- Partitioned consumers: each of their new queue rows gets its
     -- row in asset_partition_queue, with the consumer's key the event maps to (partition_map
     -- signals AQ011 for an event it cannot map: the registration fails, nothing is written).
     -- Read back from the queue rows written above, so it is exactly those. Usually no consumer

@@ -8,8 +8,7 @@
 --   last_scheduled_at          when a scheduler pass last examined it, UTC
 --   max_active_runs            its cap on active runs (NULL: none)
 --   active_runs                its runs in state queued or running
---   running_runs               its runs in state running (migration 0006_work_queue, as the
---                              rest below)
+--   running_runs               its runs in state running
 --   oldest_lease_until         the earliest end of a lease among its active runs (NULL: none)
 --   expired_leases             running runs whose lease has ended: their worker stopped
 --                              renewing it (the next claim takes them as a new attempt, or
