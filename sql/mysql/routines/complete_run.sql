@@ -13,8 +13,8 @@
 --
 -- The events go through insert_event_batch, the body of register_events: a CALL of
 -- register_events itself would send its result set to the client as a second one. The run
--- row is locked first (a locking read: the caller's snapshot may be older than the claim),
--- then the events are inserted, then the run is updated.
+-- row is locked first (lock_held_run, a locking read: the caller's snapshot may be older than
+-- the claim), then the events are inserted, then the run is updated.
 --
 -- A failed call leaves the caller's transaction as it was (migration 0007_capped_claim):
 -- its work runs under a savepoint, rolled back to before the error is raised again, so a
@@ -40,9 +40,6 @@ CREATE PROCEDURE {{ns}}.complete_run(
 MODIFIES SQL DATA
 BEGIN
     DECLARE v_id        BIGINT;
-    DECLARE v_state     VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_attempt   INT;
-    DECLARE v_lease     DATETIME(6);
     DECLARE v_max       INT;
     DECLARE v_delay     DOUBLE;
     DECLARE v_cap       DOUBLE;
@@ -89,25 +86,7 @@ BEGIN
         SET v_message = '[AQ002] a failed run produces no events';
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
     END IF;
-    SELECT r.id, r.state, r.attempt, r.lease_until INTO v_id, v_state, v_attempt, v_lease
-      FROM {{ns}}.dag_run r
-     WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
-       FOR UPDATE;
-    IF v_id IS NULL THEN
-        SET v_message = LEFT(CONCAT('[AQ006] unknown run ', COALESCE(QUOTE(LEFT(p_run_id, 60)), 'NULL'),
-                                    ' of dag ', COALESCE(QUOTE(LEFT(p_dag_id, 40)), 'NULL')), 128);
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
-    END IF;
-    -- Held means running under a lease at this attempt (see heartbeat_run).
-    IF v_state <> 'running' OR NOT (v_attempt <=> p_attempt) OR v_lease IS NULL THEN
-        SET v_message = LEFT(CONCAT('[AQ010] lease lost: the run is ', v_state,
-                                    IF(v_state = 'running' AND v_lease IS NULL, ' with no lease', ''),
-                                    ' at attempt ', v_attempt,
-                                    ', not running at attempt ', COALESCE(p_attempt, 'NULL'),
-                                    '; roll back: nothing was written for run ', QUOTE(LEFT(p_run_id, 60)),
-                                    ' of dag ', QUOTE(LEFT(p_dag_id, 40))), 128);
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
-    END IF;
+    CALL {{ns}}.lock_held_run(p_dag_id, p_run_id, p_attempt, 'roll back: nothing was written for', v_id);
     SET v_now = UTC_TIMESTAMP(6);
     IF p_state = 'success' THEN
         IF v_events THEN
@@ -139,9 +118,9 @@ BEGIN
         SELECT d.max_attempts, d.retry_delay_seconds, d.max_retry_delay_seconds
           INTO v_max, v_delay, v_cap
           FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id;
-        IF v_attempt < v_max THEN
+        IF p_attempt < v_max THEN
             IF v_cap IS NOT NULL THEN
-                SET v_delay = LEAST(v_delay * POW(2, LEAST(v_attempt - 1, 60)), v_cap);
+                SET v_delay = LEAST(v_delay * POW(2, LEAST(p_attempt - 1, 60)), v_cap);
             END IF;
             UPDATE {{ns}}.dag_run
                SET state = 'queued', updated_at = v_now, lease_until = NULL,

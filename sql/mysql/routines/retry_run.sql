@@ -14,18 +14,13 @@ MODIFIES SQL DATA
 BEGIN
     DECLARE v_id      BIGINT;
     DECLARE v_state   VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_attempt INT;
+    DECLARE v_lease   DATETIME(6);
+    DECLARE v_worker  VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_now     DATETIME(6);
     DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
 
-    SELECT r.id, r.state INTO v_id, v_state
-      FROM {{ns}}.dag_run r
-     WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
-       FOR UPDATE;
-    IF v_id IS NULL THEN
-        SET v_message = LEFT(CONCAT('[AQ006] unknown run ', COALESCE(QUOTE(LEFT(p_run_id, 60)), 'NULL'),
-                                    ' of dag ', COALESCE(QUOTE(LEFT(p_dag_id, 40)), 'NULL')), 128);
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
-    END IF;
+    CALL {{ns}}.lock_run(p_dag_id, p_run_id, v_id, v_state, v_attempt, v_lease, v_worker);
     IF v_state <> 'failed' THEN
         SET v_message = LEFT(CONCAT('[AQ008] run ', QUOTE(LEFT(p_run_id, 60)), ' is ', v_state,
                                     ': only a failed run can be retried'), 128);

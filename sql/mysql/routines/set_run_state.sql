@@ -24,9 +24,9 @@ MODIFIES SQL DATA
 BEGIN
     DECLARE v_id      BIGINT;
     DECLARE v_old     VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_worker  VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_attempt INT;
     DECLARE v_lease   DATETIME(6);
+    DECLARE v_worker  VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_now     DATETIME(6);
     DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
 
@@ -37,17 +37,7 @@ BEGIN
                                     ': use queued, running, success or failed'), 128);
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
     END IF;
-    -- A locking read: it sees the run whatever the caller's snapshot, and holds it.
-    SELECT r.id, r.state, r.worker, r.attempt, r.lease_until
-      INTO v_id, v_old, v_worker, v_attempt, v_lease
-      FROM {{ns}}.dag_run r
-     WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
-       FOR UPDATE;
-    IF v_id IS NULL THEN
-        SET v_message = LEFT(CONCAT('[AQ006] unknown run ', COALESCE(QUOTE(LEFT(p_run_id, 60)), 'NULL'),
-                                    ' of dag ', COALESCE(QUOTE(LEFT(p_dag_id, 40)), 'NULL')), 128);
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
-    END IF;
+    CALL {{ns}}.lock_run(p_dag_id, p_run_id, v_id, v_old, v_attempt, v_lease, v_worker);
     IF v_old = 'running' AND v_lease IS NOT NULL AND v_old <> p_state THEN
         SET v_message = LEFT(CONCAT('[AQ008] run ', QUOTE(LEFT(p_run_id, 60)), ' is held by worker ',
                                     QUOTE(LEFT(v_worker, 40)), ' (attempt ', v_attempt,

@@ -40,9 +40,6 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     v_id        bigint;
-    v_state     text;
-    v_attempt   integer;
-    v_lease     timestamptz;
     v_max       integer;
     v_delay     double precision;
     v_cap       double precision;
@@ -56,23 +53,13 @@ BEGIN
     IF p_state = 'failed' AND p_events IS NOT NULL AND p_events <> '[]'::jsonb THEN
         RAISE EXCEPTION 'a failed run produces no events' USING ERRCODE = 'AQ002';
     END IF;
-    SELECT r.id, r.state, r.attempt, r.lease_until, d.max_attempts, d.retry_delay_seconds,
-           d.max_retry_delay_seconds
-      INTO v_id, v_state, v_attempt, v_lease, v_max, v_delay, v_cap
-      FROM {{ns}}.dag_run r
-      JOIN {{ns}}.dag d ON d.dag_id = r.dag_id
-     WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
-       FOR NO KEY UPDATE OF r;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'unknown run % of dag %', quote_nullable(p_run_id), quote_nullable(p_dag_id)
-            USING ERRCODE = 'AQ006';
-    END IF;
-    IF v_state <> 'running' OR v_attempt IS DISTINCT FROM p_attempt OR v_lease IS NULL THEN
-        RAISE EXCEPTION 'lease lost: run % of dag % is % at attempt %, not running at attempt %',
-                p_run_id, p_dag_id, v_state, v_attempt, coalesce(CAST(p_attempt AS text), 'NULL')
-            USING ERRCODE = 'AQ010',
-                  HINT = 'Roll back: another worker holds it now, or it was finished; nothing was written.';
-    END IF;
+    v_id := {{ns}}.lock_held_run(
+        p_dag_id, p_run_id, p_attempt,
+        'Roll back: another worker holds it now, or it was finished; nothing was written.');
+    -- The consumer's retry options: a plain read, the run's lock is enough.
+    SELECT d.max_attempts, d.retry_delay_seconds, d.max_retry_delay_seconds
+      INTO v_max, v_delay, v_cap
+      FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id;
     v_now := clock_timestamp();
     IF p_state = 'success' THEN
         IF p_events IS NOT NULL AND p_events <> '[]'::jsonb THEN
@@ -83,9 +70,9 @@ BEGIN
            SET state = 'success', ended_at = v_now, updated_at = v_now, lease_until = NULL,
                not_before = NULL
          WHERE r.id = v_id;
-    ELSIF v_attempt < v_max THEN
+    ELSIF p_attempt < v_max THEN
         IF v_cap IS NOT NULL THEN
-            v_delay := least(v_delay * power(2::double precision, least(v_attempt - 1, 60)), v_cap);
+            v_delay := least(v_delay * power(2::double precision, least(p_attempt - 1, 60)), v_cap);
         END IF;
         UPDATE {{ns}}.dag_run r
            SET state = 'queued', updated_at = v_now, lease_until = NULL,

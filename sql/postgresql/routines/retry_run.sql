@@ -30,14 +30,7 @@ DECLARE
     v_id    bigint;
     v_state text;
 BEGIN
-    SELECT r.id, r.state INTO v_id, v_state
-      FROM {{ns}}.dag_run r
-     WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
-       FOR NO KEY UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'unknown run % of dag %', quote_nullable(p_run_id), quote_nullable(p_dag_id)
-            USING ERRCODE = 'AQ006';
-    END IF;
+    SELECT l.p_id, l.p_state INTO v_id, v_state FROM {{ns}}.lock_run(p_dag_id, p_run_id) l;
     IF v_state <> 'failed' THEN
         RAISE EXCEPTION 'run % of dag % is %: only a failed run can be retried', p_run_id, p_dag_id, v_state
             USING ERRCODE = 'AQ008';

@@ -37,15 +37,9 @@ BEGIN
         RAISE EXCEPTION 'unknown run state %: use queued, running, success or failed', quote_nullable(p_state)
             USING ERRCODE = 'AQ008';
     END IF;
-    SELECT r.id, r.state, r.worker, r.attempt, r.lease_until
+    SELECT l.p_id, l.p_state, l.p_worker, l.p_attempt, l.p_lease
       INTO v_id, v_old, v_worker, v_attempt, v_lease
-      FROM {{ns}}.dag_run r
-     WHERE r.dag_id = p_dag_id AND r.run_id = p_run_id
-       FOR NO KEY UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'unknown run % of dag %', quote_nullable(p_run_id), quote_nullable(p_dag_id)
-            USING ERRCODE = 'AQ006';
-    END IF;
+      FROM {{ns}}.lock_run(p_dag_id, p_run_id) l;
     -- A run a worker holds (claimed by claim_runs: running under a lease) is finished by that
     -- worker's complete_run, fenced by its attempt (I8): moving it here would let a second
     -- party finish a run someone holds. A run moved to running by hand has no lease.
