@@ -30,6 +30,10 @@ def _definitions(db: TestDatabase) -> dict[tuple[str, str], routines.Definition]
         return routines.definitions(conn, db.namespace)
 
 
+def before_keys(applied: dict[str, object]) -> list[tuple[str, str]]:
+    return [(label.split()[0], label.split()[1]) for label in applied]
+
+
 def _applied_at(db: TestDatabase) -> dict[str, object]:
     rows = db.rows("SELECT kind, name, applied_at FROM {ns}.routine_catalogue")
     return {f"{r.kind} {r.name}": r.applied_at for r in rows}
@@ -141,8 +145,15 @@ def test_offline_sql_records_the_routines_so_that_the_next_sync_changes_nothing(
         conn.commit()
     before = _applied_at(empty_db)
     assert len(before) == len(sqlfiles.object_files(empty_db.engine_name))
+    assert all(r.definition_checksum is None for r in _catalogue(empty_db).values())
     assetq.install(empty_db.engine)
     assert _applied_at(empty_db) == before
+    # The install recorded what the server prints for each, so doctor can tell a change by
+    # hand from now on.
+    present = _definitions(empty_db)
+    assert {k: r.definition_checksum for k, r in _catalogue(empty_db).items()} == {
+        k: present[k].checksum for k in before_keys(before)
+    }
 
 
 def test_the_catalogue_and_the_version_marker_survive_a_concurrent_sync(

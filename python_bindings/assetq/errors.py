@@ -168,8 +168,9 @@ def python_side_code(cls: type[AssetqError]) -> str | None:
 class MigrationFailed(DatabaseError):
     """Installing, upgrading or downgrading the schema failed. ``code`` is the database's code
     of the first error it reported (not a later "current transaction is aborted"),
-    ``revision`` the revision being applied (the target of a fresh install). On PostgreSQL nothing of the failed step was kept; on MySQL/MariaDB a
-    failed fresh install removed what it had created (each DDL statement commits there)."""
+    ``revision`` the revision being applied (the target of a fresh install). On PostgreSQL
+    nothing of the failed step was kept; on MySQL/MariaDB a failed fresh install removed what
+    it had created (each DDL statement commits there)."""
 
     revision: str | None
     #: A retry can cure it (a deadlock, a lock timeout): run the same install again.

@@ -671,11 +671,10 @@ def _script_changes(engine: str, relpath: str) -> tuple[tuple[bool, _Object], ..
 
 
 def _revision_scripts(engine: str, revision: str) -> list[str]:
-    """The packaged scripts of ``revision`` that create objects: the baseline's tables and
-    every object file (the routines come with the schema reaching head), a later revision's
-    table step."""
+    """The packaged scripts of ``revision`` that create objects: the baseline's tables, a
+    later revision's table step. (The object files come with the schema reaching head.)"""
     if revision == revisions()[0]:
-        return ["tables.sql", *(f.path for f in sqlfiles.object_files(engine))]
+        return ["tables.sql"]
     return [f"steps/{revision}.up.sql"]
 
 
@@ -701,9 +700,20 @@ def _creations(engine: str, current: str | None, target: str) -> dict[_Object, s
             for created, obj in _script_changes(engine, script):
                 if created:
                     made.setdefault(obj, rev)
+    if target == head_revision():
+        for f in sqlfiles.object_files(engine):
+            for created, obj in _script_changes(engine, f.path):
+                if created:
+                    made.setdefault(obj, target)
     if current is None:
         made.setdefault(("table", VERSION_TABLE), target)
     return made
+
+
+def _recorded(conn: Connection, namespace: str) -> set[_Object]:
+    """The routines, triggers and views routine_catalogue says assetq created (or was
+    creating: a sync records an object before it creates it)."""
+    return {(_KIND_GROUP[kind], name) for kind, name in routines.catalogue(conn, namespace)}
 
 
 def _check_binary_log(conn: Connection, dialect: Dialect, namespace: str, target: str) -> None:
@@ -776,6 +786,8 @@ def _check_conflicts(
     counts as assetq's."""
     creates = _creations(dialect.name, current, target)
     ours = set(_catalog(dialect.name, current))
+    if current is not None:
+        ours |= _recorded(conn, namespace)
     unfinished = _upgrading_to(conn, dialect, namespace) if current is not None else None
     if unfinished in revisions() and _position(unfinished) > _position(current):
         ours |= set(_creations(dialect.name, current, unfinished))
@@ -1089,12 +1101,31 @@ def _fresh_install(
 
 def _sync_routines(conn: Connection, dialect: Dialect, namespace: str, target: str) -> None:
     """Re-create what differs from the routine files (a namespace at this package's head).
-    MySQL: a trigger is dropped before it is created again, so binary logging that would
-    refuse the CREATE (1419) is refused first, before anything is dropped."""
-    if dialect is MYSQL and any(
-        d.file.kind == "trigger" and d.reason not in ("newer", "unreadable")
-        for d in routines.differences(conn, namespace)
-    ):
+
+    MySQL: an object of the namespace with a file's name that routine_catalogue does not
+    record is not assetq's (an application's procedure next to assetq's tables in its own
+    database): refused (AQ122), never replaced. A trigger is dropped before it is created
+    again, so binary logging that would refuse the CREATE (1419) is refused first, before
+    anything is dropped."""
+    if dialect is not MYSQL:
+        routines.sync(conn, namespace)
+        return
+    found = routines.differences(conn, namespace)
+    foreign = sorted(d.label for d in found if d.reason == "changed" and d.recorded_by is None)
+    if foreign:
+        prefix = split_namespace(namespace)[1]
+        names = tuple(f"{label.split()[0]} {prefix}{label.split()[1]}" for label in foreign)
+        raise InstallRefused(
+            f"re-creating assetq's routines in namespace {namespace!r} refused, nothing was"
+            f" changed: the namespace holds {len(names)} objects that are not assetq's with"
+            f" names assetq would create: {', '.join(names)}. Rename or drop them, or install"
+            " assetq next to the application's objects with a table prefix (--namespace"
+            " DATABASE.assetq_; docs/operations.md, MySQL single-database installs)",
+            code="AQ122",
+            revision=target,
+            conflicts=names,
+        )
+    if any(d.file.kind == "trigger" and d.reason not in ("newer", "unreadable") for d in found):
         _check_binary_log(conn, dialect, namespace, target)
     routines.sync(conn, namespace)
 

@@ -210,6 +210,8 @@ def sync(conn: Connection, namespace: str) -> list[Difference]:
     statement by statement, and a sync that stopped half-way is finished by the next)."""
     dialect = dialect_for(conn)
     present = definitions(conn, namespace)
+    record = text(_sql(dialect, "catalogue_record", namespace))
+    _complete_records(conn, namespace, present)
     todo = []
     for d in differences(conn, namespace, present=present):
         if d.reason == "unreadable":
@@ -227,30 +229,58 @@ def sync(conn: Connection, namespace: str) -> list[Difference]:
             todo.append(d)
     if not todo:
         return []
+    for d in todo:
+        # Recorded before it is created, with a checksum no file has: on MySQL each DDL
+        # statement commits, and an object created by a sync that stopped before recording
+        # it must still count as assetq's (not an application's: migrate refuses those) and
+        # be created again by the next sync.
+        conn.execute(record, _row(d.file, "pending", None))
     if dialect is POSTGRESQL:
         _create_postgresql(conn, dialect, namespace, [d.file for d in todo])
     else:
         _create_mysql(conn, dialect, namespace, [d.file for d in todo], present)
     after = definitions(conn, namespace)
-    record = text(_sql(dialect, "catalogue_record", namespace))
     for d in todo:
         made = after.get((d.file.kind, d.file.name))
         if made is not None and not made.visible:
             made = None  # never compared, rather than always "altered"
-        conn.execute(
-            record,
-            {
-                "kind": d.file.kind,
-                "name": d.file.name,
-                "checksum": d.file.checksum,
-                "package_version": package_version(),
-                "definition_checksum": None if made is None else made.checksum,
-            },
-        )
+        conn.execute(record, _row(d.file, d.file.checksum, None if made is None else made))
         log.info("assetq: %s %s in namespace %s (%s)", "created", d.label, namespace, d.reason)
     if any(d.reason == "missing" for d in todo) and present:
         regrant(conn, namespace)
     return todo
+
+
+def _row(f: ObjectFile, checksum: str, made: Definition | None) -> dict[str, object]:
+    return {
+        "kind": f.kind,
+        "name": f.name,
+        "checksum": checksum,
+        "package_version": package_version(),
+        "definition_checksum": None if made is None else made.checksum,
+    }
+
+
+def _complete_records(
+    conn: Connection, namespace: str, present: dict[tuple[str, str], Definition]
+) -> None:
+    """Record the definition of each object created from this package's file without one
+    (by ``assetq sql``'s offline statements, which cannot know it): from now on a change by
+    hand is told from it. Nothing is re-created."""
+    dialect = dialect_for(conn)
+    mine = {(f.kind, f.name): f for f in sqlfiles.object_files(dialect.name)}
+    complete = text(_sql(dialect, "catalogue_complete", namespace))
+    for key, row in catalogue(conn, namespace).items():
+        f, made = mine.get(key), present.get(key)
+        if (
+            f is not None
+            and made is not None
+            and made.visible
+            and row.definition_checksum is None
+            and row.checksum == f.checksum
+        ):
+            params = {"kind": f.kind, "name": f.name, "definition_checksum": made.checksum}
+            conn.execute(complete, params)
 
 
 def regrant(conn: Connection, namespace: str) -> int:

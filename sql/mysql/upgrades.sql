@@ -215,3 +215,10 @@ SELECT 'reader', t.User, t.Host FROM mysql.tables_priv t
  WHERE t.Db = {{database}} AND t.Table_name = CONCAT('{{prefix}}', 'dag')
    AND FIND_IN_SET('Select', t.Table_priv) > 0
  ORDER BY 1, 2, 3
+
+-- catalogue_complete --
+-- assetq.routines: object :name of kind :kind, created from its file by statements printed
+-- offline (assetq sql), gets the checksum of its definition as the server prints it; the
+-- row is otherwise left as it was.
+UPDATE {{ns}}.routine_catalogue SET definition_checksum = :definition_checksum
+ WHERE kind = :kind AND name = :name AND definition_checksum IS NULL

@@ -142,3 +142,10 @@ SELECT 'reader', r.rolname, NULL
   JOIN pg_roles r ON r.oid = a.grantee
  WHERE c.relname = 'dag' AND a.privilege_type = 'SELECT' AND a.grantee <> c.relowner
  ORDER BY 1, 2
+
+-- catalogue_complete --
+-- assetq.routines: object :name of kind :kind, created from its file by statements printed
+-- offline (assetq sql), gets the checksum of its definition as the server prints it; the
+-- row is otherwise left as it was.
+UPDATE {{ns}}.routine_catalogue SET definition_checksum = :definition_checksum
+ WHERE kind = :kind AND name = :name AND definition_checksum IS NULL
