@@ -188,3 +188,51 @@ def test_an_install_at_head_rewrites_a_marker_that_names_another_revision(
     with db.engine.connect() as conn:
         assert migrate.read_marker(conn, db.namespace) == migrate.head_revision()
         migrate.check_schema(conn, db.namespace)
+
+
+def _as_development_install(db: TestDatabase, revision: str) -> None:
+    """``db``'s namespace as a development package left it at ``revision``: the baseline's
+    tables (those of 0015_batch_lookups, which the baseline is), no routine catalogue, its
+    version table and marker naming the development revision."""
+    table = f"{db.dialect.quote_ns(db.namespace)}.{migrate.VERSION_TABLE}"
+    db.execute("DROP TABLE {ns}.routine_catalogue")
+    db.execute(f"UPDATE {table} SET version_num = '{revision}'")
+    marker = f"assetq schema {revision}; works with packages from schema 0006_work_queue"
+    db.execute(migrate._upgrade_sql(db.dialect, "write_compat_marker", db.namespace, marker))
+    migrate.forget_checks()
+
+
+def test_a_development_install_at_0015_is_adopted_with_its_data(db: TestDatabase) -> None:
+    """``assetq upgrade`` refuses it and says how to keep the data; ``--adopt-development``
+    makes it the baseline: the data stays, every routine, trigger and view is re-created from
+    the files, and the schema is what a fresh install gives."""
+    from assetq import cli
+
+    fresh = snapshot(db)
+    with db.engine.begin() as conn:
+        assetq.declare_dag(conn, "report", "orders")
+        event = assetq.register_event(conn, "orders")
+    _as_development_install(db, "0015_batch_lookups")
+    url = db.url.render_as_string(hide_password=False)
+    with pytest.raises(assetq.SchemaTooOld, match="--adopt-development"):
+        assetq.install(db.engine)
+    assert cli.main(["--url", url, "--namespace", db.namespace, "upgrade"]) == cli.EXIT_ERROR
+    done = cli.main(["--url", url, "--namespace", db.namespace, "upgrade", "--adopt-development"])
+    assert done == cli.EXIT_OK
+    assert snapshot(db) == fresh
+    with db.engine.connect() as conn:
+        assert routines.differences(conn, db.namespace) == []
+        assert assetq.current_revision(conn) == migrate.head_revision()
+    (run,) = assetq.schedule(db.engine)
+    assert run.event_ids == (event.id,)
+    assert assetq.doctor(db.engine).ok
+
+
+def test_an_older_development_install_is_not_adopted(db: TestDatabase) -> None:
+    _as_development_install(db, "0010_liveness")
+    with pytest.raises(assetq.SchemaTooOld, match="Re-install"):
+        migrate.adopt_development(db.engine, db.namespace)
+    with db.engine.connect() as conn:
+        assert assetq.current_revision(conn) == "0010_liveness"
+    with pytest.raises(assetq.InstallRefused, match="nothing to adopt"):
+        migrate.adopt_development(db.engine, "never_installed")

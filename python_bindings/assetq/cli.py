@@ -421,6 +421,15 @@ def cmd_repair(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _upgrade_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--adopt-development",
+        action="store_true",
+        help="a namespace a development package installed at 0015_batch_lookups (before"
+        " assetq 0.1.0): make it the 0.1.0 baseline, keeping its data (CHANGELOG, 0.1.0)",
+    )
+
+
 def cmd_upgrade(args: argparse.Namespace) -> int:
     """Upgrade assetq in the namespace to this package's schema revision (alembic upgrade,
     revision by revision, data kept). Unlike install it refuses a namespace where assetq is
@@ -429,6 +438,14 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     namespace = args.resolved_namespace
     engine = _engine(url)
     try:
+        if args.adopt_development:
+            after = migrate.adopt_development(engine, namespace)
+            print(
+                f"assetq: adopted development schema {migrate.ADOPTABLE_REVISION} in namespace"
+                f" {namespace!r} of {_shown(url)} as {after}: its data kept, every routine,"
+                " trigger and view re-created from this package's files"
+            )
+            return EXIT_OK
         before = _installed_revision(engine, url, namespace)
         after = migrate.install(engine, namespace=namespace)
     finally:
@@ -1297,7 +1314,12 @@ COMMANDS: tuple[Command, ...] = (
         default_namespace="assetq_demo",
     ),
     Command("install", "install or upgrade assetq in a database", cmd_install),
-    Command("upgrade", "upgrade an installed assetq to this package's schema", cmd_upgrade),
+    Command(
+        "upgrade",
+        "upgrade an installed assetq to this package's schema",
+        cmd_upgrade,
+        _upgrade_arguments,
+    ),
     Command(
         "repair",
         "re-create routines, triggers and views of the installed revision in place",

@@ -196,9 +196,10 @@ class InstallRefused(MigrationFailed):
     error 1419 half-way otherwise); AQ121 binary logging in STATEMENT format (every
     scheduler pass would fail with 1665); AQ122 the namespace holds objects of the
     application's with names assetq would create (``conflicts`` lists them); AQ123 another
-    Galera node's install held the namespace's install lock too long; AQ124 a repair on MySQL
-    by an account that may not read mysql.procs_priv (it would lose the grants of the
-    routines it re-creates)."""
+    Galera node's install held the namespace's install lock too long; AQ124 re-creating
+    routines on MySQL by an account that may not read mysql.procs_priv (it would lose their
+    grants); AQ125 adopt_development of a namespace that is not at the last development
+    schema."""
 
     #: The conflicting objects of AQ122, as "table dag", "routine register_event", ...
     conflicts: tuple[str, ...]

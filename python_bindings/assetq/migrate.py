@@ -189,11 +189,20 @@ def _development_advice(revision: str, namespace: str) -> str:
     return (
         f"namespace {namespace!r} holds assetq development schema {revision}, from before"
         " assetq 0.1.0, whose baseline revision 0001_baseline replaced every development"
-        " revision: no package upgrades it. Re-install: `assetq uninstall --yes` then `assetq"
-        " install` (this deletes its events and runs: export what you need first), or, in a"
-        " host's alembic history, replace its assetq steps with"
-        " assetq.alembic.upgrade(op, '0001_baseline') and re-create the database (CHANGELOG,"
-        " 0.1.0)"
+        f" revision: no package upgrades it. {_development_fix(revision, namespace)}"
+        " (CHANGELOG, 0.1.0)"
+    )
+
+
+def _development_fix(revision: str, namespace: str) -> str:
+    if revision == ADOPTABLE_REVISION:  # its tables are the baseline's
+        return (
+            f"Keep its data with `assetq upgrade --adopt-development --namespace {namespace}`,"
+            " or re-install: `assetq uninstall --yes` then `assetq install`"
+        )
+    return (
+        "Re-install: `assetq uninstall --yes` then `assetq install` (this deletes its events"
+        " and runs: export what you need first)"
     )
 
 
@@ -1295,8 +1304,7 @@ def schema_advice(
             SchemaTooOld,
             f"namespace {namespace!r} holds assetq development schema {revision}, from"
             " before 0.1.0",
-            "re-install it: `assetq uninstall --yes`, then `assetq install` (its events and"
-            " runs are deleted: export what you need first; CHANGELOG, 0.1.0)",
+            _development_fix(revision, namespace) + " (CHANGELOG, 0.1.0)",
         )
     if revision is None:
         return SchemaAdvice(
@@ -1478,6 +1486,66 @@ def write_sql(
 
 def _quoted(dialect: Dialect, name: str) -> str:
     return dialect.quote + name.replace(dialect.quote, dialect.quote * 2) + dialect.quote
+
+
+#: The last development revision: its tables are the baseline's (tests/test_migrations.py).
+ADOPTABLE_REVISION = "0015_batch_lookups"
+
+
+def adopt_development(bind: Engine | Connection, namespace: str = DEFAULT_NAMESPACE) -> str:
+    """Make a namespace installed by a development package at ``0015_batch_lookups``, whose
+    tables are the 0.1.0 baseline's, a baseline namespace, keeping its data: the routine
+    catalogue is created with a row for each of its routines, triggers and views (so they
+    count as assetq's), the version table says ``0001_baseline``, and every routine, trigger
+    and view is re-created from this package's files (as an upgrade re-creates changed ones).
+    Under the namespace lock, in one transaction on PostgreSQL. A namespace at an older
+    development revision is refused (SchemaTooOld): re-install it. Returns the revision."""
+    namespace = check_namespace(namespace)
+    head = head_revision()
+    with _transaction(bind) as conn:
+        dialect = dialect_for(conn)
+        with (
+            _reported(conn, dialect, namespace, head, "adoption of"),
+            _locked(conn, dialect, namespace),
+            _lock_timeout(conn, dialect, namespace, DEFAULT_LOCK_TIMEOUT),
+        ):
+            current = current_revision(conn, namespace=namespace)
+            if current != ADOPTABLE_REVISION:
+                if current in DEVELOPMENT_REVISIONS:
+                    raise SchemaTooOld(_development_advice(str(current), namespace))
+                raise InstallRefused(
+                    f"namespace {namespace!r} holds assetq schema {current or 'nothing'}, not"
+                    f" development schema {ADOPTABLE_REVISION}: there is nothing to adopt"
+                    " (`assetq install` installs or upgrades)",
+                    code="AQ125",
+                    revision=current,
+                )
+            tables = sqlfiles.read(dialect.name, "tables.sql")
+            found = re.search(
+                r"CREATE TABLE (?:IF NOT EXISTS )?\{\{ns\}\}\.routine_catalogue \(.*?\)[^;]*;",
+                tables,
+                re.DOTALL,
+            )
+            assert found is not None  # tables.sql creates it
+            dialect.run_script(conn, found.group(0), namespace)
+            present = routines.definitions(conn, namespace)
+            routines.record_foreign(
+                conn, namespace, [k for k in present if k in routines.file_keys(dialect.name)]
+            )
+            conn.execute(text(_upgrade_sql(dialect, "adopt_version", namespace)))
+            log.info(
+                "assetq: development schema %s in namespace %s adopted as %s",
+                ADOPTABLE_REVISION,
+                namespace,
+                revisions()[0],
+            )
+            if revisions()[0] != head:
+                with _alembic_command():
+                    command.upgrade(_config(conn, namespace), head)
+            _sync_routines(conn, dialect, namespace, head)
+            _write_marker(conn, dialect, namespace, head)
+        forget_checks(conn.engine, namespace)
+    return head
 
 
 def repair(bind: Engine | Connection, namespace: str = DEFAULT_NAMESPACE) -> list[str]:

@@ -283,6 +283,30 @@ def _complete_records(
             conn.execute(complete, params)
 
 
+def file_keys(engine: str) -> set[tuple[str, str]]:
+    """(kind, name) of every object file of ``engine``."""
+    return {(f.kind, f.name) for f in sqlfiles.object_files(engine)}
+
+
+def record_foreign(conn: Connection, namespace: str, keys: Iterable[tuple[str, str]]) -> None:
+    """Record objects assetq did not create from its files (a development package's) as
+    assetq's, with a checksum no file has: the next sync re-creates each from its file.
+    For migrate.adopt_development only."""
+    dialect = dialect_for(conn)
+    record = text(_sql(dialect, "catalogue_record", namespace))
+    for kind, name in keys:
+        conn.execute(
+            record,
+            {
+                "kind": kind,
+                "name": name,
+                "checksum": "development",
+                "package_version": "0.0.dev0",
+                "definition_checksum": None,
+            },
+        )
+
+
 def regrant(conn: Connection, namespace: str) -> int:
     """Give every role (MySQL: account) that holds a kind of access (grant_access) that kind
     again: after a routine that was missing is created (a newer package's, or one dropped

@@ -149,3 +149,9 @@ SELECT 'reader', r.rolname, NULL
 -- row is otherwise left as it was.
 UPDATE {{ns}}.routine_catalogue SET definition_checksum = :definition_checksum
  WHERE kind = :kind AND name = :name AND definition_checksum IS NULL
+
+-- adopt_version --
+-- migrate.adopt_development: the version table of a development schema at
+-- 0015_batch_lookups (whose tables are the baseline's) says 0001_baseline from now on.
+UPDATE {{ns}}.assetq_alembic_version SET version_num = '0001_baseline'
+ WHERE version_num = '0015_batch_lookups'
