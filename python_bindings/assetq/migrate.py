@@ -186,22 +186,22 @@ def _position(revision: str | None) -> int:
 
 
 def _development_advice(revision: str, namespace: str) -> str:
+    fix = _development_fix(revision, namespace)
     return (
         f"namespace {namespace!r} holds assetq development schema {revision}, from before"
         " assetq 0.1.0, whose baseline revision 0001_baseline replaced every development"
-        f" revision: no package upgrades it. {_development_fix(revision, namespace)}"
-        " (CHANGELOG, 0.1.0)"
+        f" revision: no package upgrades it. {fix[0].upper()}{fix[1:]} (CHANGELOG, 0.1.0)"
     )
 
 
 def _development_fix(revision: str, namespace: str) -> str:
     if revision == ADOPTABLE_REVISION:  # its tables are the baseline's
         return (
-            f"Keep its data with `assetq upgrade --adopt-development --namespace {namespace}`,"
+            f"keep its data with `assetq upgrade --adopt-development --namespace {namespace}`,"
             " or re-install: `assetq uninstall --yes` then `assetq install`"
         )
     return (
-        "Re-install: `assetq uninstall --yes` then `assetq install` (this deletes its events"
+        "re-install: `assetq uninstall --yes` then `assetq install` (this deletes its events"
         " and runs: export what you need first)"
     )
 
