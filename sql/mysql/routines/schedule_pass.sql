@@ -70,8 +70,6 @@ BEGIN
     DECLARE v_max_active BIGINT;
     DECLARE v_max_events BIGINT;
     DECLARE v_max_attempts INT;
-    DECLARE v_expired    BIGINT;
-    DECLARE v_reaping    BOOLEAN DEFAULT FALSE;
     DECLARE v_aliased    BOOLEAN;
     DECLARE v_partitioned BOOLEAN;
     DECLARE v_members    BOOLEAN;
@@ -130,9 +128,7 @@ BEGIN
     --                   oldest queued row (none for an asset with no row queued)
     --   _assetq_chosen  with max_events_per_run: the witness assets, in the order chosen,
     --                   with their oldest rows
-    -- and only once a run whose last attempt's lease expired is found:
-    --   _assetq_reap    those runs, with their consumers' max_attempts,
-    --   _assetq_reaped  and those of them locked, with their errors
+    -- and those of fail_expired_runs, once a run whose last attempt's lease expired is found.
     -- MySQL 8 / MariaDB: MySQL cannot open one temporary table twice in a statement, so no
     -- statement below names the same temporary table twice.
     DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_candidate, {{ns}}._assetq_claim, {{ns}}._assetq_run,
@@ -165,53 +161,8 @@ BEGIN
 
     -- I10: a run whose last attempt's lease expired is failed by the next pass (and by the
     -- next claim), whatever its consumer's state: at most 100 per pass, oldest lease first.
-    -- As the check at the cap below and claim_runs do it: a plain read of the candidates
-    -- through dag_run_lease_idx (running runs by the end of their lease; the usual answer is
-    -- none, and costs no temporary table), then those rows locked by primary key SKIP LOCKED
-    -- and tested again as locked (a worker completing or renewing one now keeps it), each
-    -- error written from the row as locked, and failed by key. Not one locking read: through
-    -- a secondary index it would keep every row it read and refused locked to the end of the
-    -- pass, live leases included, even at READ COMMITTED. The consumers' max_attempts are
-    -- read plainly: a dag row is never locked (see dag_lock).
     SET v_now = UTC_TIMESTAMP(6);
-    SELECT COUNT(*) INTO v_expired
-      FROM (SELECT r.id
-              FROM {{ns}}.dag_run r FORCE INDEX (dag_run_lease_idx)
-              STRAIGHT_JOIN {{ns}}.dag d FORCE INDEX (PRIMARY) ON d.dag_id = r.dag_id
-             WHERE r.state = 'running' AND r.not_before <= v_now AND r.attempt >= d.max_attempts
-             LIMIT 1) x;
-    IF v_expired > 0 THEN
-        CREATE TEMPORARY TABLE {{ns}}._assetq_reap (
-            id           BIGINT NOT NULL PRIMARY KEY,
-            max_attempts INT NOT NULL
-        ) ENGINE = InnoDB;
-        CREATE TEMPORARY TABLE {{ns}}._assetq_reaped (
-            id    BIGINT NOT NULL PRIMARY KEY,
-            error TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
-        ) ENGINE = InnoDB;
-        SET v_reaping = TRUE;
-        INSERT INTO {{ns}}._assetq_reap (id, max_attempts)
-        SELECT r.id, d.max_attempts
-          FROM {{ns}}.dag_run r FORCE INDEX (dag_run_lease_idx)
-          STRAIGHT_JOIN {{ns}}.dag d FORCE INDEX (PRIMARY) ON d.dag_id = r.dag_id
-         WHERE r.state = 'running' AND r.not_before <= v_now AND r.attempt >= d.max_attempts
-         ORDER BY r.not_before
-         LIMIT 100;
-        INSERT INTO {{ns}}._assetq_reaped (id, error)
-        SELECT r.id,
-               CONCAT('the lease of attempt ', r.attempt, ' (worker ', COALESCE(r.worker, ''),
-                      ') expired at ',
-                      COALESCE(DATE_FORMAT(r.lease_until, '%Y-%m-%d %H:%i:%s.%f'), ''),
-                      '+00 and no attempt is left (max_attempts ', k.max_attempts, ')')
-          FROM {{ns}}._assetq_reap k FORCE INDEX (PRIMARY)
-          STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
-         WHERE r.state = 'running' AND r.not_before <= v_now AND r.attempt >= k.max_attempts
-           FOR UPDATE SKIP LOCKED;
-        UPDATE {{ns}}._assetq_reaped k
-          STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
-           SET r.state = 'failed', r.ended_at = v_now, r.updated_at = v_now,
-               r.not_before = NULL, r.lease_until = NULL, r.error = k.error;
-    END IF;
+    CALL {{ns}}.fail_expired_runs(NULL, NULL, v_now);
 
     -- Candidates: unpaused consumers with queued rows, least recently examined first (NULL
     -- sorts first in MySQL's ascending order). A plain read that locks nothing; each
@@ -299,52 +250,9 @@ BEGIN
         -- At its cap: no run, the queue stays whole. Runs become active only in a pass holding
         -- this lock, so the count can only be too high (a run finishing meanwhile), never too
         -- low: the next pass sees it. First, its runs whose last attempt's lease expired are
-        -- failed: a plain read of them (the usual answer is none, and costs no temporary
-        -- table), then those rows locked by key SKIP LOCKED and tested again as locked (a
-        -- worker completing or renewing one now keeps it), each error written from the row as
-        -- locked, and failed by key. Not a locking read of the consumer's running runs: it
-        -- would keep every one it read locked to the end of the pass, live leases included
-        -- (see claim_runs). MySQL 8 / MariaDB: an UPDATE cannot read its own table in a
-        -- subquery, and MySQL cannot open one temporary table twice in a statement.
+        -- failed (fail_expired_runs): rows a worker is completing or renewing now are skipped.
         IF v_max_active IS NOT NULL THEN
-            SELECT COUNT(*) INTO v_expired
-              FROM {{ns}}.dag_run r
-             WHERE r.dag_id = v_dag_id AND r.state = 'running' AND r.not_before <= v_now
-               AND r.attempt >= v_max_attempts;
-            IF v_expired > 0 THEN
-                IF NOT v_reaping THEN
-                    CREATE TEMPORARY TABLE {{ns}}._assetq_reap (
-                        id           BIGINT NOT NULL PRIMARY KEY,
-                        max_attempts INT NOT NULL
-                    ) ENGINE = InnoDB;
-                    CREATE TEMPORARY TABLE {{ns}}._assetq_reaped (
-                        id    BIGINT NOT NULL PRIMARY KEY,
-                        error TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
-                    ) ENGINE = InnoDB;
-                    SET v_reaping = TRUE;
-                END IF;
-                DELETE FROM {{ns}}._assetq_reap;
-                DELETE FROM {{ns}}._assetq_reaped;
-                INSERT INTO {{ns}}._assetq_reap (id, max_attempts)
-                SELECT r.id, v_max_attempts
-                  FROM {{ns}}.dag_run r
-                 WHERE r.dag_id = v_dag_id AND r.state = 'running' AND r.not_before <= v_now
-                   AND r.attempt >= v_max_attempts;
-                INSERT INTO {{ns}}._assetq_reaped (id, error)
-                SELECT r.id,
-                       CONCAT('the lease of attempt ', r.attempt, ' (worker ', COALESCE(r.worker, ''),
-                              ') expired at ',
-                              COALESCE(DATE_FORMAT(r.lease_until, '%Y-%m-%d %H:%i:%s.%f'), ''),
-                              '+00 and no attempt is left (max_attempts ', k.max_attempts, ')')
-                  FROM {{ns}}._assetq_reap k FORCE INDEX (PRIMARY)
-                  STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
-                 WHERE r.state = 'running' AND r.not_before <= v_now AND r.attempt >= k.max_attempts
-                   FOR UPDATE SKIP LOCKED;
-                UPDATE {{ns}}._assetq_reaped k
-                  STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
-                   SET r.state = 'failed', r.ended_at = v_now, r.updated_at = v_now,
-                       r.not_before = NULL, r.lease_until = NULL, r.error = k.error;
-            END IF;
+            CALL {{ns}}.fail_expired_runs(v_dag_id, v_max_attempts, v_now);
             SELECT COUNT(*) INTO v_active
               FROM {{ns}}.dag_run r
              WHERE r.dag_id = v_dag_id AND r.state IN ('queued', 'running');
