@@ -37,6 +37,8 @@ BEGIN
     DECLARE v_ns      TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_definer TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_found   BIGINT;
+    DECLARE v_routines TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT '';
+    DECLARE v_routine TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
 
     IF p_access IS NULL OR p_access NOT IN ('producer', 'scheduler', 'worker', 'reader') THEN
@@ -70,33 +72,14 @@ BEGIN
     SET @assetq_grant = CONCAT('GRANT SELECT ON ', v_ns, '.assetq_alembic_version TO ', v_account);
     PREPARE assetq_grant FROM @assetq_grant;
     EXECUTE assetq_grant;
+    -- The kind's routines, one GRANT each, in this order; each name a literal of its own,
+    -- which a table prefix's rendering prefixes (assetq.sqlfiles.render).
     IF p_access = 'producer' THEN
-        SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.register_event TO ', v_account);
-        PREPARE assetq_grant FROM @assetq_grant;
-        EXECUTE assetq_grant;
-        SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.register_events TO ', v_account);
-        PREPARE assetq_grant FROM @assetq_grant;
-        EXECUTE assetq_grant;
+        SET v_routines = CONCAT_WS(' ', 'register_event', 'register_events');
     ELSEIF p_access = 'scheduler' THEN
-        SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.schedule_pass TO ', v_account);
-        PREPARE assetq_grant FROM @assetq_grant;
-        EXECUTE assetq_grant;
-        SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.set_run_state TO ', v_account);
-        PREPARE assetq_grant FROM @assetq_grant;
-        EXECUTE assetq_grant;
-        SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.retry_run TO ', v_account);
-        PREPARE assetq_grant FROM @assetq_grant;
-        EXECUTE assetq_grant;
+        SET v_routines = CONCAT_WS(' ', 'schedule_pass', 'set_run_state', 'retry_run');
     ELSEIF p_access = 'worker' THEN
-        SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.claim_runs TO ', v_account);
-        PREPARE assetq_grant FROM @assetq_grant;
-        EXECUTE assetq_grant;
-        SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.heartbeat_run TO ', v_account);
-        PREPARE assetq_grant FROM @assetq_grant;
-        EXECUTE assetq_grant;
-        SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.complete_run TO ', v_account);
-        PREPARE assetq_grant FROM @assetq_grant;
-        EXECUTE assetq_grant;
+        SET v_routines = CONCAT_WS(' ', 'claim_runs', 'heartbeat_run', 'complete_run');
     ELSE
         SET @assetq_grant = CONCAT('GRANT SELECT ON ', v_ns, '.* TO ', v_account);
         PREPARE assetq_grant FROM @assetq_grant;
@@ -104,13 +87,15 @@ BEGIN
     END IF;
     -- Schedulers and workers record that they are alive (migration 0010_liveness).
     IF p_access IN ('scheduler', 'worker') THEN
-        SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.process_heartbeat TO ', v_account);
-        PREPARE assetq_grant FROM @assetq_grant;
-        EXECUTE assetq_grant;
-        SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.process_gone TO ', v_account);
-        PREPARE assetq_grant FROM @assetq_grant;
-        EXECUTE assetq_grant;
+        SET v_routines = CONCAT_WS(' ', v_routines, 'process_heartbeat', 'process_gone');
     END IF;
+    WHILE v_routines <> '' DO
+        SET v_routine = SUBSTRING_INDEX(v_routines, ' ', 1);
+        SET v_routines = SUBSTRING(v_routines, CHAR_LENGTH(v_routine) + 2);
+        SET @assetq_grant = CONCAT('GRANT EXECUTE ON PROCEDURE ', v_ns, '.`', v_routine, '` TO ', v_account);
+        PREPARE assetq_grant FROM @assetq_grant;
+        EXECUTE assetq_grant;
+    END WHILE;
     DEALLOCATE PREPARE assetq_grant;
 END
 $$

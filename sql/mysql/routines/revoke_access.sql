@@ -14,6 +14,8 @@ BEGIN
     DECLARE v_account TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_ns      TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_found   BIGINT;
+    DECLARE v_routines TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+    DECLARE v_routine TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE CONTINUE HANDLER FOR 1141, 1147, 1403 BEGIN END;
 
@@ -25,36 +27,17 @@ BEGIN
     END IF;
     SET v_account = CONCAT(QUOTE(p_grantee), '@', QUOTE(v_host));
     SET v_ns = CONCAT('`', DATABASE(), '`');
-    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.register_event FROM ', v_account);
-    PREPARE assetq_grant FROM @assetq_grant;
-    EXECUTE assetq_grant;
-    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.register_events FROM ', v_account);
-    PREPARE assetq_grant FROM @assetq_grant;
-    EXECUTE assetq_grant;
-    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.schedule_pass FROM ', v_account);
-    PREPARE assetq_grant FROM @assetq_grant;
-    EXECUTE assetq_grant;
-    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.set_run_state FROM ', v_account);
-    PREPARE assetq_grant FROM @assetq_grant;
-    EXECUTE assetq_grant;
-    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.retry_run FROM ', v_account);
-    PREPARE assetq_grant FROM @assetq_grant;
-    EXECUTE assetq_grant;
-    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.claim_runs FROM ', v_account);
-    PREPARE assetq_grant FROM @assetq_grant;
-    EXECUTE assetq_grant;
-    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.heartbeat_run FROM ', v_account);
-    PREPARE assetq_grant FROM @assetq_grant;
-    EXECUTE assetq_grant;
-    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.complete_run FROM ', v_account);
-    PREPARE assetq_grant FROM @assetq_grant;
-    EXECUTE assetq_grant;
-    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.process_heartbeat FROM ', v_account);
-    PREPARE assetq_grant FROM @assetq_grant;
-    EXECUTE assetq_grant;
-    SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.process_gone FROM ', v_account);
-    PREPARE assetq_grant FROM @assetq_grant;
-    EXECUTE assetq_grant;
+    -- Every kind's routines (see grant_access), one REVOKE each.
+    SET v_routines = CONCAT_WS(' ', 'register_event', 'register_events', 'schedule_pass',
+                               'set_run_state', 'retry_run', 'claim_runs', 'heartbeat_run',
+                               'complete_run', 'process_heartbeat', 'process_gone');
+    WHILE v_routines <> '' DO
+        SET v_routine = SUBSTRING_INDEX(v_routines, ' ', 1);
+        SET v_routines = SUBSTRING(v_routines, CHAR_LENGTH(v_routine) + 2);
+        SET @assetq_grant = CONCAT('REVOKE EXECUTE ON PROCEDURE ', v_ns, '.`', v_routine, '` FROM ', v_account);
+        PREPARE assetq_grant FROM @assetq_grant;
+        EXECUTE assetq_grant;
+    END WHILE;
     SET @assetq_grant = CONCAT('REVOKE SELECT ON ', v_ns, '.* FROM ', v_account);
     PREPARE assetq_grant FROM @assetq_grant;
     EXECUTE assetq_grant;
