@@ -1,9 +1,9 @@
 -- The part of a scheduler pass for one partitioned consumer (migration 0009_partitions),
 -- called by schedule_pass holding the consumer's lock row, as PostgreSQL's
 -- schedule_partitions is (see there for what it does and why it costs what arrived, never
--- every pending key). The runs it creates go into the pass's _assetq_run; it advances the
--- consumer's run sequence in dag_lock. Its own temporary tables, created here on first use and
--- dropped by schedule_pass:
+-- every pending key). Each run it creates is made by create_run from the pass's _assetq_claim,
+-- as the pass makes its own. Its own temporary tables, created here on first use and dropped
+-- by schedule_pass:
 --   _assetq_pkey    the keys to evaluate: those of the (at most 1,000) oldest rows not yet
 --                   examined, in order of their first such row
 --   _assetq_prow    the key's rows in queue order (all, or the N + 1 oldest), pos 1 the
@@ -30,14 +30,6 @@ BEGIN
     DECLARE v_limit     BIGINT;
     DECLARE v_n         BIGINT;
     DECLARE v_take      BIGINT;
-    DECLARE v_seq       BIGINT;
-    DECLARE v_gen       INT;
-    DECLARE v_trigger   BIGINT;
-    DECLARE v_run_after DATETIME(6);
-    DECLARE v_run_pk    BIGINT;
-    DECLARE v_run_id    VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_deleted   BIGINT;
-    DECLARE v_event_ids LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_next_id   BIGINT;
     DECLARE v_year      INT;
     DECLARE v_asset     BIGINT;
@@ -49,8 +41,6 @@ BEGIN
     DECLARE v_pick_no   BIGINT;
     DECLARE v_month     INT;
     DECLARE v_days      INT;
-    DECLARE v_message   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    DECLARE v_saved_gcl BIGINT UNSIGNED DEFAULT @@SESSION.group_concat_max_len;
 
     CREATE TEMPORARY TABLE IF NOT EXISTS {{ns}}._assetq_pkey (
         pos           BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
@@ -322,59 +312,17 @@ BEGIN
                          WHERE NOT claim AND (v_last IS NULL OR pos <= v_last);
                     END IF;
                 END IF;
-                SELECT COUNT(*), MAX(r.pos) INTO v_take, v_last FROM {{ns}}._assetq_prow r WHERE r.claim;
-                UPDATE {{ns}}.dag_lock SET last_run_seq = last_run_seq + 1, last_scheduled_at = p_now
-                 WHERE dag_id = p_dag_id;
-                SELECT l.last_run_seq INTO v_seq FROM {{ns}}.dag_lock l WHERE l.dag_id = p_dag_id;
-                SELECT COALESCE(MAX(r.partition_generation), 0) + 1 INTO v_gen
-                  FROM {{ns}}.dag_run r WHERE r.dag_id = p_dag_id AND r.partition_key = v_key;
-                SELECT r.asset_event_id, r.created_at INTO v_trigger, v_run_after
-                  FROM {{ns}}._assetq_prow r WHERE r.pos = v_last;
-                SET v_run_id = CONCAT('asset_triggered__', DATE_FORMAT(v_run_after, '%Y-%m-%dT%H:%i:%s.%f'),
-                                      '+00:00__', v_seq);
-                INSERT INTO {{ns}}.dag_run (dag_id, run_id, seq, run_after, created_at,
-                                            triggering_event_id, event_count, not_before,
-                                            partition_key, partition_generation)
-                VALUES (p_dag_id, v_run_id, v_seq, v_run_after, p_now, v_trigger, v_take, p_now,
-                        v_key, v_gen);
-                SET v_run_pk = LAST_INSERT_ID();
-
-                -- Exactly the claimed rows, by primary key, with the claim guard (I3, I4), and
-                -- their asset_partition_queue rows.
-                DELETE q
-                  FROM {{ns}}._assetq_prow k
-                  STRAIGHT_JOIN {{ns}}.asset_dag_run_queue q FORCE INDEX (PRIMARY)
-                    ON q.target_dag_id = p_dag_id AND q.asset_event_id = k.asset_event_id
-                 WHERE k.claim;
-                SET v_deleted = ROW_COUNT();
-                IF v_deleted <> v_take THEN
-                    SET v_message = LEFT(CONCAT('[AQ900] claim guard: dag ', p_dag_id, ' claimed ', v_take,
-                                                ' queue rows of a partition but deleted ', v_deleted), 128);
-                    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
-                END IF;
+                -- The run (create_run) consumes the pass's claim table: the key's claimed rows
+                -- are copied there. Then their asset_partition_queue rows go, by key.
+                DELETE FROM {{ns}}._assetq_claim;
+                INSERT INTO {{ns}}._assetq_claim (asset_event_id, asset_id, created_at)
+                SELECT r.asset_event_id, r.asset_id, r.created_at FROM {{ns}}._assetq_prow r WHERE r.claim;
+                SET v_take = ROW_COUNT();
+                CALL {{ns}}.create_run(p_dag_id, p_now, v_key);
                 DELETE p
-                  FROM {{ns}}._assetq_prow k
+                  FROM {{ns}}._assetq_claim k
                   STRAIGHT_JOIN {{ns}}.asset_partition_queue p FORCE INDEX (PRIMARY)
-                    ON p.target_dag_id = p_dag_id AND p.asset_event_id = k.asset_event_id
-                 WHERE k.claim;
-                INSERT INTO {{ns}}.dagrun_asset_event (dag_run_id, asset_event_id, dag_id)
-                SELECT v_run_pk, k.asset_event_id, p_dag_id FROM {{ns}}._assetq_prow k WHERE k.claim;
-
-                SET SESSION group_concat_max_len = 1073741824;
-                SELECT CONCAT('[', GROUP_CONCAT(k.asset_event_id ORDER BY k.asset_event_id SEPARATOR ','), ']')
-                  INTO v_event_ids
-                  FROM {{ns}}._assetq_prow k WHERE k.claim;
-                SET SESSION group_concat_max_len = v_saved_gcl;
-                IF NOT (JSON_LENGTH(v_event_ids) <=> v_take) THEN
-                    SET v_message = LEFT(CONCAT('[AQ900] claim guard: event ids of dag ', p_dag_id,
-                                                ' were truncated'), 128);
-                    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
-                END IF;
-                INSERT INTO {{ns}}._assetq_run
-                       (dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids,
-                        triggering_event_id, state, partition_key)
-                VALUES (v_run_pk, p_dag_id, v_run_id, v_seq, v_run_after, p_now, v_event_ids,
-                        v_trigger, 'queued', v_key);
+                    ON p.target_dag_id = p_dag_id AND p.asset_event_id = k.asset_event_id;
 
                 -- With N, a key left with rows is looked at again by the next pass.
                 IF v_n > v_take THEN
