@@ -121,12 +121,7 @@ BEGIN
     -- and those of fail_expired_runs, once a run whose last attempt's lease expired is found.
     -- MySQL 8 / MariaDB: MySQL cannot open one temporary table twice in a statement, so no
     -- statement below names the same temporary table twice.
-    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_candidate, {{ns}}._assetq_claim, {{ns}}._assetq_run,
-                                   {{ns}}._assetq_member, {{ns}}._assetq_queue, {{ns}}._assetq_oldest,
-                                   {{ns}}._assetq_chosen, {{ns}}._assetq_reap, {{ns}}._assetq_reaped,
-                                   {{ns}}._assetq_pkey, {{ns}}._assetq_prow, {{ns}}._assetq_present,
-                                   {{ns}}._assetq_pmember, {{ns}}._assetq_phave, {{ns}}._assetq_phit,
-                                   {{ns}}._assetq_ptaken, {{ns}}._assetq_prequired;
+    CALL {{ns}}.drop_pass_tables();
     CREATE TEMPORARY TABLE {{ns}}._assetq_candidate (
         pos    BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
         dag_id VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
@@ -528,12 +523,7 @@ BEGIN
            r.triggering_event_id, r.state, r.partition_key
       FROM {{ns}}._assetq_run r
      ORDER BY r.dag_run_id;
-    DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_candidate, {{ns}}._assetq_claim, {{ns}}._assetq_run,
-                                   {{ns}}._assetq_member, {{ns}}._assetq_queue, {{ns}}._assetq_oldest,
-                                   {{ns}}._assetq_chosen, {{ns}}._assetq_reap, {{ns}}._assetq_reaped,
-                                   {{ns}}._assetq_pkey, {{ns}}._assetq_prow, {{ns}}._assetq_present,
-                                   {{ns}}._assetq_pmember, {{ns}}._assetq_phave, {{ns}}._assetq_phit,
-                                   {{ns}}._assetq_ptaken, {{ns}}._assetq_prequired;
+    CALL {{ns}}.drop_pass_tables();
 END
 $$
 DELIMITER ;
