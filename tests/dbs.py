@@ -390,7 +390,8 @@ FINGERPRINT = {
            WHERE n.nspname NOT LIKE 'pg\\_%' AND n.nspname <> 'information_schema'
              AND p.prokind IN ('f', 'p')
           UNION ALL
-          SELECT 'trigger ' || t.tgname || ' ' || t.tgenabled::text || ' ' || pg_get_triggerdef(t.oid)
+          SELECT 'trigger ' || t.tgname || ' ' || t.tgenabled::text || ' '
+                 || pg_get_triggerdef(t.oid)
             FROM pg_trigger t WHERE NOT t.tgisinternal
           UNION ALL
           SELECT 'view ' || c.oid::regclass::text || ' ' || md5(pg_get_viewdef(c.oid))
