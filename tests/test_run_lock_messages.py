@@ -32,8 +32,10 @@ HELD_HINT = "If the worker died, the run is claimed again when its lease expires
 LONG_DAG = "d" * 250
 LONG_RUN = "it's " + "r" * 200
 
+Refusal = tuple[str, str, str | None]
 
-def refusal(db: TestDatabase, routine: str, *args: Any) -> tuple[str, str, str | None]:
+
+def refusal(db: TestDatabase, routine: str, *args: Any) -> Refusal:
     """(code, message, hint) of a raw call that must fail; hint None on MySQL."""
     types = TYPES[routine]
     args = args + (None,) * (len(types) - len(args))  # MySQL procedures have no defaults
@@ -55,7 +57,7 @@ def refusal(db: TestDatabase, routine: str, *args: Any) -> tuple[str, str, str |
     return code, message, None
 
 
-def expected(db: TestDatabase, code: str, message: str, hint: str | None = None) -> tuple:
+def expected(db: TestDatabase, code: str, message: str, hint: str | None = None) -> Refusal:
     """The refusal as each engine words it: MySQL puts the code in front and cuts at 128."""
     if db.dialect.name == "postgresql":
         return code, message, hint
@@ -68,13 +70,13 @@ def mysql_quote(text: str) -> str:
 
 def test_an_unknown_run_is_refused_alike_by_every_caller(db: TestDatabase) -> None:
     run = one_run(db)
-    calls = [
-        ("heartbeat_run", run.dag_id, "nope", 1, 30.0),
-        ("complete_run", run.dag_id, "nope", 1, "success", None, None),
-        ("retry_run", run.dag_id, "nope"),
-        ("set_run_state", run.dag_id, "nope", "failed"),
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("heartbeat_run", (run.dag_id, "nope", 1, 30.0)),
+        ("complete_run", (run.dag_id, "nope", 1, "success", None, None)),
+        ("retry_run", (run.dag_id, "nope")),
+        ("set_run_state", (run.dag_id, "nope", "failed")),
     ]
-    for routine, *args in calls:
+    for routine, args in calls:
         assert refusal(db, routine, *args) == expected(
             db, "AQ006", f"unknown run 'nope' of dag '{run.dag_id}'"
         ), routine
@@ -82,14 +84,15 @@ def test_an_unknown_run_is_refused_alike_by_every_caller(db: TestDatabase) -> No
 
 def test_an_unknown_run_with_long_ids_is_cut_as_before(db: TestDatabase) -> None:
     one_run(db)
-    calls = [
-        ("heartbeat_run", LONG_DAG, LONG_RUN, 1, 30.0),
-        ("complete_run", LONG_DAG, LONG_RUN, 1, "failed", "x", None),
-        ("retry_run", LONG_DAG, LONG_RUN),
-        ("set_run_state", LONG_DAG, LONG_RUN, "success"),
+    calls: list[tuple[str, tuple[Any, ...]]] = [
+        ("heartbeat_run", (LONG_DAG, LONG_RUN, 1, 30.0)),
+        ("complete_run", (LONG_DAG, LONG_RUN, 1, "failed", "x", None)),
+        ("retry_run", (LONG_DAG, LONG_RUN)),
+        ("set_run_state", (LONG_DAG, LONG_RUN, "success")),
     ]
-    for routine, *args in calls:
+    for routine, args in calls:
         got = refusal(db, routine, *args)
+        want: Refusal
         if db.dialect.name == "postgresql":
             want = expected(db, "AQ006", f"unknown run 'it''s {'r' * 200}' of dag '{LONG_DAG}'")
         else:
@@ -135,6 +138,7 @@ def test_a_run_moved_to_running_by_hand_has_no_lease(db: TestDatabase) -> None:
     run = one_run(db)
     with db.engine.begin() as conn:
         assetq.set_run_state(conn, run.dag_id, run.run_id, "running")
+    want: Refusal
     if db.dialect.name == "postgresql":
         want = (
             "AQ010",
