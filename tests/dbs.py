@@ -9,9 +9,10 @@ as a fresh install has it: its fingerprint (every namespace, relation, column, i
 constraint, routine with its definition, trigger, view, comment and grant the server lists,
 the version table, the routine catalogue; on MySQL also every account and grant) equals the
 template's, and no session of the test is still connected. Then its assetq tables are
-emptied (TRUNCATE, identities restarted: ids start at 1 again) and it is handed to a later
-test as fresh; otherwise it is dropped as before. Cloning a template or installing costs a
-test about 0.3 s; recycling about a tenth of that (README, Tests).
+emptied (TRUNCATE, identities restarted: ids start at 1 again; on PostgreSQL the planner's
+statistics go too, which needs a superuser: without one nothing is recycled) and it is
+handed to a later test as fresh; otherwise it is dropped as before. Cloning a template or
+installing costs a test about 0.3 s; recycling about a tenth of that (README, Tests).
 
 Which PostgreSQL server: ``--postgres`` or ``ASSETQ_TEST_POSTGRES``:
   ``auto`` (default)   ``local`` when a server answers there, otherwise ``embedded``;
@@ -508,10 +509,17 @@ def empty_assetq_tables(conn: Connection, engine_name: str) -> None:
     if engine_name == "postgresql":
         conn.execute(sa.text("SET lock_timeout = '2s'"))
         conn.execute(sa.text(f"TRUNCATE {', '.join(names)} RESTART IDENTITY"))
-        # TRUNCATE keeps the planner's statistics of the rows it removed (a test that
-        # analyzed 200,000 events): analyzed again, empty, for the plans of the next test.
-        conn.commit()
-        conn.execute(sa.text(f"ANALYZE {', '.join(names)}"))
+        # The planner's view as after a fresh install: TRUNCATE makes every table "never
+        # vacuumed" again (reltuples -1), and the column statistics a test's ANALYZE left
+        # (a histogram of 200,000 events) go, or the next test's plans would follow them.
+        # Needs a superuser, which _recycled checks first.
+        conn.execute(
+            sa.text(
+                "DELETE FROM pg_statistic WHERE starelid IN (SELECT c.oid FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :ns)"
+            ),
+            {"ns": NAMESPACE},
+        )
     else:
         conn.execute(sa.text("SET SESSION lock_wait_timeout = 2, foreign_key_checks = 0"))
         for name in names:  # TRUNCATE restarts AUTO_INCREMENT
@@ -665,6 +673,7 @@ class PostgresBackend(Backend):
                     sa.text(
                         "SELECT count(*) FROM pg_stat_activity"
                         " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                        " OR NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)"
                     )
                 ).scalar_one()
                 if others or self._clean is None or fingerprint(conn, "postgresql") != self._clean:
