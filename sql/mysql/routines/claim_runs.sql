@@ -1,4 +1,4 @@
--- Workers (migration 0006_work_queue): a run is work that exactly one worker holds at a time.
+-- Workers: a run is work that exactly one worker holds at a time.
 -- docs/workers.md explains the protocol from the user's side.
 --
 -- A run's attempt counts its claims. not_before is when the run may next be claimed: for a

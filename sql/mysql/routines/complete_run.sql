@@ -16,7 +16,7 @@
 -- row is locked first (lock_held_run, a locking read: the caller's snapshot may be older than
 -- the claim), then the events are inserted, then the run is updated.
 --
--- A failed call leaves the caller's transaction as it was (migration 0007_capped_claim):
+-- A failed call leaves the caller's transaction as it was:
 -- its work runs under a savepoint, rolled back to before the error is raised again, so a
 -- caller that commits anyway after an error (an output event refused after others were
 -- inserted) commits no output event without the run's success (I9). PostgreSQL aborts the

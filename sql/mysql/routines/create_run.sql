@@ -64,7 +64,7 @@ BEGIN
     -- Delete exactly the claimed rows (I3), one primary-key lookup per claimed id:
     -- STRAIGHT_JOIN makes the claim table drive the join. A plan that range-scans the
     -- consumer's queue instead waits on producers' uncommitted rows, even at READ COMMITTED.
-    -- FORCE INDEX (PRIMARY) since 0007_capped_claim: with the queue's indexes by consumer,
+    -- FORCE INDEX (PRIMARY): with the queue's indexes by consumer,
     -- MariaDB 10.11 chose a ref scan of asset_dag_run_queue_order_idx over the consumer's rows
     -- (index only, which it costs below the primary key's eq_ref) for a consumer with few
     -- queued rows, and the pass waited for producers. The claim guard (I4): if any claimed row

@@ -9,7 +9,7 @@
 -- depends on are deleted; the others stay and are consumed by its next run. Returns no
 -- result set.
 --
--- Retries (migration 0006_work_queue): a run gets p_max_attempts claims (1 to 1000; NULL: 1);
+-- Retries: a run gets p_max_attempts claims (1 to 1000; NULL: 1);
 -- after a failed attempt with attempts left it is claimable again p_retry_delay_seconds
 -- later (0 to 604800; NULL: 0), doubled for each further failed attempt up to
 -- p_max_retry_delay_seconds when that is set (above 0, at least the delay, at most 604800).
@@ -264,7 +264,7 @@ BEGIN
         SET v_pos_kind = v_row, v_pos_key = v_id, v_pos_clause = v_clause;
         IF v_row = 1 AND v_new THEN
             -- A new asset of a partitioned consumer maps by identity until set_dag_partitions
-            -- says otherwise (migration 0009_partitions): its events are never queued
+            -- says otherwise: its events are never queued
             -- without a key. A plain read: this declaration holds the consumer's lock row.
             SET v_partitioned = FALSE;
             SELECT d.partitioning IS NOT NULL INTO v_partitioned
@@ -322,7 +322,7 @@ BEGIN
                                ON aa.alias_id = ca.alias_id
                               AND aa.asset_id = {{ns}}.asset_dag_run_queue.asset_id
                             WHERE ca.dag_id = p_dag_id);
-        -- And their partition rows (migration 0009_partitions).
+        -- And their partition rows.
         DELETE p
           FROM {{ns}}.asset_partition_queue p
           LEFT JOIN {{ns}}.asset_dag_run_queue q

@@ -44,7 +44,7 @@ BEGIN
     -- keep the optimizer from scanning a small table by its primary key, which would lock
     -- (and wait for) the rows producers are inserting. MySQL 8 / MariaDB: MySQL takes no
     -- index hint in a single-table DELETE; the multiple-table form takes one on both.
-    -- First the partition rows of those queue rows (migration 0009_partitions), the same way.
+    -- First the partition rows of those queue rows, the same way.
     DELETE p
       FROM {{ns}}.asset_event e FORCE INDEX (asset_event_idempotency_key)
       STRAIGHT_JOIN {{ns}}.asset_dag_run_queue q FORCE INDEX (asset_dag_run_queue_event_idx)
@@ -57,8 +57,8 @@ BEGIN
       STRAIGHT_JOIN {{ns}}.asset_dag_run_queue q FORCE INDEX (asset_dag_run_queue_event_idx)
          ON q.asset_event_id = e.id
      WHERE e.asset_id = v_id;
-    -- The links of its events, by hand (no foreign keys on the link table since
-    -- 0012_link_checks), after the queue rows: that delete, a locking read, waited for every
+    -- The links of its events, by hand (no foreign keys on the link
+    -- table), after the queue rows: that delete, a locking read, waited for every
     -- pass holding one of them (a pass deletes the rows it claims and holds them to its
     -- commit), and this one, a locking read too, reads those passes' committed links. A pass
     -- that claims one of them later finds it deleted by us: its delete waits for our commit,

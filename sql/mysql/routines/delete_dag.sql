@@ -6,7 +6,7 @@
 -- later one waits and then finds no consumer to queue for. Neither fails.
 --
 -- Its links and queue rows are deleted by hand, before the dag row (the link table has no
--- foreign keys since 0012_link_checks, the queue none since 0013_queue_checks; the runs
+-- foreign keys, the queue none; the runs
 -- still go by cascade). No pass can add one behind that
 -- delete: a pass holds the consumer's lock row from its claim to its commit, and we hold it
 -- from the first statement (every later pass skips the consumer, SKIP LOCKED); the delete
@@ -57,13 +57,13 @@ BEGIN
      WHERE r.dag_id = p_dag_id
        FOR UPDATE;
     -- Its links through those runs, by the runs' dag_id index and the links' primary key: no
-    -- index of the links leads with dag_id since 0014_link_keys. A multiple-table DELETE
+    -- index of the links leads with dag_id. A multiple-table DELETE
     -- reads the runs, which we hold FOR UPDATE already.
     DELETE l
       FROM {{ns}}.dag_run r FORCE INDEX (dag_run_dag_state_idx)
       STRAIGHT_JOIN {{ns}}.dagrun_asset_event l FORCE INDEX (PRIMARY) ON l.dag_run_id = r.id
      WHERE r.dag_id = p_dag_id;
-    -- Its queue rows by hand too (the queue has no foreign keys since 0013_queue_checks),
+    -- Its queue rows by hand too (the queue has no foreign keys),
     -- after its reference and alias-clause rows: their delete waited for every producer in
     -- flight that read them (the fan-out reads them with a shared lock), and this delete, a
     -- locking read, reads those producers' committed rows; a later producer finds no

@@ -3,12 +3,12 @@
 --   scheduler  EXECUTE on schedule_pass, set_run_state and retry_run: can run scheduler
 --              passes, move the runs they created through their states and retry failed
 --              runs, nothing else;
---   worker     EXECUTE on claim_runs, heartbeat_run and complete_run (migration
---              0006_work_queue): can claim runs, renew their leases and complete them, with
+--   worker     EXECUTE on claim_runs, heartbeat_run and complete_run: can claim
+--              runs, renew their leases and complete them, with
 --              their output events, nothing else;
 --   reader     SELECT on the namespace: can read every table and view, never write.
 -- Schedulers and workers may also record that they are alive (process_heartbeat and
--- process_gone, migration 0010_liveness); producers and readers may not.
+-- process_gone); producers and readers may not.
 -- Every kind also gets SELECT on the version table (assetq checks the installed revision).
 -- Producers, schedulers and workers get no right on any table: the routines run with their
 -- definer's rights (SQL SECURITY DEFINER, MySQL's default, which doctor checks), so the
@@ -85,7 +85,7 @@ BEGIN
         PREPARE assetq_grant FROM @assetq_grant;
         EXECUTE assetq_grant;
     END IF;
-    -- Schedulers and workers record that they are alive (migration 0010_liveness).
+    -- Schedulers and workers record that they are alive.
     IF p_access IN ('scheduler', 'worker') THEN
         SET v_routines = CONCAT_WS(' ', v_routines, 'process_heartbeat', 'process_gone');
     END IF;

@@ -122,7 +122,7 @@ BEGIN
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
     END IF;
 
-    -- Partition keys (migration 0009_partitions): a string of 1 to 250 characters, or none.
+    -- Partition keys: a string of 1 to 250 characters, or none.
     SELECT b.item_no INTO v_bad
       FROM {{ns}}._assetq_batch b
      WHERE b.partition_type IS NOT NULL AND b.partition_type <> 'NULL'

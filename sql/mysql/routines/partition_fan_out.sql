@@ -1,4 +1,4 @@
--- The partitioned part of the fan-out (migration 0009_partitions), called by the trigger on
+-- The partitioned part of the fan-out, called by the trigger on
 -- asset_event for an event whose asset has a partitioned consumer (or has alias resolutions):
 -- one asset_partition_queue row beside each queue row the trigger wrote for a partitioned
 -- consumer, read back by the event's id. No temporary table: it runs inside a trigger.

@@ -1,4 +1,4 @@
--- Partitions (migration 0009_partitions). Maps partition key p_key of an event of asset
+-- Partitions. Maps partition key p_key of an event of asset
 -- p_asset_id to partitioned consumer p_dag_id's key under p_mapping (target_key), and gives
 -- the key as the mapping counts it (source_key), as PostgreSQL's partition_map does:
 --   identity      the key itself;

@@ -1,4 +1,4 @@
--- Liveness (migration 0010_liveness). Records that loop p_process_id is alive now (database
+-- Liveness. Records that loop p_process_id is alive now (database
 -- clock, UTC): inserts its row on the first call, then moves last_seen_at (started_at
 -- stays). One statement, atomic under autocommit too; the loops call it in a short
 -- transaction of its own, never inside a pass or a run. No result set. AQ002 for a bad kind

@@ -6,8 +6,8 @@
 -- next batch; fewer examined than p_batch_size means the end. The cursor moves past events
 -- it keeps, so a long-queued event is examined once per purge, not once per batch.
 --
--- Never deletes a queued event: the test below (the queue has no foreign key to asset_event
--- since 0013_queue_checks). An event's queue rows are written by the statement that inserts
+-- Never deletes a queued event: the test below (the queue has no foreign key to
+-- asset_event). An event's queue rows are written by the statement that inserts
 -- it and commit with it, so the test's snapshot, which sees the event, sees all of them that
 -- are left, and none is added later (the comment in the body on the foreign key refusing
 -- a DELETE (1451) predates 0013, which kept the body as it was). Run it at READ COMMITTED (assetq.purge does): the window and
@@ -15,7 +15,7 @@
 -- the events that passed the test are then locked, SKIP LOCKED, so the batch never waits
 -- for a producer or a scheduler and never locks an event a scheduler is consuming
 -- (tests/test_purge.py holds a batch open and runs both meanwhile).
--- Since 0012_link_checks the link table has no foreign keys: a pass takes no lock on an event
+-- the link table has no foreign keys: a pass takes no lock on an event
 -- it links, but it links only the events of queue rows it deletes, and the test's one
 -- snapshot saw no queue row of the event (a pass still open holds its deleted rows, which
 -- the snapshot still sees; a committed one wrote its links in the same commit); queue rows

@@ -2,10 +2,10 @@
 -- first, with their links (ON DELETE CASCADE). Returns one result set (deleted). Run each
 -- batch at READ COMMITTED in a short transaction of its own (assetq.purge does). A run locked
 -- by someone else is skipped, not waited for (SKIP LOCKED), and left for a later batch.
--- Only finished runs (success, failed) are deleted (migration 0006_work_queue): a queued or
+-- Only finished runs (success, failed) are deleted: a queued or
 -- running run may still be worked on, and its worker would find it gone.
--- The links go by hand, just before their runs (no foreign keys on the link table since
--- 0012_link_checks): those of the runs locked, by key. Nobody adds a link to a run it finds:
+-- The links go by hand, just before their runs (no foreign keys on the link
+-- table): those of the runs locked, by key. Nobody adds a link to a run it finds:
 -- links are written only in the pass that creates their run, in the same transaction, and
 -- the candidates are committed, finished runs.
 DELIMITER $$

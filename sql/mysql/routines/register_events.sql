@@ -1,5 +1,5 @@
--- register_events, as in 0002, plus aliases: an item may carry "aliases", a JSON array of 1 to
--- 100 alias names (1 to 512 characters; null or absent: none). Before the events are
+-- An item may carry "aliases", a JSON array of 1 to 100 alias names (1 to 512 characters;
+-- null or absent: none). Before the events are
 -- inserted, each alias is created if new and resolved to its item's asset, so the fan-out
 -- already queues the event for the alias's consumers; each created event records the aliases
 -- it came through. A retry (an idempotency key that met an existing event) records nothing new.
@@ -24,9 +24,8 @@
 -- is atomic only inside a transaction: the Python layer opens one on an autocommit
 -- connection.
 --
--- Since migration 0006_work_queue the work is done by insert_event_batch, through which
--- complete_run registers a run's output events too; this procedure returns its rows, the
--- same result as before.
+-- The work is done by insert_event_batch, through which complete_run registers a run's
+-- output events too; this procedure returns its rows.
 DELIMITER $$
 DROP PROCEDURE IF EXISTS {{ns}}.register_events
 $$

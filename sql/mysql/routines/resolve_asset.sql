@@ -1,18 +1,3 @@
--- Routines. Errors are SIGNALed with SQLSTATE 45000 and a message that starts with assetq's
--- code in brackets ("[AQ001] unknown asset 'x'"): the Python layer maps the code to the same
--- exception as on PostgreSQL. Messages are cut to 128 characters, MySQL's limit for
--- MESSAGE_TEXT. Parameters and variables name their character set and collation: they would
--- otherwise take the database's defaults, which in a user's own database may be latin1.
---
--- MySQL 8 / MariaDB: procedures, not stored functions. With binary logging on (MySQL 8's
--- default) creating a function needs SUPER or log_bin_trust_function_creators; procedures
--- do not. So resolve_asset returns its id through an OUT parameter.
---
--- No routine starts or ends a transaction: START TRANSACTION inside a procedure would silently
--- commit the caller's work. After an error, a procedure's earlier statements are still in the
--- caller's transaction: callers roll back (the Python layer always does).
-
-
 -- Looks an asset up by name, then by uri. Raises AQ001 when neither matches.
 DELIMITER $$
 DROP PROCEDURE IF EXISTS {{ns}}.resolve_asset

@@ -1,4 +1,4 @@
--- The part of a scheduler pass for one partitioned consumer (migration 0009_partitions),
+-- The part of a scheduler pass for one partitioned consumer,
 -- called by schedule_pass holding the consumer's lock row, as PostgreSQL's
 -- schedule_partitions is (see there for what it does and why it costs what arrived, never
 -- every pending key). Each run it creates is made by create_run from the pass's _assetq_claim,

@@ -22,13 +22,13 @@
 -- N in all (more only if the chosen assets alone are more than N). When the oldest N rows
 -- satisfy the condition, that is exactly them.
 --
--- A capped run costs what it consumes (migration 0007_capped_claim): the pass reads the
+-- A capped run costs what it consumes: the pass reads the
 -- N + 1 oldest rows through asset_dag_run_queue_order_idx and, only when the N oldest do not
 -- satisfy the condition, each member asset's oldest row through asset_dag_run_queue_asset_idx;
 -- never the backlog behind them (tests/test_capped_claim.py counts it). The claims are those
 -- of 0006, row for row.
 --
--- Runs per pass (migration 0011_runs_per_pass): a capped consumer gets runs one after
+-- Runs per pass: a capped consumer gets runs one after
 -- another in the same pass, each claimed as above from what the runs before it left, until
 -- no claim satisfies the condition (no run, as before), a claim took the whole remaining
 -- queue (it read at most N rows), the consumer made its share of the pass, or, with
@@ -48,11 +48,11 @@
 -- take shared gap locks that hold producers back. AQ900 (claim guard) means the pass was
 -- rolled back and is safe to retry.
 --
--- Workers (migration 0006_work_queue): a new run is claimable by claim_runs at once
+-- Workers: a new run is claimable by claim_runs at once
 -- (not_before = its creation). Before a consumer with max_active_runs is counted against its
 -- cap, its running runs whose last attempt's lease expired are failed (I10: a worker that
 -- died on its last attempt must not hold the cap for good; claim_runs does the same). Rows a
--- worker is completing right now are skipped, not waited for. Since 0007_capped_claim every
+-- worker is completing right now are skipped, not waited for. Every
 -- pass first fails up to 100 such runs of any consumer, oldest lease first ("the next time
 -- anyone claims or passes", docs/workers.md), found through dag_run_lease_idx.
 DELIMITER $$
@@ -155,8 +155,8 @@ BEGIN
     -- could lock every candidate before sorting and keep the ones past the limit locked.
     -- MySQL 8 / MariaDB: MariaDB has no FOR UPDATE OF <table>, so a locking join would
     -- lock the dag rows too; the lock statement below reads dag_lock alone.
-    -- Whether a consumer has queued rows is one probe of the queue's primary key by consumer
-    -- (migration 0007_capped_claim), a scalar subquery. MySQL 8 / MariaDB: both may flatten
+    -- Whether a consumer has queued rows is one probe of the queue's primary key by consumer,
+    -- a scalar subquery. MySQL 8 / MariaDB: both may flatten
     -- an EXISTS into a semi-join, and MariaDB 10.11 answered this one, as a SELECT, by
     -- materializing every queued row's consumer: the whole backlog read (measured: 100,020
     -- index entries for 1,001 consumers over 100,000 queued rows). A scalar subquery is
@@ -172,7 +172,7 @@ BEGIN
                        WHERE q.target_dag_id = l.dag_id
                        LIMIT 1)
                 -- A partitioned consumer has work only when a row arrived that no pass has
-                -- examined yet (migration 0009_partitions): its keys waiting for other assets
+                -- examined yet: its keys waiting for other assets
                 -- cost nothing.
                 ELSE (SELECT p.target_dag_id
                         FROM {{ns}}.asset_partition_queue p FORCE INDEX (asset_partition_queue_new_idx)
@@ -304,7 +304,7 @@ BEGIN
               FROM {{ns}}.dag_condition_clause c WHERE c.dag_id = v_dag_id;
         END IF;
 
-        -- Its runs, one after another (migration 0011_runs_per_pass): each one's claim is built
+        -- Its runs, one after another: each one's claim is built
         -- afresh, so the temporary tables of the claim are emptied for each run; the members
         -- are the consumer's and stay. A consumer without max_events_per_run leaves after its
         -- first run: that one consumed its whole queue.

@@ -1,4 +1,4 @@
--- Sets the partitioning of consumer p_dag_id (migration 0009_partitions), as PostgreSQL's
+-- Sets the partitioning of consumer p_dag_id, as PostgreSQL's
 -- set_dag_partitions does (see there for p_partitions); the Python layer calls it right after
 -- declare_dag, in the same transaction. The consumer's lock row is taken first, as a pass
 -- takes it. The same partitioning for the same condition as before writes nothing. Otherwise

@@ -6,7 +6,7 @@
 -- on every change. A run in success or failed no longer counts against max_active_runs.
 -- It locks the run row only: never the consumer, so it never waits for a scheduler pass.
 --
--- Workers (migration 0006_work_queue): the result has the run's attempt, worker, lease,
+-- Workers: the result has the run's attempt, worker, lease,
 -- not_before and error too. A run a worker holds (claimed by claim_runs: running under a
 -- lease) is finished by that worker's complete_run, fenced by its attempt (I8): moving it
 -- here raises AQ008 (if the worker died, the run is claimed again when its lease expires). A

@@ -1,8 +1,8 @@
--- Operations (migration 0003_operations): scheduler wake-ups (PostgreSQL), the
+-- Operations: scheduler wake-ups (PostgreSQL), the
 -- dag_queue_status view, retention (purge_runs, purge_events) and least privilege
 -- (grant_access, revoke_access; the granted routines run with their owner's rights).
 
--- The wake-up (as changed by migration 0005_wakeup_on_demand, whose up script explains it):
+-- The wake-up:
 -- a producer's transaction notifies only while a scheduler holds or waits for the
 -- namespace's wake-up lock; otherwise it holds the lock shared until it ends, so a scheduler
 -- that wants to wait first waits for it to end.

@@ -4,7 +4,7 @@
 -- whoever inserts the event. Statement-level with a transition table: a multi-row INSERT
 -- fans out with one join instead of one query per row. Each dag row and each
 -- reference row it queues through is locked FOR KEY SHARE. On the dag row it is what keeps
--- every queue row's consumer (the queue has no foreign keys since 0013_queue_checks):
+-- every queue row's consumer (the queue has no foreign keys):
 -- delete_dag's FOR UPDATE waits for the producers holding it, then deletes the consumer's
 -- queue rows, and a producer after it skips the deleted consumer. On the
 -- reference row it makes a re-declare that drops the asset wait for the producers in flight,
@@ -42,7 +42,7 @@ BEGIN
         v_aliased := true;
     END IF;
 
-    -- Partitioned consumers (migration 0009_partitions): each of their new queue rows gets its
+    -- Partitioned consumers: each of their new queue rows gets its
     -- row in asset_partition_queue, with the consumer's key the event maps to (partition_map
     -- raises AQ011 for an event it cannot map: the registration fails, nothing is written).
     -- Read back from the queue rows this statement wrote, so it is exactly those. Usually no

@@ -1,4 +1,4 @@
--- Workers (migration 0006_work_queue): a run is work that exactly one worker holds at a time.
+-- Workers: a run is work that exactly one worker holds at a time.
 -- docs/workers.md explains the protocol from the user's side.
 --
 -- A run's attempt counts its claims. not_before is when the run may next be claimed: for a
@@ -110,8 +110,7 @@ BEGIN
 
         -- By id alone: a condition on state here let the planner read the runs through
         -- dag_run_dag_state_idx instead, every queued and running run for each claim
-        -- (PostgreSQL 18, whose skip scan makes that index look cheap; migration
-        -- 0008_claim_plans).
+        -- (PostgreSQL 18, whose skip scan makes that index look cheap).
         RETURN QUERY
         WITH c AS (
             UPDATE {{ns}}.dag_run r
@@ -139,6 +138,6 @@ $$;
 ALTER FUNCTION {{ns}}.claim_runs(text, integer, double precision, jsonb)
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 
--- Generic plans (migration 0008_claim_plans): planned once per session, not per claim.
+-- Generic plans: planned once per session, not per claim.
 ALTER FUNCTION {{ns}}.claim_runs(text, integer, double precision, jsonb)
     SET plan_cache_mode = force_generic_plan;

@@ -27,7 +27,7 @@ BEGIN
                 quote_nullable(p_max_active_runs), quote_nullable(p_max_events_per_run)
             USING ERRCODE = 'AQ002';
     END IF;
-    -- Retries (migration 0006_work_queue): NULL means the default, one attempt and no delay.
+    -- Retries: NULL means the default, one attempt and no delay.
     -- NOT (x >= 0) also refuses NaN.
     IF p_max_attempts < 1 OR p_max_attempts > 1000
        OR NOT (coalesce(p_retry_delay_seconds, 0) >= 0 AND coalesce(p_retry_delay_seconds, 0) <= 604800)
@@ -137,7 +137,7 @@ BEGIN
        AND NOT EXISTS (SELECT 1 FROM {{ns}}.dag_condition_clause c
                         WHERE c.dag_id = p_dag_id AND c.asset_id = r.asset_id);
     -- A new asset of a partitioned consumer maps by identity until set_dag_partitions says
-    -- otherwise (migration 0009_partitions): its events are never queued without a key.
+    -- otherwise: its events are never queued without a key.
     INSERT INTO {{ns}}.dag_schedule_asset_reference (asset_id, dag_id, partition_mapping,
                                                      partition_require)
     SELECT DISTINCT c.asset_id, p_dag_id,
@@ -155,7 +155,7 @@ BEGIN
      WHERE q.target_dag_id = p_dag_id
        AND NOT EXISTS (SELECT 1 FROM {{ns}}.dag_clause_members(p_dag_id) m
                         WHERE m.asset_id = q.asset_id);
-    -- And their partition rows (migration 0009_partitions).
+    -- And their partition rows.
     DELETE FROM {{ns}}.asset_partition_queue p
      WHERE p.target_dag_id = p_dag_id
        AND NOT EXISTS (SELECT 1 FROM {{ns}}.asset_dag_run_queue q

@@ -24,15 +24,15 @@ BEGIN
     END IF;
     -- Its events' queue rows through its events (the asset's index) and the queue's event
     -- index, as MySQL's does: the queue has no index by asset, and a delete by asset_id read
-    -- every consumer's queue (0013_queue_checks).
+    -- every consumer's queue.
     DELETE FROM {{ns}}.asset_dag_run_queue q
      USING {{ns}}.asset_event e
      WHERE e.asset_id = v_id AND q.asset_event_id = e.id;
-    -- Their partition rows (migration 0009_partitions): no index by asset, a scan of the
+    -- Their partition rows: no index by asset, a scan of the
     -- partitioned consumers' queue rows; deleting an asset is rare.
     DELETE FROM {{ns}}.asset_partition_queue p WHERE p.asset_id = v_id;
-    -- The links of its events, by hand (no foreign keys on the link table since
-    -- 0012_link_checks), after the queue rows: that delete waited for every pass holding one
+    -- The links of its events, by hand (no foreign keys on the link
+    -- table), after the queue rows: that delete waited for every pass holding one
     -- of them (a pass deletes the rows it claims and holds them to its commit), and this
     -- statement's snapshot, taken after it, has those passes' links. A pass that claims one of
     -- them later finds it deleted by us: its delete waits for our commit, deletes fewer rows

@@ -2,7 +2,7 @@
 -- a scheduler pass that holds it. Producers racing with it are not disturbed: the fan-out
 -- skips a consumer deleted meanwhile. AQ003 for an unknown consumer.
 --
--- The links first, by hand (the link table has no foreign keys since 0012_link_checks; the
+-- The links first, by hand (the link table has no foreign keys; the
 -- rest goes by cascade from the dag row). No pass can add one behind that delete: the dag row
 -- is locked first, FOR UPDATE, which waits for a pass that holds it (FOR NO KEY UPDATE, in
 -- schedule_pass and so in schedule_partitions) to commit, and makes every later pass skip
@@ -12,7 +12,7 @@
 -- purge_runs takes them (runs, then links), so the two never deadlock; purge_runs skips them
 -- (SKIP LOCKED).
 --
--- The queue rows by hand too (the queue has no foreign keys since 0013_queue_checks), after
+-- The queue rows by hand too (the queue has no foreign keys), after
 -- the lock: the FOR UPDATE waited for every producer holding the dag row (the fan-out locks it
 -- FOR KEY SHARE), the queue delete's snapshot has their rows, and a producer after it waits
 -- for our commit and then skips the deleted consumer.
@@ -35,7 +35,7 @@ BEGIN
     END IF;
     PERFORM 1 FROM {{ns}}.dag_run r WHERE r.dag_id = p_dag_id FOR UPDATE;
     -- Through its runs (dag_run_dag_state_idx, then the links' primary key): no index of the
-    -- links leads with dag_id since 0014_link_keys. The runs are the ones locked just above.
+    -- links leads with dag_id. The runs are the ones locked just above.
     DELETE FROM {{ns}}.dagrun_asset_event l
      USING {{ns}}.dag_run r
      WHERE r.dag_id = p_dag_id AND l.dag_run_id = r.id;

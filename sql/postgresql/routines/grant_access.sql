@@ -1,3 +1,20 @@
+-- Least privilege. Four kinds of access, granted to existing roles by grant_access:
+--   producer   register_event and register_events: can register events, nothing else;
+--   scheduler  schedule_pass, set_run_state and retry_run: can run scheduler passes, move
+--              run states and retry failed runs, nothing else;
+--   worker     claim_runs, heartbeat_run and complete_run: can claim runs, renew their
+--              leases and complete them with their output events, nothing else;
+--   reader     SELECT on every table and view of the namespace: can read, never write.
+-- Schedulers and workers may also record that they are alive (process_heartbeat and
+-- process_gone); producers and readers may not.
+-- Every kind also gets USAGE on the schema and SELECT on the version table (assetq checks
+-- the installed revision). No kind gets any other right on a table: they act only through
+-- the routines granted to them, which run with their owner's rights (SECURITY DEFINER, in
+-- each routine's file after its CREATE). Their search_path is pinned to pg_catalog then
+-- pg_temp, so a caller cannot slip an object of its own in front of a built-in; every assetq
+-- object they use is schema-qualified already. A routine a later package adds is given to
+-- the roles of its kind when it is created (assetq.routines.regrant).
+--
 -- Gives the existing role p_grantee one kind of access (see above); p_host must be NULL (it
 -- is MySQL's account host). Idempotent. Runs with the caller's rights: the caller must own
 -- assetq's objects (or hold them WITH GRANT OPTION). AQ002 for an unknown kind or role.
@@ -36,7 +53,7 @@ BEGIN
     ELSE
         EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA {{ns}} TO %I', p_grantee);
     END IF;
-    -- Schedulers and workers record that they are alive (migration 0010_liveness).
+    -- Schedulers and workers record that they are alive.
     IF p_access IN ('scheduler', 'worker') THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION'
                        ' {{ns}}.process_heartbeat(text, text, text, text, bigint, text, double precision),'

@@ -8,7 +8,7 @@
 -- p_paused NULL keeps the current state (new consumers start unpaused). p_max_active_runs and
 -- p_max_events_per_run NULL mean no cap. Queued rows of assets the consumer no longer depends
 -- on are deleted; the others stay and are consumed by its next run.
--- Partitions (migration 0009_partitions). Maps partition key p_key of an event of asset
+-- Partitions. Maps partition key p_key of an event of asset
 -- p_asset_id to partitioned consumer p_dag_id's key under p_mapping, and gives the key as the
 -- mapping counts it (source_key):
 --   identity      the key itself;

@@ -1,6 +1,6 @@
 -- The assets present for key p_key of partitioned consumer p_dag_id among the rows given as
 -- parallel arrays (asset, upstream key): those with at least partition_required distinct
--- upstream keys (migration 0009_partitions).
+-- upstream keys.
 CREATE OR REPLACE FUNCTION {{ns}}.partition_present(
     p_dag_id  text,
     p_key     text,

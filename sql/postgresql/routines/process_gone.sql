@@ -1,4 +1,4 @@
--- Liveness (migration 0010_liveness). Deletes loop p_process_id's row: the loop stopped
+-- Liveness. Deletes loop p_process_id's row: the loop stopped
 -- cleanly. Idempotent (no row, nothing done).
 CREATE OR REPLACE FUNCTION {{ns}}.process_gone(p_process_id text) RETURNS void
 LANGUAGE plpgsql AS $$

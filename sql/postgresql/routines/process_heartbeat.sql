@@ -1,4 +1,4 @@
--- Liveness (migration 0010_liveness). Records that loop p_process_id is alive now (database
+-- Liveness. Records that loop p_process_id is alive now (database
 -- clock): inserts its row on the first call, then moves last_seen_at (started_at stays).
 -- One statement, so it is atomic on its own; the loops call it in a short transaction of its
 -- own, never inside a pass or a run. AQ002 for a bad kind or interval; the lengths are the

@@ -8,12 +8,12 @@
 -- per purge, not once per batch.
 --
 -- Never deletes a queued event: the NOT EXISTS below (the queue has no foreign key to
--- asset_event since 0013_queue_checks). An event's queue rows are written by the statement
+-- asset_event). An event's queue rows are written by the statement
 -- that inserts it and commit with it, so a snapshot that sees the event sees all of them
 -- that are left, and none is added later. Never waits for producers or schedulers: the window is a plain read; only
 -- events that pass the test are locked, SKIP LOCKED. Nobody else locks those: producers
--- insert new events, schedulers lock none (the link table has no foreign keys since
--- 0012_link_checks). Nor can a pass link one after the test: a pass links only the events of
+-- insert new events, schedulers lock none (the link table has no foreign
+-- keys). Nor can a pass link one after the test: a pass links only the events of
 -- queue rows it deletes, and the test's one snapshot saw no queue row of the event (a pass
 -- still open holds its deleted rows, which the snapshot still sees; a committed one wrote its
 -- links in the same commit, which the snapshot sees); queue rows are written only with their

@@ -3,8 +3,8 @@
 -- transaction of its own (assetq.purge does). A run locked by someone else is skipped, not
 -- waited for (SKIP LOCKED), and left for a later batch.
 --
--- The links are deleted by hand, in the same statement (no foreign keys on the link table
--- since 0012_link_checks): the runs locked once, their links, then the runs. Nobody adds a
+-- The links are deleted by hand, in the same statement (no foreign keys on the link
+-- table): the runs locked once, their links, then the runs. Nobody adds a
 -- link to a run it finds: links are written only in the pass that creates their run, in the
 -- same transaction, and the candidates are committed, finished runs.
 CREATE OR REPLACE FUNCTION {{ns}}.purge_runs(p_older_than timestamptz, p_batch_size integer)

@@ -52,21 +52,6 @@ BEGIN
 END
 $$;
 
--- Least privilege. Four kinds of access, granted to existing roles by grant_access:
---   producer   register_event and register_events: can register events, nothing else;
---   scheduler  schedule_pass, set_run_state and retry_run: can run scheduler passes, move
---              run states and retry failed runs, nothing else;
---   worker     claim_runs, heartbeat_run and complete_run (migration 0006_work_queue): can
---              claim runs, renew their leases and complete them with their output events,
---              nothing else;
---   reader     SELECT on every table and view of the namespace: can read, never write.
--- Schedulers and workers may also record that they are alive (process_heartbeat and
--- process_gone, migration 0010_liveness); producers and readers may not.
--- Every kind also gets USAGE on the schema and SELECT on the version table (assetq checks
--- the installed revision). No kind gets any other right on a table: producers and
--- schedulers act only through the routines below, which run with their owner's rights
--- (SECURITY DEFINER). Their search_path is pinned to pg_catalog then pg_temp, so a caller
--- cannot slip an object of its own in front of a built-in; every assetq object they use is
--- schema-qualified already.
+-- Runs with its owner's rights, its search_path pinned (grant_access.sql says why).
 ALTER FUNCTION {{ns}}.register_event(text, jsonb, text, text, text, integer, text)
     SECURITY DEFINER SET search_path = pg_catalog, pg_temp;

@@ -102,7 +102,7 @@ BEGIN
       INTO v_assets, v_extras, v_dag_ids, v_task_ids, v_run_ids, v_indexes, v_keys, v_aliases
       FROM jsonb_array_elements(p_events) WITH ORDINALITY AS i(item, ord);
 
-    -- Partition keys (migration 0009_partitions): a string of 1 to 250 characters, or none.
+    -- Partition keys: a string of 1 to 250 characters, or none.
     SELECT i.ord INTO v_bad
       FROM jsonb_array_elements(p_events) WITH ORDINALITY AS i(item, ord)
      WHERE jsonb_typeof(i.item -> 'partition_key') NOT IN ('string', 'null')
@@ -205,7 +205,7 @@ BEGIN
         ON CONFLICT DO NOTHING;
     END IF;
 
-    -- One row per item, each found by index (migration 0015_batch_lookups): an item without
+    -- One row per item, each found by index: an item without
     -- an idempotency key is the row this call inserted (nothing can conflict with it: its id,
     -- asset and timestamp are the call's own), an item with one is looked up by its key,
     -- whichever call inserted it. LIMIT 1 (the key is unique) keeps the lookup a subquery

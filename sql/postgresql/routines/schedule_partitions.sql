@@ -1,4 +1,4 @@
--- The part of a scheduler pass for one partitioned consumer (migration 0009_partitions),
+-- The part of a scheduler pass for one partitioned consumer,
 -- called by schedule_pass with the consumer's row locked: its condition is evaluated per
 -- partition key, and a run is created for each key whose queued events satisfy it.
 --

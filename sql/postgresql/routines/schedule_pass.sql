@@ -7,7 +7,7 @@
 -- key. Returns the runs created. Run it at READ COMMITTED in a transaction of its own; AQ900
 -- (claim guard) means the pass was rolled back and is safe to retry.
 --
--- Runs per pass (migration 0011_runs_per_pass): an uncapped consumer gets one run (its whole
+-- Runs per pass: an uncapped consumer gets one run (its whole
 -- queue). A capped one gets runs one after another, each claimed as below from what the
 -- previous one left, while a claim satisfies the condition and takes part of the queue only,
 -- up to its share of the pass, p_limit / (the consumers the pass took), at least 1, and with
@@ -23,7 +23,7 @@
 -- other rows, N in all. A declaration whose cap is below the condition's size (assetq's
 -- Python refuses those) can get a run of more than N rows rather than none. A capped claim
 -- reads the N + 1 oldest rows and, for the witnesses, each member asset's oldest row, all by
--- index (migration 0007_capped_claim): its cost does not grow with the backlog.
+-- index: its cost does not grow with the backlog.
 CREATE OR REPLACE FUNCTION {{ns}}.schedule_pass(p_limit integer DEFAULT 100)
 RETURNS TABLE (
     dag_run_id          bigint,
@@ -81,7 +81,7 @@ BEGIN
     -- now are skipped, not waited for.
     -- = ANY (ARRAY(...)), not IN (...): as a join, planning the statement probed the ends of
     -- dag_run's id index (the planner's estimate of a merge join), reads of the run history
-    -- that varied with its visibility map (migration 0008_claim_plans).
+    -- that varied with its visibility map.
     UPDATE {{ns}}.dag_run r
        SET state = 'failed', ended_at = clock_timestamp(), updated_at = clock_timestamp(),
            not_before = NULL, lease_until = NULL,
@@ -110,8 +110,8 @@ BEGIN
            -- A probe of each consumer's queue by key. OFFSET 0 keeps the planner from
            -- turning it into a join, which read the whole queue (a hash of every queued
            -- row) on every pass: a pass must not cost the backlog (issue 16). A partitioned
-           -- consumer has work only when a row arrived that no pass has examined yet
-           -- (migration 0009_partitions): its keys waiting for other assets cost nothing.
+           -- consumer has work only when a row arrived that no pass has examined
+           -- yet: its keys waiting for other assets cost nothing.
            AND CASE WHEN d.partitioning IS NULL
                     THEN EXISTS (SELECT 1 FROM {{ns}}.asset_dag_run_queue q
                                   WHERE q.target_dag_id = d.dag_id OFFSET 0)
@@ -358,7 +358,7 @@ BEGIN
             RETURN NEXT;
 
             -- Another run for this consumer while the claim left rows behind (it read N + 1)
-            -- and the consumer has room in this pass (runs per pass, 0011_runs_per_pass).
+            -- and the consumer has room in this pass (runs per pass).
             v_made := v_made + 1;
             EXIT runs WHEN v_cap IS NULL OR v_n <= v_cap OR v_made >= v_room;
             -- Where the next claim reads from: the oldest row read and not claimed (the N + 1st

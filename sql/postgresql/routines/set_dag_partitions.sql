@@ -1,4 +1,4 @@
--- Sets the partitioning of consumer p_dag_id (migration 0009_partitions); the Python layer
+-- Sets the partitioning of consumer p_dag_id; the Python layer
 -- calls it right after declare_dag, in the same transaction. p_partitions is NULL for an
 -- unpartitioned consumer, or {"assets": [{"asset": name or uri, "mapping": "identity" |
 -- "hour_to_day" | "day_to_week" | "day_to_month" | "static", "require": "all" | "any",
