@@ -19,13 +19,8 @@ $$
 CREATE PROCEDURE {{ns}}.delete_dag(IN p_dag_id TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
 MODIFIES SQL DATA
 BEGIN
-    DECLARE v_found   BIGINT;
-    DECLARE v_message VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-    SELECT COUNT(*) INTO v_found FROM {{ns}}.dag_lock l WHERE l.dag_id = p_dag_id FOR UPDATE;
-    IF v_found = 0 THEN
-        SET v_message = LEFT(CONCAT('[AQ003] unknown dag ', COALESCE(QUOTE(LEFT(p_dag_id, 64)), 'NULL')), 128);
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
-    END IF;
+    DECLARE v_found BIGINT;
+    CALL {{ns}}.lock_dag(p_dag_id);  -- its lock row, or AQ003
     -- By the dag_id index: on a small table the optimizer would rather scan the primary key,
     -- locking the references of every consumer. MySQL 8 / MariaDB: MySQL takes no index hint
     -- in a single-table DELETE; the multiple-table form takes one on both.

@@ -27,11 +27,7 @@ BEGIN
     DECLARE v_asset_id  BIGINT;
     DECLARE v_message   VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
 
-    SELECT COUNT(*) INTO v_exists FROM {{ns}}.dag_lock l WHERE l.dag_id = p_dag_id FOR UPDATE;
-    IF v_exists = 0 THEN
-        SET v_message = LEFT(CONCAT('[AQ003] unknown dag ', COALESCE(QUOTE(LEFT(p_dag_id, 60)), 'NULL')), 128);
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
-    END IF;
+    CALL {{ns}}.lock_dag(p_dag_id);  -- its lock row, or AQ003
     SELECT d.`condition`, d.partitioning, d.max_events_per_run INTO v_condition, v_old, v_cap
       FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id;
 
