@@ -226,9 +226,22 @@ BEGIN
 
     -- A new consumer's row first: the rows below refer to it. Nobody queues for it yet.
     IF v_exists = 0 THEN
-        CALL {{ns}}.write_dag(p_dag_id, p_condition, p_paused, p_max_active_runs,
-                              p_max_events_per_run, p_queue_while_paused, p_max_attempts,
-                              p_retry_delay_seconds, p_max_retry_delay_seconds);
+        INSERT INTO {{ns}}.dag (dag_id, `condition`, is_paused, max_active_runs,
+                                max_events_per_run, queue_while_paused, max_attempts,
+                                retry_delay_seconds, max_retry_delay_seconds)
+        VALUES (p_dag_id, p_condition, COALESCE(p_paused, FALSE), p_max_active_runs,
+                p_max_events_per_run, COALESCE(p_queue_while_paused, FALSE),
+                COALESCE(p_max_attempts, 1), COALESCE(p_retry_delay_seconds, 0),
+                p_max_retry_delay_seconds)
+        ON DUPLICATE KEY UPDATE `condition` = p_condition,
+                                is_paused = COALESCE(p_paused, is_paused),
+                                max_active_runs = p_max_active_runs,
+                                max_events_per_run = p_max_events_per_run,
+                                queue_while_paused = COALESCE(p_queue_while_paused, FALSE),
+                                max_attempts = COALESCE(p_max_attempts, 1),
+                                retry_delay_seconds = COALESCE(p_retry_delay_seconds, 0),
+                                max_retry_delay_seconds = p_max_retry_delay_seconds,
+                                updated_at = UTC_TIMESTAMP(6);
     END IF;
 
     -- One keyed statement per changed row, in the order a producer's fan-out reads them:
@@ -273,9 +286,17 @@ BEGIN
     -- An existing consumer's row last: it waits for the producers in flight for it, which
     -- by now wait for nothing this declaration holds.
     IF v_exists > 0 THEN
-        CALL {{ns}}.write_dag(p_dag_id, p_condition, p_paused, p_max_active_runs,
-                              p_max_events_per_run, p_queue_while_paused, p_max_attempts,
-                              p_retry_delay_seconds, p_max_retry_delay_seconds);
+        UPDATE {{ns}}.dag
+           SET `condition` = p_condition,
+               is_paused = COALESCE(p_paused, is_paused),
+               max_active_runs = p_max_active_runs,
+               max_events_per_run = p_max_events_per_run,
+               queue_while_paused = COALESCE(p_queue_while_paused, FALSE),
+               max_attempts = COALESCE(p_max_attempts, 1),
+               retry_delay_seconds = COALESCE(p_retry_delay_seconds, 0),
+               max_retry_delay_seconds = p_max_retry_delay_seconds,
+               updated_at = UTC_TIMESTAMP(6)
+         WHERE dag_id = p_dag_id;
         DELETE FROM {{ns}}.dag_condition_clause WHERE dag_id = p_dag_id;
     END IF;
     INSERT INTO {{ns}}.dag_condition_clause (dag_id, clause_no, asset_id)
