@@ -8,6 +8,7 @@ be re-installed: install, upgrade and status say so in one line. On each engine,
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from pathlib import Path
@@ -176,3 +177,17 @@ def test_status_of_a_development_schema_says_reinstall_it(
     assert code == cli.EXIT_ERROR and err == "", err
     assert out.count("\n") == 1 and "schema 0015_batch_lookups (" in out, out
     _says_reinstall(out)
+
+
+def test_status_json_of_a_development_schema_is_json_with_the_advice(
+    db: TestDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A script reading ``status --json`` gets JSON whatever the schema: below this package's
+    head, the revision, the head and the advice (and exit 1), nothing else."""
+    _development(db)
+    code, out, err = _cli(db, capsys, "status", "--json")
+    assert code == cli.EXIT_ERROR and err == "", err
+    data = json.loads(out)
+    assert data["revision"] == "0015_batch_lookups" and data["head"] == assetq.head_revision()
+    assert "development schema 0015_batch_lookups" in data["problem"]
+    _says_reinstall(f"development schema 0015_batch_lookups {data['fix']}")

@@ -921,10 +921,15 @@ def cmd_status(args: argparse.Namespace) -> int:
             if advice is not None and advice.error is SchemaTooOld:
                 # Below this package's head the routines and the view are not there yet
                 # (they come with the schema reaching head): the advice is all there is.
-                print(
-                    f"assetq namespace {namespace!r} of {_shown(url)}: schema {revision}"
-                    f" ({advice.problem}: {advice.fix})"
-                )
+                if args.json:
+                    problem = {"problem": advice.problem, "fix": advice.fix}
+                    shown = {"namespace": namespace, "revision": revision, **problem}
+                    print(json.dumps({**shown, "head": migrate.head_revision()}, indent=2))
+                else:
+                    print(
+                        f"assetq namespace {namespace!r} of {_shown(url)}: schema {revision}"
+                        f" ({advice.problem}: {advice.fix})"
+                    )
                 return EXIT_ERROR
             consumers = ops.status(conn, namespace=namespace)
             alive = (
