@@ -1144,9 +1144,8 @@ def _objects(conn: Connection, dialect: Dialect, namespace: str) -> set[tuple[st
     return {(str(r.kind), str(r.name)) for r in rows}
 
 
-@functools.cache
 def _lifecycle_queries(engine: str) -> dict[str, str]:
-    return sqlfiles.parse_queries(sqlfiles.read(engine, "lifecycle.sql"))
+    return sqlfiles.named(engine, "lifecycle.sql")
 
 
 def _lifecycle_sql(dialect: Dialect, name: str, namespace: str) -> str:
@@ -1243,9 +1242,8 @@ _MARKER = re.compile(r"works with packages from schema (\w+)")
 _MARKED_REVISION = re.compile(r"assetq schema (\w+)")
 
 
-@functools.cache
 def _upgrade_queries(engine: str) -> dict[str, str]:
-    return sqlfiles.parse_queries(sqlfiles.read(engine, "upgrades.sql"))
+    return sqlfiles.named(engine, "upgrades.sql")
 
 
 def _upgrade_sql(dialect: Dialect, name: str, namespace: str, marker: str = "") -> str:

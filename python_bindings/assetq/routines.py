@@ -122,10 +122,8 @@ class Definition:
 
 
 def _sql(dialect: Dialect, name: str, namespace: str) -> str:
-    return sqlfiles.render(
-        sqlfiles.parse_queries(sqlfiles.read(dialect.name, "upgrades.sql"))[name],
-        dialect.quote_ns(namespace),
-    )
+    sql = sqlfiles.named(dialect.name, "upgrades.sql")[name]
+    return sqlfiles.render(sql, dialect.quote_ns(namespace))
 
 
 def definitions(conn: Connection, namespace: str) -> dict[tuple[str, str], Definition]:
@@ -404,7 +402,7 @@ def _quoted(name: str) -> str:
 def _named(dialect: Dialect, query: str, namespace: str, **parts: str) -> str:
     """Query ``query`` of upgrades.sql with ``{{part}}`` placeholders filled in (names quoted
     here), rendered after: ``{{ns}}.`name``` then carries a table prefix (MySQL)."""
-    sql = sqlfiles.parse_queries(sqlfiles.read(dialect.name, "upgrades.sql"))[query]
+    sql = sqlfiles.named(dialect.name, "upgrades.sql")[query]
     for key, value in parts.items():
         sql = sql.replace("{{" + key + "}}", value)
     return sqlfiles.render(sql, dialect.quote_ns(namespace))

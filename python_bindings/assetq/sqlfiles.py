@@ -171,9 +171,15 @@ def parse_queries(text: str) -> dict[str, str]:
 
 
 @functools.cache
+def named(engine: str, relpath: str) -> dict[str, str]:
+    """The named queries of ``sql/<engine>/<relpath>`` (queries.sql, upgrades.sql,
+    lifecycle.sql), parsed once, with ``{{ns}}`` still in them."""
+    return parse_queries(read(engine, relpath))
+
+
 def queries(engine: str) -> dict[str, str]:
     """The named queries of an engine, with ``{{ns}}`` still in them."""
-    return parse_queries(read(engine, "queries.sql"))
+    return named(engine, "queries.sql")
 
 
 def split_quoted(quoted_namespace: str) -> tuple[str, str]:
