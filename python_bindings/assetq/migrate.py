@@ -827,22 +827,25 @@ def _check_conflicts(
 _UPGRADING = re.compile(r"; upgrading to (\w+)")
 
 
-def _marked_revision(conn: Connection, dialect: Dialect, namespace: str) -> str | None:
-    """The revision the version table's marker names (None: no version table, or no marker),
-    read from the catalog only."""
+def _marker(conn: Connection, dialect: Dialect, namespace: str) -> str:
+    """The version table's marker (compat_marker), read from the catalog only; empty when
+    there is no version table or no marker."""
     row = conn.execute(
         text(_upgrade_sql(dialect, "read_compat_marker", namespace)), {"namespace": namespace}
     ).first()
-    found = _MARKED_REVISION.match(str(row.marker or "")) if row is not None else None
+    return str(row.marker or "") if row is not None else ""
+
+
+def _marked_revision(conn: Connection, dialect: Dialect, namespace: str) -> str | None:
+    """The revision the version table's marker names (None: no version table, or no
+    marker)."""
+    found = _MARKED_REVISION.match(_marker(conn, dialect, namespace))
     return found.group(1) if found else None
 
 
 def _upgrading_to(conn: Connection, dialect: Dialect, namespace: str) -> str | None:
     """The target of an upgrade that started and has not finished (see _check_conflicts)."""
-    row = conn.execute(
-        text(_upgrade_sql(dialect, "read_compat_marker", namespace)), {"namespace": namespace}
-    ).first()
-    found = _UPGRADING.search(str(row.marker or "")) if row is not None else None
+    found = _UPGRADING.search(_marker(conn, dialect, namespace))
     return found.group(1) if found else None
 
 
@@ -1266,11 +1269,7 @@ def _write_marker(conn: Connection, dialect: Dialect, namespace: str, revision: 
 def read_marker(conn: Connection, namespace: str) -> str | None:
     """The oldest package revision the schema in ``namespace`` says works against it (None
     when the schema carries no marker: written before assetq wrote them)."""
-    dialect = dialect_for(conn)
-    row = conn.execute(
-        text(_upgrade_sql(dialect, "read_compat_marker", namespace)), {"namespace": namespace}
-    ).first()
-    found = _MARKER.search(str(row.marker or "")) if row is not None else None
+    found = _MARKER.search(_marker(conn, dialect_for(conn), namespace))
     return found.group(1) if found else None
 
 
