@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 import assetq
-from assetq import cli, routines, sqlfiles
+from assetq import cli, migrate, routines, sqlfiles
 from assetq.dialects import MYSQL, Dialect
 from dbs import MYSQL_APP_DATABASE, TestDatabase
 
@@ -165,6 +165,11 @@ def test_a_newer_packages_routine_never_replaces_an_applications_procedure(
     before = _state(empty_db)
     with pytest.raises(assetq.InstallRefused) as refused:
         assetq.install(empty_db.engine, namespace=NS)
+    assert refused.value.code == "AQ122" and refused.value.conflicts == ("routine retry_run",)
+    assert _state(empty_db) == before
+    # Nor does a repair, which re-creates through the same path.
+    with pytest.raises(assetq.InstallRefused) as refused:
+        migrate.repair(empty_db.engine, NS)
     assert refused.value.code == "AQ122" and refused.value.conflicts == ("routine retry_run",)
     assert _state(empty_db) == before
 

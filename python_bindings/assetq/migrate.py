@@ -1075,8 +1075,7 @@ def migrate_connection(
                 else:
                     command.downgrade(cfg, target)
             if target == head_revision():
-                _sync_routines(conn, dialect, namespace, target)
-                routines.regrant(conn, namespace)  # readers: the steps' new tables
+                _sync_routines(conn, dialect, namespace, target, steps_ran=True)
         installed = current_revision(conn, namespace=namespace)
         if installed is not None and current is not None:  # a fresh install wrote it
             _write_marker(conn, dialect, namespace, installed)
@@ -1111,8 +1110,13 @@ def _fresh_install(
         raise
 
 
-def _sync_routines(conn: Connection, dialect: Dialect, namespace: str, target: str) -> None:
-    """Re-create what differs from the routine files (a namespace at this package's head).
+def _sync_routines(
+    conn: Connection, dialect: Dialect, namespace: str, target: str, *, steps_ran: bool = False
+) -> list[routines.Difference]:
+    """Re-create what differs from the routine files (a namespace at this package's head);
+    returns what was re-created. The roles holding a kind of access are given it again
+    (routines.regrant) when a routine was missing (a newer package's new one, one dropped by
+    hand) or table steps ran (``steps_ran``: a reader's SELECT on their new tables), once.
 
     MySQL: an object of the namespace with a file's name that routine_catalogue does not
     record is not assetq's (an application's procedure next to assetq's tables in its own
@@ -1120,8 +1124,7 @@ def _sync_routines(conn: Connection, dialect: Dialect, namespace: str, target: s
     again, so binary logging that would refuse the CREATE (1419) is refused first, before
     anything is dropped."""
     if dialect is not MYSQL:
-        routines.sync(conn, namespace)
-        return
+        return _synced(conn, namespace, steps_ran=steps_ran)
     found = routines.differences(conn, namespace)
     foreign = sorted(d.label for d in found if d.reason == "changed" and d.recorded_by is None)
     if foreign:
@@ -1139,7 +1142,14 @@ def _sync_routines(conn: Connection, dialect: Dialect, namespace: str, target: s
         )
     if any(d.file.kind == "trigger" and d.reason not in ("newer", "unreadable") for d in found):
         _check_binary_log(conn, dialect, namespace, target)
-    routines.sync(conn, namespace)
+    return _synced(conn, namespace, steps_ran=steps_ran)
+
+
+def _synced(conn: Connection, namespace: str, *, steps_ran: bool) -> list[routines.Difference]:
+    done = routines.sync(conn, namespace)
+    if steps_ran or any(d.reason == "missing" for d in done):
+        routines.regrant(conn, namespace)
+    return done
 
 
 def _objects(conn: Connection, dialect: Dialect, namespace: str) -> set[tuple[str, str]]:
@@ -1559,8 +1569,10 @@ def repair(bind: Engine | Connection, namespace: str = DEFAULT_NAMESPACE) -> lis
     (an account that may not read mysql.procs_priv is refused, AQ124, before anything
     changes); a trigger is dropped and created again with its table locked for writing (an
     INSERT meanwhile waits, then fires the new trigger); a view is replaced. The repairing
-    account becomes their definer, as with a fresh install by it. A repair that stopped
-    half-way is finished by running it again. A schema below this package's head is
+    account becomes their definer, as with a fresh install by it. On MySQL an object with
+    a file's name that routine_catalogue does not record is the application's: refused
+    (AQ122), as by install, never replaced. A repair that stopped half-way is finished by
+    running it again. A schema below this package's head is
     upgraded instead (``assetq upgrade``), which re-creates them too."""
     namespace = check_namespace(namespace)
     with _transaction(bind) as conn:
@@ -1582,9 +1594,7 @@ def repair(bind: Engine | Connection, namespace: str = DEFAULT_NAMESPACE) -> lis
             _locked(conn, dialect, namespace),
             _lock_timeout(conn, dialect, namespace, DEFAULT_LOCK_TIMEOUT),
         ):
-            if dialect is MYSQL:
-                _check_binary_log(conn, dialect, namespace, revision)
-            done = [d.label for d in routines.sync(conn, namespace)]
+            done = [d.label for d in _sync_routines(conn, dialect, namespace, revision)]
             if dialect is MYSQL:  # grants an interrupted sync kept, even with nothing to do
                 routines.restore_grants(conn, dialect, namespace)
     return done

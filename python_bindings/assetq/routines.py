@@ -16,12 +16,15 @@ only what differs:
   older package that runs ``assetq install`` during a rolling deploy leaves the newer body.
 
 PostgreSQL re-creates in place (CREATE OR REPLACE), in the caller's transaction: grants,
-ownership and settings (the ALTER FUNCTION after each CREATE in its file) stay. MySQL/MariaDB
-has no CREATE OR REPLACE PROCEDURE or TRIGGER: a routine is dropped and created again with its
-grants saved in the namespace first and given back after (a call in between gets 1305,
-RoutineUnavailable, which the API retries); a trigger is dropped and created again with its
-table locked for writing, so no row is inserted without it (an INSERT meanwhile waits, then
-fires the new trigger); every object is created under a strict sql_mode.
+ownership and settings (the ALTER FUNCTION after each CREATE in its file) stay. MariaDB
+replaces routines and triggers with CREATE OR REPLACE too (:func:`replaces_atomically`).
+MySQL has neither: a routine is dropped and created again with its grants saved in the
+namespace first and given back after (a call in between gets 1305, RoutineUnavailable, which
+the API retries); a trigger is dropped and created again with its table locked for writing,
+so no row is inserted without it (an INSERT meanwhile waits, then fires the new trigger).
+Every MySQL/MariaDB object is created under a strict sql_mode. Giving a routine that was
+missing to the roles of its kind (:func:`regrant`) is the caller's: assetq.migrate does it
+once per install, upgrade or repair.
 """
 
 from __future__ import annotations
@@ -244,8 +247,6 @@ def sync(conn: Connection, namespace: str) -> list[Difference]:
             made = None  # never compared, rather than always "altered"
         conn.execute(record, _row(d.file, d.file.checksum, None if made is None else made))
         log.info("assetq: %s %s in namespace %s (%s)", "created", d.label, namespace, d.reason)
-    if any(d.reason == "missing" for d in todo) and present:
-        regrant(conn, namespace)
     return todo
 
 
