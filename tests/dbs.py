@@ -669,14 +669,18 @@ class PostgresBackend(Backend):
         engine = sa.create_engine(db.url, poolclass=sa.NullPool)
         try:
             with engine.connect() as conn:
-                others = conn.execute(
+                # A session the test left may hold locks or state; emptying the planner's
+                # statistics (empty_assetq_tables) needs a superuser.
+                others, superuser = conn.execute(
                     sa.text(
-                        "SELECT count(*) FROM pg_stat_activity"
-                        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                        " OR NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)"
+                        "SELECT (SELECT count(*) FROM pg_stat_activity"
+                        "         WHERE datname = current_database() AND pid <> pg_backend_pid()),"
+                        "       (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)"
                     )
-                ).scalar_one()
-                if others or self._clean is None or fingerprint(conn, "postgresql") != self._clean:
+                ).one()
+                if others or not superuser or self._clean is None:
+                    return False
+                if fingerprint(conn, "postgresql") != self._clean:
                     return False
                 empty_assetq_tables(conn, "postgresql")
             return True

@@ -664,9 +664,7 @@ def _script_changes(engine: str, relpath: str) -> tuple[tuple[bool, _Object], ..
         return ()
     changes: list[tuple[bool, _Object]] = []
     for statement in sqlfiles.split_script(script):
-        body = "\n".join(
-            line for line in statement.splitlines() if not line.lstrip().startswith("--")
-        ).lstrip()
+        body = sqlfiles.without_comments(statement).lstrip()
         created = _CREATES.match(body)
         if created:
             changes.append((True, (_KIND_GROUP[created.group(1).lower()], created.group(2))))

@@ -659,7 +659,7 @@ def expected_objects(engine_name: str) -> set[tuple[str, str]]:
     from the packaged files (helpers named ``_assetq_*`` live only during a script)."""
     found: set[tuple[str, str]] = set()
     for text in sqlfiles.schema_texts(engine_name):
-        code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+        code = sqlfiles.without_comments(text)
         found.update(
             (_KIND[kind], name)
             for kind, name in _CREATE.findall(code)

@@ -102,7 +102,7 @@ def object_files(engine: str) -> tuple[ObjectFile, ...]:
             text = entry.read_text("utf-8")
             table = None
             if kind == "trigger":
-                match = _TRIGGER_TABLE.search(_code(text))
+                match = _TRIGGER_TABLE.search(without_comments(text))
                 table = match.group(1) if match else None
             found.append(
                 ObjectFile(
@@ -116,8 +116,8 @@ def object_files(engine: str) -> tuple[ObjectFile, ...]:
     return tuple(found)
 
 
-def _code(text: str) -> str:
-    """``text`` without its comment lines."""
+def without_comments(text: str) -> str:
+    """``text`` without its comment lines (those starting with ``--``)."""
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
 
 
