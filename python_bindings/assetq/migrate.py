@@ -1123,7 +1123,8 @@ def _sync_routines(
     anything is dropped."""
     if dialect is not MYSQL:
         return _synced(conn, namespace, steps_ran=steps_ran)
-    found = routines.differences(conn, namespace)
+    present = routines.definitions(conn, namespace)
+    found = routines.differences(conn, namespace, present=present)
     foreign = sorted(d.label for d in found if d.reason == "changed" and d.recorded_by is None)
     if foreign:
         prefix = split_namespace(namespace)[1]
@@ -1140,11 +1141,17 @@ def _sync_routines(
         )
     if any(d.file.kind == "trigger" and d.reason not in ("newer", "unreadable") for d in found):
         _check_binary_log(conn, dialect, namespace, target)
-    return _synced(conn, namespace, steps_ran=steps_ran)
+    return _synced(conn, namespace, steps_ran=steps_ran, present=present)
 
 
-def _synced(conn: Connection, namespace: str, *, steps_ran: bool) -> list[routines.Difference]:
-    done = routines.sync(conn, namespace)
+def _synced(
+    conn: Connection,
+    namespace: str,
+    *,
+    steps_ran: bool,
+    present: dict[tuple[str, str], routines.Definition] | None = None,
+) -> list[routines.Difference]:
+    done = routines.sync(conn, namespace, present=present)
     if steps_ran or any(d.reason == "missing" for d in done):
         routines.regrant(conn, namespace)
     return done

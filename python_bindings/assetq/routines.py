@@ -204,13 +204,17 @@ def differences(
     return found
 
 
-def sync(conn: Connection, namespace: str) -> list[Difference]:
+def sync(
+    conn: Connection, namespace: str, *, present: dict[tuple[str, str], Definition] | None = None
+) -> list[Difference]:
     """Re-create every routine, trigger and view of ``namespace`` that differs from its file
     (see the module's doc) and record it in routine_catalogue. Returns what was re-created.
     On ``conn``'s transaction (PostgreSQL: all of it commits or none; MySQL: DDL commits
-    statement by statement, and a sync that stopped half-way is finished by the next)."""
+    statement by statement, and a sync that stopped half-way is finished by the next).
+    ``present``: the namespace's definitions when the caller has just read them."""
     dialect = dialect_for(conn)
-    present = definitions(conn, namespace)
+    if present is None:
+        present = definitions(conn, namespace)
     record = text(_sql(dialect, "catalogue_record", namespace))
     _complete_records(conn, namespace, present)
     todo = []
