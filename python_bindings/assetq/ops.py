@@ -139,7 +139,7 @@ def status(conn: Handle, *, namespace: str = DEFAULT_NAMESPACE) -> list[DagStatu
 
 @dataclass(frozen=True)
 class ProcessStatus:
-    """One scheduler or worker loop of the liveness table . Times are
+    """One scheduler or worker loop of the liveness table. Times are
     UTC, ages by the database's clock. Field names are the columns' and the JSON keys of
     ``assetq status --json``."""
 
