@@ -16,7 +16,7 @@ from assetq import cli, migrate
 from dbs import Backend, TestDatabase
 from schema_snapshot import snapshot
 
-PINNED = "0001_baseline"
+PINNED = "0002_run_operations"
 LATER = "t0003_event_note_index"
 
 
@@ -79,7 +79,7 @@ def test_the_printed_upgrade_moves_an_older_install_to_the_target(
         assetq.install(empty_db.engine, revision=PINNED)
     assert assetq_revision(empty_db) == PINNED
     url = empty_db.url.render_as_string(hide_password=False)  # the engine comes from the URL
-    run_with_client(empty_db, printed_sql(capsys, "--url", url, "--from", "0001", "--to", LATER))
+    run_with_client(empty_db, printed_sql(capsys, "--url", url, "--from", PINNED, "--to", LATER))
     assetq.install(second_empty_db.engine, revision=LATER)
     assert assetq_revision(empty_db) == LATER
     assert_same_schema(empty_db, second_empty_db)

@@ -1,12 +1,12 @@
 """assetq as revisions of a host application's own alembic history (issue 13, item 1).
 
 tests/hostapp is an application's alembic project: its own tables, a revision that installs
-assetq pinned at the baseline (0001_baseline), a revision of its own, a revision that
+assetq pinned at this package's head (0002_run_operations), a revision of its own, a revision that
 upgrades assetq to a later table step and then indexes its own table. That later step is a
 test-only revision (tests/revisions), standing for a newer assetq package: the tests run
 "the newer package" by giving the host's env.py that folder (HOSTAPP_ASSETQ_REVISIONS) and,
-in this process, the ``test_revisions`` fixture; "the package that installed the baseline"
-without either (its head is the baseline). The tests drive the project with the ``alembic``
+in this process, the ``test_revisions`` fixture; "the package that installed the pinned revision"
+without either (its head is the pinned revision). The tests drive the project with the ``alembic``
 command as the application's developers would (a subprocess: alembic's exit status is part
 of what is proven), online and offline (``--sql``, the output run with psql / the mysql
 client), on both engines.
@@ -33,10 +33,10 @@ HOSTAPP = Path(__file__).parent / "hostapp"
 #: The test-only revisions after the baseline (the conftest's ``test_revisions`` fixture
 #: gives this process the same folder).
 NEWER_REVISIONS = Path(__file__).parent / "revisions"
-PINNED = "0001_baseline"
+PINNED = "0002_run_operations"
 UPGRADED = "t0003_event_note_index"
 HOST_HEAD = "h0004_assetq_event_note"
-#: The last host revision the package that installed the baseline can run (the next one
+#: The last host revision the package that installed the pinned revision can run (the next one
 #: names a revision only the newer package knows).
 OLD_PACKAGE_HOST_HEAD = "h0003_orders"
 NAMESPACE = "assetq"
@@ -59,7 +59,7 @@ def alembic(
     **env: str,
 ) -> subprocess.CompletedProcess[str]:
     """``alembic -c <project>/alembic.ini ARGS`` against ``db``, as a developer runs it;
-    with the newer package (whose head is after the baseline: tests/revisions added) unless
+    with the newer package (whose head is after the pinned revision: tests/revisions added) unless
     ``newer_package`` is False."""
     environment = {
         **os.environ,
@@ -163,7 +163,7 @@ def test_a_host_history_installs_assetq_pinned_then_upgrades_it_between_its_own_
 def test_the_package_that_installed_the_baseline_builds_its_own_fresh_install(
     empty_db: TestDatabase, second_empty_db: TestDatabase
 ) -> None:
-    """The pinned step at that package's head: the baseline's tables and that package's
+    """The pinned step at that package's head: the pinned revision's tables and that package's
     routines, triggers and views, as `assetq install` builds them."""
     alembic(empty_db, "upgrade", OLD_PACKAGE_HOST_HEAD, newer_package=False)
     assert assetq_revision(empty_db) == PINNED == assetq.head_revision()
@@ -174,7 +174,7 @@ def test_the_package_that_installed_the_baseline_builds_its_own_fresh_install(
 def test_replaying_the_history_with_a_newer_package_ends_where_its_fresh_install_does(
     empty_db: TestDatabase, second_empty_db: TestDatabase, test_revisions: tuple[str, ...]
 ) -> None:
-    """The host history run up to h0003 by the package that installed the baseline, then the
+    """The host history run up to h0003 by the package that installed the pinned revision, then the
     rest by the newer package: the pinned steps, never edited, end at the newer package's
     fresh install."""
     db = empty_db
@@ -189,7 +189,7 @@ def test_replaying_the_history_with_a_newer_package_ends_where_its_fresh_install
 def test_the_pinned_revision_is_installed_whatever_this_package_head_is(
     empty_db: TestDatabase, second_empty_db: TestDatabase, test_revisions: tuple[str, ...]
 ) -> None:
-    """The newer package runs the pinned step: the baseline's tables, not its head's. No
+    """The newer package runs the pinned step: the pinned revision's tables, not its head's. No
     routine, trigger or view yet: they are made from the package's files when the schema
     reaches the package's head, as for an install pinned there."""
     alembic(empty_db, "upgrade", "h0002_assetq")
@@ -240,7 +240,7 @@ def test_a_newer_package_brings_its_routine_bodies_at_deploy_without_a_host_revi
 def test_alembic_downgrade_steps_assetq_back_with_the_host_history(
     empty_db: TestDatabase,
 ) -> None:
-    """Up to h0003 by the package that installed the baseline, to head by the newer one,
+    """Up to h0003 by the package that installed the pinned revision, to head by the newer one,
     then back. Routines are never downgraded: the downgrade keeps the newer package's bodies,
     here the same as the older one's (the test-only steps change tables only)."""
     db = empty_db
@@ -256,13 +256,13 @@ def test_alembic_downgrade_steps_assetq_back_with_the_host_history(
     assert host_tables(db) == set()
 
 
-@pytest.mark.parametrize("newer_package", [True, False], ids=["newer", "baseline_package"])
+@pytest.mark.parametrize("newer_package", [True, False], ids=["newer", "pinned_package"])
 @pytest.mark.parametrize("start", ["base", "h0001_accounts"])
 def test_alembic_upgrade_sql_emits_what_a_dba_runs_to_get_the_same_schema(
     empty_db: TestDatabase, second_empty_db: TestDatabase, start: str, newer_package: bool
 ) -> None:
     """From the host's base, and from the revision before the install step, which needs no
-    from_revision: an upgrade to the baseline starts from nothing installed, and the later
+    from_revision: an upgrade to the pinned revision starts from nothing installed, and the later
     assetq step takes what it wrote."""
     end = "head" if newer_package else OLD_PACKAGE_HOST_HEAD
     if start != "base":

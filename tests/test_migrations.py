@@ -186,7 +186,7 @@ def test_an_install_at_head_rewrites_a_marker_that_names_another_revision(
             migrate.check_schema(conn, db.namespace)
     assetq.install(db.engine)
     with db.engine.connect() as conn:
-        assert migrate.read_marker(conn, db.namespace) == migrate.head_revision()
+        assert migrate.read_marker(conn, db.namespace) == migrate.oldest_client(migrate.head_revision())
         migrate.check_schema(conn, db.namespace)
 
 
@@ -195,11 +195,20 @@ def _as_development_install(db: TestDatabase, revision: str) -> None:
     tables (those of 0015_batch_lookups, which the baseline is), no routine catalogue, its
     version table and marker naming the development revision."""
     table = f"{db.dialect.quote_ns(db.namespace)}.{migrate.VERSION_TABLE}"
+    with db.engine.begin() as conn:  # the data the test wrote goes down with the schema
+        if migrate.current_revision(conn, namespace=db.namespace) != "0001_baseline":
+            migrate.migrate_connection(conn, db.namespace, "0001_baseline", direction="down")
     db.execute("DROP TABLE {ns}.routine_catalogue")
     db.execute(f"UPDATE {table} SET version_num = '{revision}'")
     marker = f"assetq schema {revision}; works with packages from schema 0006_work_queue"
     db.execute(migrate._upgrade_sql(db.dialect, "write_compat_marker", db.namespace, marker))
     migrate.forget_checks()
+
+
+def _unordered(schema: dict) -> dict:
+    """``schema`` without its columns' positions: stepped down to the baseline and up again,
+    a PostgreSQL table keeps the positions of the columns dropped on the way down."""
+    return {**schema, "columns": sorted(c[:2] + c[3:] for c in schema["columns"])}
 
 
 def test_a_development_install_at_0015_is_adopted_with_its_data(db: TestDatabase) -> None:
@@ -219,7 +228,7 @@ def test_a_development_install_at_0015_is_adopted_with_its_data(db: TestDatabase
     assert cli.main(["--url", url, "--namespace", db.namespace, "upgrade"]) == cli.EXIT_ERROR
     done = cli.main(["--url", url, "--namespace", db.namespace, "upgrade", "--adopt-development"])
     assert done == cli.EXIT_OK
-    assert snapshot(db) == fresh
+    assert _unordered(snapshot(db)) == _unordered(fresh)
     with db.engine.connect() as conn:
         assert routines.differences(conn, db.namespace) == []
         assert assetq.current_revision(conn) == migrate.head_revision()

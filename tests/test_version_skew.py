@@ -41,7 +41,8 @@ def test_this_package_keeps_working_against_a_newer_additive_schema(
         migrate.forget_checks()
     assert newer != head and newer not in migrate.revisions()
     with empty_db.engine.connect() as conn:
-        assert migrate.read_marker(conn, empty_db.namespace) == head
+        # No revision since the baseline is breaking: every package from it works here.
+        assert migrate.read_marker(conn, empty_db.namespace) == migrate.revisions()[0]
     _client(empty_db.url.render_as_string(hide_password=False), empty_db.namespace)
     report = ops.doctor(empty_db.engine, namespace=empty_db.namespace)
     assert report.checks[0].severity == "ok"

@@ -1,4 +1,4 @@
-"""assetq, pinned at schema 0001_baseline (assetq 0.1.0's tables): replaying this history
+"""assetq, pinned at schema 0002_run_operations (this package's head): replaying this history
 with any later package installs the same tables here. Routines, triggers and views are not
 pinned: they come from the package installed, once the schema reaches its head.
 
@@ -21,8 +21,10 @@ NAMESPACE = os.environ.get("HOSTAPP_ASSETQ_NAMESPACE", "assetq")
 
 
 def upgrade() -> None:
-    assetq.alembic.upgrade(op, "0001_baseline", namespace=NAMESPACE)
+    # from_revision="base": this step installs assetq. Offline (--sql) a step that pins a
+    # later revision than the baseline cannot tell that by itself (docs/alembic.md).
+    assetq.alembic.upgrade(op, "0002_run_operations", namespace=NAMESPACE, from_revision="base")
 
 
 def downgrade() -> None:
-    assetq.alembic.downgrade(op, "base", namespace=NAMESPACE, from_revision="0001_baseline")
+    assetq.alembic.downgrade(op, "base", namespace=NAMESPACE, from_revision="0002_run_operations")
