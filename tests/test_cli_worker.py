@@ -97,6 +97,28 @@ def test_the_worker_command_runs_the_handler_and_prints_each_attempt_as_json(
     assert published.event_ids == tuple(data["output_event_ids"])
 
 
+def test_timeout_lets_a_handler_go_at_the_deadline_and_records_the_failure(
+    db: TestDatabase, tmp_path: Path
+) -> None:
+    """--timeout: the handler blocks (until a release that never comes); the worker records
+    the attempt as timed out, prints it, and exits after --max-runs without waiting for it."""
+    cwd = _project(db, tmp_path)
+    (cwd / "block").write_text("")
+    register(db, "orders")
+    (run,) = assetq.schedule(db.engine)
+    worker = _worker(
+        db, cwd, "--max-runs", "1", "--json", "--poll-interval", "0.2", "--timeout", "0.5s"
+    )
+    out, err = worker.communicate(timeout=120)
+    assert worker.returncode == 0, err
+    (line,) = out.splitlines()
+    data = json.loads(line)
+    assert (data["run_id"], data["outcome"], data["state"]) == (run.run_id, "failed", "failed")
+    assert data["error"] == "timed out after 0.5s"
+    assert "timed out after 0.5s" in err
+    assert db.rows("SELECT run_id FROM {ns}.report_rows") == []
+
+
 def test_sigterm_lets_the_run_in_progress_finish_and_claims_no_more(
     db: TestDatabase, tmp_path: Path
 ) -> None:

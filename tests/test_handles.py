@@ -46,6 +46,7 @@ HANDLE_KINDS = {
     "delete_asset": "conn",
     "complete_run": "conn or engine",
     "retry_run": "conn",
+    "cancel_run": "conn",
     "status": "conn",
     "processes": "conn",
     "current_revision": "conn",

@@ -72,7 +72,14 @@ from .scheduler import (
     pooled_warning,
 )
 from .validation import WORKER_MAX, check_int, check_name, check_namespace, seconds
-from .worker import WorkerStats, _error_text, _handlers, default_worker_name
+from .worker import (
+    WorkerStats,
+    _error_text,
+    _handlers,
+    attempt_timeout,
+    default_worker_name,
+    timed_out_error,
+)
 
 __all__ = [
     "AsyncHandle",
@@ -619,6 +626,10 @@ async def _listen(
                 await greenlet_spawn(close_detached, raw)
 
 
+class _TimedOut(Exception):
+    """An attempt's handler ran to its deadline (its message: what the attempt records)."""
+
+
 async def run_worker(
     engine: AsyncEngine,
     handlers: Mapping[str, AsyncHandler],
@@ -636,6 +647,7 @@ async def run_worker(
     backoff_max: float = 30.0,
     liveness_interval: float | None = DEFAULT_INTERVAL,
     metrics: Metrics | None = None,
+    timeout: timedelta | float | None = None,
 ) -> WorkerStats:
     """Async version of :func:`assetq.run_worker`: claim and execute runs of the consumers in
     ``handlers`` until ``stop`` is set (or ``max_runs`` attempts were completed).
@@ -652,6 +664,10 @@ async def run_worker(
     ``liveness_interval``: its row in the liveness table, as the sync worker's (a task
     records it). ``metrics``: an :class:`assetq.Metrics`, told what the sync worker tells it
     (claims, failed claims, completions by outcome, retries, idle waits woken or polled).
+    ``timeout``: as the sync worker's; at an attempt's deadline, or when its run is cancelled
+    (seen by the next heartbeat), ``claim.cancelled`` is set and the handler's task is
+    cancelled (CancelledError at its next await; its transaction rolls back), and a timeout
+    is recorded as the attempt's failure.
     """
     sync = _engine(engine, "run_worker")
     table = _handlers(handlers)
@@ -672,6 +688,7 @@ async def run_worker(
     backoff_cap = seconds(backoff_max, "backoff_max")
     if max_runs is not None:
         check_int(max_runs, "max_runs", 1, 2**62)
+    timeout_seconds = None if timeout is None else seconds(timeout, "timeout")
     namespace = check_namespace(namespace)
     liveness_interval = check_interval(liveness_interval)
     stop_event = stop if stop is not None else asyncio.Event()
@@ -681,6 +698,8 @@ async def run_worker(
     quit_ = asyncio.Event()  # stop or max_runs: no new claims
     budget = [max_runs]  # attempts left to start (None: no limit)
     held: dict[int, Claim] = {}
+    #: The task of each held attempt: the heartbeat cancels it when the run is lost.
+    attempts: dict[int, asyncio.Task[RunInfo]] = {}
     wakeup = _Wakeup()
 
     async def execute(slot_name: str, claim: Claim) -> None:
@@ -689,15 +708,54 @@ async def run_worker(
         outcome: AttemptOutcome = "lost"
         info: RunInfo | None = None
         attempt_started = time.monotonic()
+        fields = {"dag_id": claim.dag_id, "run_id": claim.run_id}
+
+        async def attempt() -> RunInfo:
+            async with engine.connect() as conn, conn.begin():
+                produced = await handler(claim, conn)
+                return await complete_run(
+                    conn, claim, "success", events=produced, namespace=namespace
+                )
+
+        task = asyncio.ensure_future(attempt())
+        attempts[claim.id] = task
+        limit = attempt_timeout(claim)
         try:
             try:
-                async with engine.connect() as conn, conn.begin():
-                    produced = await handler(claim, conn)
-                    info = await complete_run(
-                        conn, claim, "success", events=produced, namespace=namespace
+                done, _ = await asyncio.wait({task}, timeout=limit)
+                if not done:  # its deadline: let it go, and record the timeout
+                    claim.cancelled.set()
+                    task.cancel()
+                    await asyncio.wait({task}, timeout=5)
+                    error = timed_out_error(claim)
+                    log.warning(
+                        "assetq worker (asyncio): %s: run %s of %s (attempt %d) %s: its handler"
+                        " was cancelled and the attempt recorded as failed",
+                        slot_name,
+                        claim.run_id,
+                        claim.dag_id,
+                        claim.attempt,
+                        error,
+                        extra=fields,
                     )
+                    raise _TimedOut(error)
+                info = task.result()
                 outcome = "success"
                 stats.add(succeeded=1)
+            except asyncio.CancelledError:
+                if not task.cancelled():  # this slot is being cancelled, not the attempt
+                    task.cancel()
+                    raise
+                log.warning(
+                    "assetq worker (asyncio): %s: run %s of %s (attempt %d) was cancelled or"
+                    " lost while its handler ran: the handler was cancelled",
+                    slot_name,
+                    claim.run_id,
+                    claim.dag_id,
+                    claim.attempt,
+                    extra=fields,
+                )
+                stats.add(lost=1, abandoned=1)
             except errors.LeaseLost as exc:
                 log.warning(
                     "assetq worker (asyncio): %s: completion of run %s of %s (attempt %d)"
@@ -709,23 +767,26 @@ async def run_worker(
                     exc,
                 )
                 stats.add(lost=1)
-            except Exception as exc:  # the handler's error, or the completion's
-                log.warning(
-                    "assetq worker (asyncio): %s: run %s of %s (attempt %d) failed: %s: %s",
-                    slot_name,
-                    claim.run_id,
-                    claim.dag_id,
-                    claim.attempt,
-                    type(exc).__name__,
-                    exc,
-                )
+            except Exception as exc:  # the handler's error, the completion's, a timeout
+                if not isinstance(exc, _TimedOut):
+                    log.warning(
+                        "assetq worker (asyncio): %s: run %s of %s (attempt %d) failed: %s: %s",
+                        slot_name,
+                        claim.run_id,
+                        claim.dag_id,
+                        claim.attempt,
+                        type(exc).__name__,
+                        exc,
+                        extra=fields,
+                    )
+                error = str(exc) if isinstance(exc, _TimedOut) else _error_text(exc)
                 try:
                     async with engine.connect() as conn, conn.begin():
                         info = await complete_run(
-                            conn, claim, "failed", error=_error_text(exc), namespace=namespace
+                            conn, claim, "failed", error=error, namespace=namespace
                         )
                     outcome = "failed"
-                    stats.add(failed=1)
+                    stats.add(failed=1, timed_out=int(isinstance(exc, _TimedOut)))
                 except errors.LeaseLost:
                     stats.add(lost=1)
                 except (errors.AssetqError, SQLAlchemyError, OSError) as again:
@@ -742,6 +803,7 @@ async def run_worker(
                     )
         finally:
             held.pop(claim.id, None)
+            attempts.pop(claim.id, None)
         if metrics is not None:
             metrics.worker_completed(claim, outcome, info, time.monotonic() - attempt_started)
             if outcome == "failed" and info is not None and info.state == "queued":
@@ -763,7 +825,12 @@ async def run_worker(
             claim_started = time.monotonic()
             try:
                 claims = await claim_runs(
-                    engine, slot_name, lease=lease_seconds, dag_ids=dag_ids, namespace=namespace
+                    engine,
+                    slot_name,
+                    lease=lease_seconds,
+                    dag_ids=dag_ids,
+                    namespace=namespace,
+                    timeout=timeout_seconds,
                 )
             except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
                 if budget[0] is not None:
@@ -828,13 +895,19 @@ async def run_worker(
                     renewed = await heartbeat(engine, claim, namespace=namespace)
                 except errors.LeaseLost as exc:
                     log.warning(
-                        "assetq worker (asyncio): lost run %s of %s (attempt %d): %s",
+                        "assetq worker (asyncio): lost run %s of %s (attempt %d): %s; its"
+                        " handler is cancelled",
                         claim.run_id,
                         claim.dag_id,
                         claim.attempt,
                         exc,
+                        extra={"dag_id": claim.dag_id, "run_id": claim.run_id},
                     )
                     held.pop(claim.id, None)
+                    claim.cancelled.set()
+                    task = attempts.get(claim.id)
+                    if task is not None:
+                        task.cancel()
                     continue
                 except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
                     if not failing:

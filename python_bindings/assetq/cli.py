@@ -765,6 +765,15 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
         " that dies holds its runs at most this long",
     )
     parser.add_argument(
+        "--timeout",
+        type=_duration,
+        default=None,
+        metavar="DURATION",
+        help="how long an attempt of a consumer that declares no timeout may run (default:"
+        " no limit); past it the handler is let go and the attempt fails, 'timed out after"
+        " ...', retried by the consumer's max_attempts",
+    )
+    parser.add_argument(
         "--poll-interval",
         type=_positive_float,
         default=1.0,
@@ -866,6 +875,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 worker=args.worker_id,
                 concurrency=args.concurrency,
                 lease=args.lease,
+                timeout=args.timeout,
                 stop=stop,
                 namespace=namespace,
                 poll_interval=args.poll_interval,

@@ -16,8 +16,15 @@ with payload ``runs`` on the namespace's channel, sent by the pass's own transac
 pay nothing for it). MySQL has no notifications: slots poll.
 
 Stopping is graceful: ``stop`` is looked at between runs, so a run in progress finishes and
-commits (or fails) whole; a worker that is killed instead leaves its runs to be claimed again
-when their leases expire, as new attempts with the same events.
+commits (or fails) whole; a worker that is killed instead leaves its runs to the next claim
+once their leases expire: a new attempt with the same events while the consumer's
+``max_attempts`` has attempts left, else the run is failed.
+
+An attempt that reaches its deadline (the consumer's ``timeout`` or the worker's) or whose run
+is cancelled (:func:`assetq.cancel_run`, seen by the next heartbeat) is let go: the claim's
+``cancelled`` event is set for the handler to see, a timed-out attempt is recorded as failed
+("timed out after 30s"), and the slot goes on with a new thread at once; the handler's thread
+is left to return whenever it does, and its completion is refused (the attempt is fenced).
 """
 
 from __future__ import annotations
@@ -75,6 +82,10 @@ class WorkerStats:
     errors: int = 0
     #: Idle waits ended by a notification that runs were created (PostgreSQL).
     wakeups: int = 0
+    #: Attempts let go at their deadline (recorded as failed, and counted in ``failed`` too).
+    timed_out: int = 0
+    #: Attempts let go because their run was cancelled or lost while the handler ran.
+    abandoned: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **counts: int) -> None:
@@ -185,39 +196,90 @@ class _Listener(threading.Thread):
                     close_detached(raw)
 
 
+def attempt_timeout(claim: api.Claim) -> float | None:
+    """Seconds ``claim``'s attempt may run (its deadline less its start), None for no limit."""
+    if claim.deadline is None or claim.started_at is None:
+        return None
+    return max(0.0, (claim.deadline - claim.started_at).total_seconds())
+
+
+def timed_out_error(claim: api.Claim) -> str:
+    """What a timed-out attempt records, as claim_runs_v2 words it for a dead holder."""
+    return f"timed out after {attempt_timeout(claim) or 0:g}s"
+
+
 class _Heartbeat(threading.Thread):
-    """Renews the lease of every claim the slots hold, every ``interval`` seconds."""
+    """Renews the lease of every claim the slots hold, every ``interval`` seconds, and lets
+    go of an attempt at its deadline or when its lease is lost (cancelled): ``let_go(claim,
+    why)`` is called once for it ("timed out" or "lost"), from this thread."""
 
     def __init__(
-        self, engine: Engine, namespace: str, interval: float, stop: threading.Event
+        self,
+        engine: Engine,
+        namespace: str,
+        interval: float,
+        stop: threading.Event,
+        let_go: Callable[[api.Claim, str], None] | None = None,
     ) -> None:
         super().__init__(name="assetq-worker-heartbeat", daemon=True)
         self._engine = engine
         self._namespace = namespace
         self._interval = interval
         self._stop_event = stop
+        self._let_go = let_go
         self._held: dict[int, api.Claim] = {}
+        #: Local (monotonic) deadline of each held claim that has one.
+        self._deadlines: dict[int, float] = {}
         self._lock = threading.Lock()
         self._failing = False
 
     def hold(self, claim: api.Claim) -> None:
+        timeout = attempt_timeout(claim)
         with self._lock:
             self._held[claim.id] = claim
+            if timeout is not None:
+                self._deadlines[claim.id] = time.monotonic() + timeout
 
     def drop(self, claim: api.Claim) -> None:
         with self._lock:
             self._held.pop(claim.id, None)
+            self._deadlines.pop(claim.id, None)
 
     def run(self) -> None:
-        while not self._stop_event.wait(self._interval):
-            self.beat()
+        next_beat = time.monotonic() + self._interval
+        while not self._stop_event.is_set():
+            self._stop_event.wait(max(0.0, min(next_beat - time.monotonic(), self._until_due())))
+            self.expire()
+            if time.monotonic() >= next_beat and not self._stop_event.is_set():
+                self.beat()
+                next_beat = time.monotonic() + self._interval
         # Stopping: slots finish their runs; keep their leases alive until they are done.
         while True:
             with self._lock:
                 if not self._held:
                     return
             time.sleep(min(self._interval, _STOP_CHECK))
+            self.expire()
             self.beat(only_due=True)
+
+    def _until_due(self) -> float:
+        """Seconds to the nearest deadline of a held claim (at most _STOP_CHECK)."""
+        with self._lock:
+            nearest = min(self._deadlines.values(), default=None)
+        if nearest is None:
+            return _STOP_CHECK
+        return min(_STOP_CHECK, max(0.0, nearest - time.monotonic()))
+
+    def expire(self) -> None:
+        """Let go of every held claim whose deadline has come."""
+        now = time.monotonic()
+        with self._lock:
+            due = [self._held[i] for i, end in self._deadlines.items() if end <= now]
+        for claim in due:
+            self.drop(claim)
+            claim.cancelled.set()
+            if self._let_go is not None:
+                self._let_go(claim, "timed out")
 
     def beat(self, *, only_due: bool = False) -> None:
         with self._lock:
@@ -233,21 +295,24 @@ class _Heartbeat(threading.Thread):
             except errors.LeaseLost as exc:
                 log.warning(
                     "assetq worker: lost run %s of %s (attempt %d): %s; its completion will"
-                    " be refused",
+                    " be refused, its handler is told (claim.cancelled) and let go",
                     claim.run_id,
                     claim.dag_id,
                     claim.attempt,
                     exc,
+                    extra={"dag_id": claim.dag_id, "run_id": claim.run_id},
                 )
                 self.drop(claim)
+                claim.cancelled.set()
+                if self._let_go is not None:
+                    self._let_go(claim, "lost")
                 continue
             except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
                 if not self._failing:
                     log_retried(
                         log,
                         exc,
-                        "assetq worker: heartbeat of run %s of %s failed: %s; trying again in"
-                        " %g s",
+                        "assetq worker: heartbeat of run %s of %s failed: %s; trying again in %g s",
                         claim.run_id,
                         claim.dag_id,
                         first_line(exc),
@@ -259,6 +324,10 @@ class _Heartbeat(threading.Thread):
             with self._lock:
                 if claim.id in self._held:
                     self._held[claim.id] = renewed
+
+
+class _LetGo(Exception):
+    """Raised in a slot's thread to roll back the completion of an attempt let go of."""
 
 
 def _handlers(handlers: object) -> dict[str, Handler]:
@@ -301,6 +370,7 @@ def run_worker(
     backoff_max: float = 30.0,
     metrics: Metrics | None = None,
     liveness_interval: float | None = DEFAULT_INTERVAL,
+    timeout: timedelta | float | None = None,
 ) -> WorkerStats:
     """Claim and execute runs of the consumers in ``handlers`` until ``stop`` is set (or
     ``max_runs`` attempts were completed), and return what was done.
@@ -331,6 +401,16 @@ def run_worker(
     seconds, from the thread that called run_worker, each time in a short transaction of its
     own; a clean stop deletes its row; status calls it stale after three intervals. A failed
     heartbeat is one WARNING and never stops the worker. None: no row.
+
+    ``timeout`` (a timedelta or seconds): how long an attempt of a consumer that declares no
+    ``timeout`` of its own (:func:`assetq.declare_dag`) may run; None: no limit but the
+    consumer's. At an attempt's deadline, or when its run is cancelled
+    (:func:`assetq.cancel_run`, seen by the next heartbeat), the worker sets
+    ``claim.cancelled``, records a timed-out attempt as failed ("timed out after 30s",
+    retried by ``max_attempts``), and lets the handler go: its slot carries on in a new
+    thread at once, and whatever the old thread does after is fenced (its completion is
+    refused; its transaction is rolled back). A handler that can stop early watches
+    ``claim.cancelled``.
     """
     engine = engine_of(engine, "run_worker")
     table = _handlers(handlers)
@@ -351,6 +431,7 @@ def run_worker(
     backoff_cap = seconds(backoff_max, "backoff_max")
     if max_runs is not None:
         check_int(max_runs, "max_runs", 1, 2**62)
+    timeout_seconds = None if timeout is None else seconds(timeout, "timeout")
     namespace = check_namespace(namespace)
     liveness_interval = check_interval(liveness_interval)
     stop_event = stop if stop is not None else threading.Event()
@@ -367,28 +448,106 @@ def run_worker(
         return stop_event.is_set() or finished.is_set()
 
     wakeup = _Wakeup()
-    heart = _Heartbeat(engine, namespace, interval, quit_)
+    # Each attempt in progress: "running", then "finished" by its slot's thread, or
+    # "abandoned" by the heartbeat thread (let_go) at its deadline or when its run was lost.
+    attempts_lock = threading.Lock()
+    attempt_state: dict[int, str] = {}
+    attempt_slot: dict[int, int] = {}
+    slot_threads: dict[int, threading.Thread] = {}
+
+    def report(
+        claim: api.Claim, info: api.RunInfo | None, outcome: AttemptOutcome, took: float
+    ) -> None:
+        if metrics is not None:
+            metrics.worker_completed(claim, outcome, info, took)
+            if outcome == "failed" and info is not None and info.state == "queued":
+                metrics.worker_retry(claim, info)
+        if on_complete is not None:
+            on_complete(claim, info, outcome)
+
+    def let_go(claim: api.Claim, why: str) -> None:
+        """The heartbeat thread's: stop waiting for ``claim``'s handler (timed out, or its run
+        lost or cancelled), record a timeout as the attempt's failure, and give its slot a
+        new thread."""
+        with attempts_lock:
+            if attempt_state.get(claim.id) != "running":
+                return  # its slot finished it meanwhile
+            attempt_state[claim.id] = "abandoned"
+            number = attempt_slot[claim.id]
+        outcome: AttemptOutcome = "lost"
+        info: api.RunInfo | None = None
+        fields = {"dag_id": claim.dag_id, "run_id": claim.run_id}
+        if why == "timed out":
+            error = timed_out_error(claim)
+            log.warning(
+                "assetq worker: run %s of %s (attempt %d) %s: its handler is let go"
+                " (claim.cancelled set) and the attempt recorded as failed",
+                claim.run_id,
+                claim.dag_id,
+                claim.attempt,
+                error,
+                extra=fields,
+            )
+            try:
+                with engine.connect() as conn, conn.begin():
+                    info = api.complete_run(conn, claim, "failed", error=error, namespace=namespace)
+                outcome = "failed"
+                stats.add(failed=1, timed_out=1)
+            except errors.LeaseLost:
+                stats.add(lost=1, abandoned=1)
+            except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
+                stats.add(errors=1, timed_out=1)
+                log_retried(
+                    log,
+                    exc,
+                    "assetq worker: could not record the timeout of run %s of %s: %s; the next"
+                    " claim ends the attempt",
+                    claim.run_id,
+                    claim.dag_id,
+                    first_line(exc),
+                )
+        else:
+            stats.add(lost=1, abandoned=1)
+        if not stopping():
+            spawn(number)
+        report(claim, info, outcome, 0.0)
+
+    heart = _Heartbeat(engine, namespace, interval, quit_, let_go)
     listener = (
         _Listener(listen_engine or engine, namespace, wakeup, quit_, poll)
         if listen and dialect.supports_notify
         else None
     )
 
-    def execute(slot_name: str, claim: api.Claim) -> None:
+    def abandoned(claim: api.Claim) -> bool:
+        with attempts_lock:
+            return attempt_state.get(claim.id) == "abandoned"
+
+    def execute(slot_name: str, number: int, claim: api.Claim) -> bool:
+        """Run ``claim``'s handler and complete the attempt; False when the attempt was let go
+        meanwhile (this thread's slot has a new thread: this one ends)."""
         handler = table[claim.dag_id]
+        with attempts_lock:
+            attempt_state[claim.id] = "running"
+            attempt_slot[claim.id] = number
         heart.hold(claim)
         attempt_started = time.monotonic()
         outcome: AttemptOutcome = "lost"
         info: api.RunInfo | None = None
+        fields = {"dag_id": claim.dag_id, "run_id": claim.run_id}
         try:
             try:
                 with engine.connect() as conn, conn.begin():
                     produced = handler(claim, conn)
+                    if abandoned(claim):
+                        raise _LetGo
                     info = api.complete_run(
                         conn, claim, "success", events=produced, namespace=namespace
                     )
                 outcome = "success"
                 stats.add(succeeded=1)
+            except _LetGo:
+                pass
             except errors.LeaseLost as exc:
                 log.warning(
                     "assetq worker: %s: completion of run %s of %s (attempt %d) refused, its"
@@ -398,49 +557,74 @@ def run_worker(
                     claim.dag_id,
                     claim.attempt,
                     exc,
+                    extra=fields,
                 )
                 stats.add(lost=1)
             except Exception as exc:  # the handler's error, or the completion's
-                log.warning(
-                    "assetq worker: %s: run %s of %s (attempt %d) failed: %s: %s",
-                    slot_name,
-                    claim.run_id,
-                    claim.dag_id,
-                    claim.attempt,
-                    type(exc).__name__,
-                    exc,
-                )
-                try:
-                    with engine.connect() as conn, conn.begin():
-                        info = api.complete_run(
-                            conn, claim, "failed", error=_error_text(exc), namespace=namespace
-                        )
-                    outcome = "failed"
-                    stats.add(failed=1)
-                except errors.LeaseLost:
-                    stats.add(lost=1)
-                except (errors.AssetqError, SQLAlchemyError, OSError) as again:
-                    stats.add(errors=1)
-                    log_retried(
-                        log,
-                        again,
-                        "assetq worker: %s: could not record the failure of run %s of %s: %s;"
-                        " it is claimed again when its lease expires",
+                if abandoned(claim):  # it saw claim.cancelled, most likely: already recorded
+                    pass
+                else:
+                    log.warning(
+                        "assetq worker: %s: run %s of %s (attempt %d) failed: %s: %s",
                         slot_name,
                         claim.run_id,
                         claim.dag_id,
-                        first_line(again),
+                        claim.attempt,
+                        type(exc).__name__,
+                        exc,
+                        extra=fields,
                     )
+                    try:
+                        with engine.connect() as conn, conn.begin():
+                            info = api.complete_run(
+                                conn, claim, "failed", error=_error_text(exc), namespace=namespace
+                            )
+                        outcome = "failed"
+                        stats.add(failed=1)
+                    except errors.LeaseLost:
+                        stats.add(lost=1)
+                    except (errors.AssetqError, SQLAlchemyError, OSError) as again:
+                        stats.add(errors=1)
+                        log_retried(
+                            log,
+                            again,
+                            "assetq worker: %s: could not record the failure of run %s of %s:"
+                            " %s; the next claim takes it when its lease expires",
+                            slot_name,
+                            claim.run_id,
+                            claim.dag_id,
+                            first_line(again),
+                        )
         finally:
             heart.drop(claim)
-        if metrics is not None:
-            metrics.worker_completed(claim, outcome, info, time.monotonic() - attempt_started)
-            if outcome == "failed" and info is not None and info.state == "queued":
-                metrics.worker_retry(claim, info)
-        if on_complete is not None:
-            on_complete(claim, info, outcome)
+            with attempts_lock:
+                state = attempt_state.pop(claim.id, None)
+                attempt_slot.pop(claim.id, None)
+        if state == "abandoned":
+            log.info(
+                "assetq worker: %s: the handler of run %s of %s (attempt %d), let go, returned"
+                " after %.1f s; its thread ends",
+                slot_name,
+                claim.run_id,
+                claim.dag_id,
+                claim.attempt,
+                time.monotonic() - attempt_started,
+                extra=fields,
+            )
+            return False
+        report(claim, info, outcome, time.monotonic() - attempt_started)
+        return True
 
     failures: list[BaseException] = []
+
+    def spawn(number: int) -> None:
+        """Start slot ``number``'s thread; a thread let go of is replaced (never joined)."""
+        thread = threading.Thread(
+            target=slot, args=(number,), name=f"assetq-worker-{number}", daemon=True
+        )
+        with attempts_lock:
+            slot_threads[number] = thread
+        thread.start()
 
     def slot(number: int) -> None:
         slot_name = name if concurrency == 1 else f"{name}#{number}"
@@ -455,7 +639,12 @@ def run_worker(
                 claim_started = time.monotonic()
                 try:
                     claims = api.claim_runs(
-                        engine, slot_name, lease=lease_seconds, dag_ids=dag_ids, namespace=namespace
+                        engine,
+                        slot_name,
+                        lease=lease_seconds,
+                        dag_ids=dag_ids,
+                        namespace=namespace,
+                        timeout=timeout_seconds,
                     )
                 except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
                     if budget is not None:
@@ -502,7 +691,8 @@ def run_worker(
                     continue
                 idle = _IDLE_FIRST
                 stats.add(claimed=1)
-                execute(slot_name, claims[0])
+                if not execute(slot_name, number, claims[0]):
+                    return  # let go: the slot's new thread carries on
         except BaseException as exc:  # a handler's KeyboardInterrupt, on_complete's error
             failures.append(exc)
             quit_.set()
@@ -524,17 +714,16 @@ def run_worker(
     heart.start()
     if listener is not None:
         listener.start()
-    threads = [
-        threading.Thread(target=slot, args=(n,), name=f"assetq-worker-{n}", daemon=True)
-        for n in range(1, concurrency + 1)
-    ]
     try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(_STOP_CHECK)
-                alive.beat_if_due()  # the slots' threads claim and run; this one only waits
+        for number in range(1, concurrency + 1):
+            spawn(number)
+        while True:  # the slots' threads claim and run; this one only waits
+            with attempts_lock:
+                current = [t for t in slot_threads.values() if t.is_alive()]
+            if not current:
+                break
+            current[0].join(_STOP_CHECK)
+            alive.beat_if_due()
     finally:
         quit_.set()
         heart.join(timeout=5)

@@ -1,0 +1,179 @@
+"""The worker loops let go of an attempt at its deadline or when its run is cancelled (issue
+26, items 1 and 2), on both engines: the handler is told (``claim.cancelled``), a timeout is
+recorded as the attempt's failure, and the slot carries on at once, even while the handler's
+thread never returns; whatever that thread does later is fenced.
+
+A timeout here is real time (half a second): the test waits for outcomes with deadlines,
+never for a duration, and no assertion depends on how long anything took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
+from test_worker_loop import Worker
+
+import assetq
+import assetq.aio
+from dbs import TestDatabase
+from work_scenario import (
+    create_effect_table,
+    declare,
+    effects,
+    one_run,
+    register,
+    run_row,
+    wait_for,
+    write_effect,
+)
+
+
+def _slow_and_fast(db: TestDatabase, **slow_options: Any) -> tuple[assetq.Run, assetq.Run]:
+    """A run of "slow" (on asset a), then one of "fast" (on b): the older is claimed first."""
+    slow = one_run(db, "slow", "a", **slow_options)
+    declare(db, "fast", "b")
+    register(db, "b")
+    (fast,) = assetq.schedule(db.engine)
+    return slow, fast
+
+
+@pytest.mark.parametrize("where", ["consumer", "worker"])
+def test_a_handler_that_never_returns_is_timed_out_and_its_slot_goes_on(
+    db: TestDatabase, where: str
+) -> None:
+    """One slot. The slow handler blocks until the test lets it go; at its deadline (the
+    consumer's timeout, or the worker's default) the attempt is recorded as failed and the
+    same slot runs the fast consumer's run meanwhile. Released afterwards, the slow handler's
+    write is rolled back: its attempt was let go."""
+    create_effect_table(db)
+    slow, fast = _slow_and_fast(db, **({"timeout": 0.5} if where == "consumer" else {}))
+    release = threading.Event()
+    returned = threading.Event()
+    seen: list[assetq.Claim] = []
+    outcomes: list[tuple[str, str, str | None]] = []
+
+    def slow_handler(claim: assetq.Claim, conn: sa.Connection) -> None:
+        seen.append(claim)
+        release.wait(60)
+        write_effect(conn, claim)
+        returned.set()
+
+    def fast_handler(claim: assetq.Claim, conn: sa.Connection) -> None:
+        write_effect(conn, claim)
+
+    options = {"timeout": 0.5} if where == "worker" else {}
+    stats = Worker(
+        db.engine,
+        {"slow": slow_handler, "fast": fast_handler},
+        max_runs=2,
+        poll_interval=0.1,
+        on_complete=lambda claim, info, outcome: outcomes.append(
+            (claim.dag_id, outcome, info.error if info else None)
+        ),
+        **options,
+    ).join()
+    try:
+        assert (stats.timed_out, stats.failed, stats.succeeded) == (1, 1, 1)
+        assert sorted(outcomes) == [
+            ("fast", "success", None),
+            ("slow", "failed", "timed out after 0.5s"),
+        ]
+        assert seen[0].cancelled.is_set() and not returned.is_set()
+        row = run_row(db, "slow", slow.run_id)
+        assert (row["state"], row["attempt"], row["error"]) == ("failed", 1, "timed out after 0.5s")
+        assert run_row(db, "fast", fast.run_id)["state"] == "success"
+    finally:
+        release.set()
+    wait_for("the slow handler to return", returned.is_set)
+    wait_for("its thread to end", lambda: not _threads_named_for(seen[0]))
+    assert [e[0] for e in effects(db)] == ["fast"]
+    assert run_row(db, "slow", slow.run_id) == row
+
+
+def _threads_named_for(claim: assetq.Claim) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("assetq-worker-")]
+
+
+def test_a_run_cancelled_while_its_handler_runs_is_let_go_and_stays_cancelled(
+    db: TestDatabase,
+) -> None:
+    """The next heartbeat finds the run cancelled: claim.cancelled is set, the handler stops
+    early (it raises), and nothing is recorded over the cancellation."""
+    create_effect_table(db)
+    run = one_run(db, max_attempts=3)
+    started = threading.Event()
+    saw_cancel: list[bool] = []
+    outcomes: list[tuple[int, str]] = []
+
+    def handler(claim: assetq.Claim, conn: sa.Connection) -> None:
+        write_effect(conn, claim)
+        started.set()
+        saw_cancel.append(claim.cancelled.wait(30))
+        raise RuntimeError("stopped early")
+
+    worker = Worker(
+        db.engine,
+        {"report": handler},
+        max_runs=1,
+        lease=3,
+        heartbeat_interval=0.2,
+        poll_interval=0.1,
+        on_complete=lambda claim, info, outcome: outcomes.append((claim.attempt, outcome)),
+    )
+    wait_for("the handler to start", started.is_set)
+    with db.engine.begin() as conn:
+        assetq.cancel_run(conn, "report", run.run_id, reason="operator")
+    stats = worker.join()
+    wait_for("the handler to see the cancellation", lambda: saw_cancel)
+    assert saw_cancel == [True]
+    assert outcomes == [(1, "lost")]
+    assert (stats.abandoned, stats.failed, stats.succeeded) == (1, 0, 0)
+    row = run_row(db, "report", run.run_id)
+    assert (row["state"], row["error"]) == ("cancelled", "cancelled: operator")
+    assert effects(db) == []
+
+
+def test_the_asyncio_worker_cancels_a_handler_at_its_deadline(db: TestDatabase) -> None:
+    """The async handler is cancelled (CancelledError at its await), the attempt recorded as
+    timed out, and the slot runs the next run."""
+    create_effect_table(db)
+    slow, fast = _slow_and_fast(db, timeout=0.5)
+    cancelled: list[bool] = []
+
+    async def slow_handler(claim: assetq.Claim, conn: Any) -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.append(claim.cancelled.is_set())
+            raise
+
+    async def fast_handler(claim: assetq.Claim, conn: Any) -> None:
+        return None
+
+    async def main() -> assetq.WorkerStats:
+        engine = create_async_engine(assetq.aio.async_url(db.url), poolclass=NullPool)
+        try:
+            return await asyncio.wait_for(
+                assetq.aio.run_worker(
+                    engine,
+                    {"slow": slow_handler, "fast": fast_handler},
+                    max_runs=2,
+                    poll_interval=0.1,
+                ),
+                60,
+            )
+        finally:
+            await engine.dispose()
+
+    stats = asyncio.run(main())
+    assert cancelled == [True]
+    assert (stats.timed_out, stats.failed, stats.succeeded) == (1, 1, 1)
+    row = run_row(db, "slow", slow.run_id)
+    assert (row["state"], row["error"]) == ("failed", "timed out after 0.5s")
+    assert run_row(db, "fast", fast.run_id)["state"] == "success"
