@@ -10,6 +10,7 @@ never for a duration, and no assertion depends on how long anything took.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from typing import Any
 
@@ -29,6 +30,7 @@ from work_scenario import (
     one_run,
     register,
     run_row,
+    seconds_between,
     wait_for,
     write_effect,
 )
@@ -177,3 +179,40 @@ def test_the_asyncio_worker_cancels_a_handler_at_its_deadline(db: TestDatabase) 
     row = run_row(db, "slow", slow.run_id)
     assert (row["state"], row["error"]) == ("failed", "timed out after 0.5s")
     assert run_row(db, "fast", fast.run_id)["state"] == "success"
+
+
+@pytest.mark.engines("postgresql")
+def test_a_finished_run_wakes_the_scheduler_for_the_capped_consumers_next_run(
+    db: TestDatabase,
+) -> None:
+    """max_active_runs=1, one event per run, a backlog of 6: every run after the first is
+    created by a pass the previous run's end started, not by the poll, which is 120 s away:
+    the worker's deadline (60 s) is below one poll, and on the database's clock each next run
+    is created within seconds of the previous run's end. (The end wakes a waiting scheduler
+    with 'ended'; a scheduler that is taking the wake-up lock at that moment waits for the
+    ending transaction, which holds it shared, and passes once more when it commits.)"""
+    declare(db, "capped", "orders", max_active_runs=1, max_events_per_run=1)
+    register(db, *["orders"] * 6)
+    stop = threading.Event()
+    stats: list[assetq.SchedulerStats] = []
+    scheduler = threading.Thread(
+        target=lambda: stats.append(
+            assetq.run_scheduler(db.engine, poll_interval=120, stop_event=stop)
+        ),
+        daemon=True,
+    )
+    scheduler.start()
+    try:
+        Worker(db.engine, {"capped": lambda claim, conn: None}, max_runs=6, poll_interval=0.1).join(
+            deadline=60
+        )
+    finally:
+        stop.set()
+        scheduler.join(30)
+    (done,) = stats
+    rows = db.rows(
+        "SELECT seq, created_at, ended_at FROM {ns}.dag_run WHERE dag_id = 'capped' ORDER BY seq"
+    )
+    assert [r.seq for r in rows] == [1, 2, 3, 4, 5, 6]
+    gaps = [seconds_between(b.created_at, a.ended_at) for a, b in itertools.pairwise(rows)]
+    assert all(0 <= gap < 30 for gap in gaps), (gaps, done)

@@ -45,6 +45,7 @@ BEGIN
            not_before = NULL, deadline = NULL,
            error = left('cancelled' || coalesce(': ' || p_reason, ''), 4000)
      WHERE r.id = v_id;
+    PERFORM {{ns}}.run_ended(p_dag_id);
     RETURN QUERY
     SELECT r.id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at, r.started_at,
            r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker, r.lease_until,

@@ -68,6 +68,7 @@ BEGIN
            SET state = 'success', ended_at = v_now, updated_at = v_now, lease_until = NULL,
                not_before = NULL, deadline = NULL
          WHERE r.id = v_id;
+        PERFORM {{ns}}.run_ended(p_dag_id);
     ELSE
         PERFORM {{ns}}.fail_attempt(v_id, p_error, v_now);
     END IF;

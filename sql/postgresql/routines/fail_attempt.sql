@@ -34,6 +34,7 @@ BEGIN
        SET state = 'failed', ended_at = p_now, updated_at = p_now, lease_until = NULL,
            deadline = NULL, not_before = NULL, error = left(p_error, 4000)
      WHERE r.id = p_id;
+    PERFORM {{ns}}.run_ended((SELECT r.dag_id FROM {{ns}}.dag_run r WHERE r.id = p_id));
     RETURN 'failed';
 END
 $$;

@@ -65,6 +65,9 @@ BEGIN
                not_before = NULL,
                lease_until = NULL
          WHERE r.id = v_id;
+        IF p_state IN ('success', 'failed') THEN
+            PERFORM {{ns}}.run_ended(p_dag_id);
+        END IF;
     END IF;
     RETURN QUERY
     SELECT r.id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at, r.started_at,
