@@ -968,11 +968,15 @@ def test_redeclaring_with_a_mapping_a_queued_event_does_not_fit_fails_and_change
     reg(db, ("orders", "not-an-hour"))
     (run,) = assetq.schedule(db.engine)
     assert run.partition_key == "not-an-hour"
-    # An unpartitioned consumer's queued event without a key fails a partitioned re-declare.
+    # An unpartitioned consumer's queued event without a key fails a partitioned re-declare:
+    # first as its producer's unkeyed event (the blast radius, issue 26), and when that is
+    # allowed, as a queued event no mapping takes.
     scenario.declare(db, "plain2", "payments")
     reg(db, ("payments", None))
-    with pytest.raises(assetq.UnmappablePartition):
+    with pytest.raises(assetq.InvalidArgument, match="1 of asset 'payments' carry none"):
         scenario.declare(db, "plain2", "payments", partitioned=True)
+    with pytest.raises(assetq.UnmappablePartition):
+        scenario.declare(db, "plain2", "payments", partitioned=True, allow_unkeyed=True)
     assert scenario.queued(db, "plain2") != []
     (plain_run,) = [r for r in assetq.schedule(db.engine) if r.dag_id == "plain2"]
     assert plain_run.partition_key is None

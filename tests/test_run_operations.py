@@ -294,3 +294,50 @@ def test_a_redeclaration_replaces_the_timeout(db: TestDatabase) -> None:
     with db.engine.begin() as conn:
         assetq.declare_dag(conn, "report", "orders")
     assert db.scalar("SELECT timeout_seconds FROM {ns}.dag WHERE dag_id = 'report'") is None
+
+
+# -- a partitioned declaration's blast radius ---------------------------------------------
+
+
+def test_making_a_consumer_partitioned_is_refused_while_its_producers_send_unkeyed_events(
+    db: TestDatabase,
+) -> None:
+    """The producers of orders send events without a partition key: declaring a consumer of
+    it partitioned (an unpartitioned one re-declared, or a new one) is refused with the count,
+    nothing written; with allow_unkeyed=True the new one is declared, and the next unkeyed
+    event is refused as the message said. Re-declaring a partitioned consumer is not checked
+    again."""
+    with db.engine.begin() as conn:
+        assetq.declare_dag(conn, "audit", "orders")
+        for _ in range(3):
+            assetq.register_event(conn, "orders")
+        assetq.register_event(conn, "orders", partition_key="2026-12-01")
+    counts = db.counts()
+    for dag_id in ("audit", "daily"):
+        with (
+            db.engine.connect() as conn,
+            pytest.raises(assetq.InvalidArgument) as refused,
+            conn.begin(),
+        ):
+            assetq.declare_dag(conn, dag_id, "orders", partitioned=True)
+        assert "3 of asset 'orders' carry none" in str(refused.value)
+        assert "allow_unkeyed=True" in str(refused.value)
+    assert db.counts() == counts
+    assert db.scalar("SELECT partitioning FROM {ns}.dag WHERE dag_id = 'audit'") is None
+    with db.engine.begin() as conn:
+        assetq.declare_dag(conn, "daily", "orders", partitioned=True, allow_unkeyed=True)
+    with db.engine.connect() as conn, pytest.raises(assetq.UnmappablePartition), conn.begin():
+        assetq.register_event(conn, "orders")
+    with db.engine.begin() as conn:  # already partitioned: no check
+        assetq.declare_dag(conn, "daily", "orders", partitioned=True, max_active_runs=2)
+
+
+def test_a_partitioned_consumer_on_keyed_producers_is_declared_without_a_word(
+    db: TestDatabase,
+) -> None:
+    with db.engine.begin() as conn:
+        assetq.declare_asset(conn, "orders")
+        assetq.declare_asset(conn, "other")
+        assetq.register_event(conn, "orders", partition_key="2026-12-01")
+        assetq.register_event(conn, "other")  # another asset's unkeyed event: not counted
+        assetq.declare_dag(conn, "daily", "orders", partitioned=True)

@@ -384,6 +384,7 @@ def declare_dag(
     savepoint: bool = True,
     namespace: str = DEFAULT_NAMESPACE,
     timeout: timedelta | float | None = None,
+    allow_unkeyed: bool = False,
 ) -> None:
     """Declare consumer ``dag_id`` scheduled on ``condition``, or replace its declaration.
 
@@ -418,6 +419,13 @@ def declare_dag(
     registration). ``max_active_runs`` counts the runs of every key; ``max_events_per_run``
     caps each run, a key's oldest events first. Changing the partitioning maps the queued
     events again, and holds the consumer's producers back until the caller commits.
+
+    Making a consumer partitioned (declaring it so, or re-declaring an unpartitioned one) is
+    refused (:class:`~assetq.InvalidArgument`, nothing written with ``savepoint``) when
+    producers of its assets register events without a partition key: from then on their
+    events would be refused (UnmappablePartition). The check counts the unkeyed events of
+    those assets among the namespace's 10,000 most recent events, and the message names them.
+    ``allow_unkeyed=True`` declares it anyway (those producers must give partition keys).
     """
     conn = connection_of(conn, "declare_dag")
     dag_id = check_dag_id(dag_id)
@@ -437,6 +445,7 @@ def declare_dag(
                 " a run may need that many events to satisfy it"
             )
     check_bool(queue_while_paused, "queue_while_paused")
+    check_bool(allow_unkeyed, "allow_unkeyed")
     check_int(max_attempts, "max_attempts", 1, 1000)
     delay = seconds(retry_delay, "retry_delay", allow_zero=True)
     max_delay = None if max_retry_delay is None else seconds(max_retry_delay, "max_retry_delay")
@@ -462,7 +471,13 @@ def declare_dag(
     }
     dialect = _checked(conn, namespace)
     with _translated(dialect), _savepoint(conn, savepoint), dialect.several(conn):
+        check_unkeyed = partitions_json is not None and not allow_unkeyed
+        if check_unkeyed:
+            before = dialect.execute(conn, "dag_partitioned", namespace, {"dag_id": dag_id})
+            check_unkeyed = not (before and before[0].partitioned)
         dialect.execute(conn, "declare_dag", namespace, params)
+        if check_unkeyed:  # its assets are known now; their queued events are not mapped yet
+            _refuse_unkeyed_producers(conn, dialect, dag_id, namespace)
         dialect.execute(
             conn,
             "set_dag_partitions",
@@ -475,6 +490,30 @@ def declare_dag(
             namespace,
             {"dag_id": dag_id, "timeout_seconds": timeout_seconds},
         )
+
+
+#: How many of the namespace's most recent events a partitioned declaration looks at.
+UNKEYED_WINDOW = 10_000
+
+
+def _refuse_unkeyed_producers(
+    conn: Connection, dialect: Dialect, dag_id: str, namespace: str
+) -> None:
+    """InvalidArgument when recent events of ``dag_id``'s assets carry no partition key:
+    declaring it partitioned would make their producers' next events fail."""
+    rows = dialect.execute(
+        conn, "unkeyed_recent_events", namespace, {"dag_id": dag_id, "window": UNKEYED_WINDOW}
+    )
+    if not rows:
+        return
+    found = ", ".join(f"{int(r.unkeyed)} of asset {r.asset_name!r}" for r in rows)
+    raise errors.InvalidArgument(
+        f"declaring {dag_id!r} partitioned would break producers that register events without"
+        f" a partition key: of the namespace's last {UNKEYED_WINDOW:,} events, {found} carry"
+        " none, and such events would be refused from now on (UnmappablePartition). Give"
+        " those producers partition keys first, or declare with allow_unkeyed=True to accept"
+        " that"
+    )
 
 
 def _set_paused(

@@ -30,6 +30,26 @@ CALL {{ns}}.declare_dag(:dag_id, :condition, :clauses, :paused, :max_active_runs
 -- Set a consumer's partitioning (NULL: unpartitioned), right after its declare_dag.
 CALL {{ns}}.set_dag_partitions(:dag_id, :partitions)
 
+-- dag_partitioned --
+-- Is consumer :dag_id declared, and partitioned? No row for an unknown consumer.
+SELECT d.partitioning IS NOT NULL AS partitioned FROM {{ns}}.dag d WHERE d.dag_id = :dag_id
+
+-- unkeyed_recent_events --
+-- Of the namespace's :window most recent events (its timestamp index, read backwards: the
+-- cost is the window's, never the history's), how many are of each asset consumer :dag_id is
+-- scheduled on and carry no partition key: the producers a partitioned declaration would
+-- break (their next events refused, UnmappablePartition).
+SELECT a.name AS asset_name, COUNT(*) AS unkeyed
+  FROM (SELECT e.asset_id, e.partition_key
+          FROM {{ns}}.asset_event e
+         ORDER BY e.`timestamp` DESC, e.id DESC
+         LIMIT :window) e
+  JOIN {{ns}}.dag_schedule_asset_reference r ON r.asset_id = e.asset_id AND r.dag_id = :dag_id
+  JOIN {{ns}}.asset a ON a.id = e.asset_id
+ WHERE e.partition_key IS NULL
+ GROUP BY a.name
+ ORDER BY a.name
+
 -- set_dag_paused --
 -- Pause or unpause a consumer.
 CALL {{ns}}.set_dag_paused(:dag_id, :paused)
