@@ -181,16 +181,16 @@ def test_the_asyncio_worker_cancels_a_handler_at_its_deadline(db: TestDatabase) 
     assert run_row(db, "fast", fast.run_id)["state"] == "success"
 
 
-@pytest.mark.engines("postgresql")
 def test_a_finished_run_wakes_the_scheduler_for_the_capped_consumers_next_run(
     db: TestDatabase,
 ) -> None:
     """max_active_runs=1, one event per run, a backlog of 6: every run after the first is
     created by a pass the previous run's end started, not by the poll, which is 120 s away:
     the worker's deadline (60 s) is below one poll, and on the database's clock each next run
-    is created within seconds of the previous run's end. (The end wakes a waiting scheduler
-    with 'ended'; a scheduler that is taking the wake-up lock at that moment waits for the
-    ending transaction, which holds it shared, and passes once more when it commits.)"""
+    is created within seconds of the previous run's end. (PostgreSQL: the end wakes a waiting
+    scheduler with 'ended'; a scheduler that is taking the wake-up lock at that moment waits
+    for the ending transaction, which holds it shared, and passes once more when it commits.
+    MySQL, which has no notifications: the worker runs the pass itself.)"""
     declare(db, "capped", "orders", max_active_runs=1, max_events_per_run=1)
     register(db, *["orders"] * 6)
     stop = threading.Event()

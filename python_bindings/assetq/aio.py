@@ -78,6 +78,7 @@ from .worker import (
     _handlers,
     attempt_timeout,
     default_worker_name,
+    frees_a_place,
     timed_out_error,
 )
 
@@ -804,6 +805,15 @@ async def run_worker(
         finally:
             held.pop(claim.id, None)
             attempts.pop(claim.id, None)
+        if not dialect.supports_notify and frees_a_place(claim, info):
+            # MySQL: the pass that creates the capped consumer's next run (PostgreSQL's
+            # run_ended notifies a scheduler instead).
+            try:
+                await schedule(engine, namespace=namespace, max_attempts=2)
+            except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
+                log.debug(
+                    "assetq worker (asyncio): the pass after run %s failed: %s", claim.run_id, exc
+                )
         if metrics is not None:
             metrics.worker_completed(claim, outcome, info, time.monotonic() - attempt_started)
             if outcome == "failed" and info is not None and info.state == "queued":

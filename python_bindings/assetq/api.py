@@ -169,6 +169,9 @@ class Claim(Run):
     #: looks at it (``claim.cancelled.is_set()``, or ``claim.cancelled.wait(seconds)``) and
     #: returns or raises. Shared by the claim's renewed copies (:func:`heartbeat`).
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+    #: Whether the consumer caps its active runs (``max_active_runs``): this run's end lets
+    #: its next run be created (a scheduler is woken; on MySQL the worker runs that pass).
+    capped: bool = False
 
 
 @dataclass(frozen=True)
@@ -1338,6 +1341,7 @@ def _claim(row: Any, lease: timedelta) -> Claim:
         started_at=_utc_or_none(row.started_at),
         partition_key=row.partition_key,
         deadline=_utc_or_none(getattr(row, "deadline", None)),
+        capped=bool(getattr(row, "capped", False)),
     )
 
 

@@ -196,6 +196,16 @@ class _Listener(threading.Thread):
                     close_detached(raw)
 
 
+#: The states a run ends in: a capped consumer's next run may be created then.
+FINAL_STATES = frozenset({"success", "failed", "cancelled"})
+
+
+def frees_a_place(claim: api.Claim, info: api.RunInfo | None) -> bool:
+    """Did this attempt end ``claim``'s run, of a consumer that caps its active runs? Then,
+    on MySQL (no notifications), the worker runs the pass that creates the next run."""
+    return claim.capped and info is not None and info.state in FINAL_STATES
+
+
 def attempt_timeout(claim: api.Claim) -> float | None:
     """Seconds ``claim``'s attempt may run (its deadline less its start), None for no limit."""
     if claim.deadline is None or claim.started_at is None:
@@ -455,9 +465,35 @@ def run_worker(
     attempt_slot: dict[int, int] = {}
     slot_threads: dict[int, threading.Thread] = {}
 
+    pass_failed = threading.Event()  # a worker's pass failed once: logged at WARNING once
+
+    def next_run_of(claim: api.Claim, info: api.RunInfo | None) -> None:
+        """MySQL: the run of a capped consumer ended; run the pass that creates its next run
+        now, instead of leaving it to a scheduler's poll (PostgreSQL's run_ended notifies)."""
+        if dialect.supports_notify or not frees_a_place(claim, info):
+            return
+        try:
+            api.schedule(engine, namespace=namespace, max_attempts=2)
+        except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
+            if pass_failed.is_set():
+                log.debug("assetq worker: the pass after run %s failed again", claim.run_id)
+                return
+            pass_failed.set()
+            log_retried(
+                log,
+                exc,
+                "assetq worker: the pass after run %s of %s ended failed: %s; its consumer's"
+                " next run waits for a scheduler (grant this account worker access again:"
+                " it includes schedule_pass on MySQL)",
+                claim.run_id,
+                claim.dag_id,
+                first_line(exc),
+            )
+
     def report(
         claim: api.Claim, info: api.RunInfo | None, outcome: AttemptOutcome, took: float
     ) -> None:
+        next_run_of(claim, info)
         if metrics is not None:
             metrics.worker_completed(claim, outcome, info, took)
             if outcome == "failed" and info is not None and info.state == "queued":

@@ -129,7 +129,7 @@ SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.cr
 -- Claim up to :limit runs for worker :worker with a lease of :lease_seconds and a default
 -- timeout of :timeout_seconds (NULL: none) (own transaction).
 SELECT dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids, triggering_event_id,
-       state, attempt, worker, lease_until, started_at, partition_key, deadline
+       state, attempt, worker, lease_until, started_at, partition_key, deadline, capped
   FROM {{ns}}.claim_runs_v2(
         p_worker => :worker,
         p_limit => CAST(:limit AS integer),

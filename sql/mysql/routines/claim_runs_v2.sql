@@ -31,7 +31,9 @@
 -- ended here as a failure, "timed out after 30s", retried or failed by fail_attempt (the
 -- consumer's max_attempts and retry delay), and is not claimed now. So the timeout holds
 -- with its worker dead or stopped too; a live worker ends the attempt itself at the deadline
--- (complete_run as failed). The result set has each run's deadline last.
+-- (complete_run as failed). The result set ends with each run's deadline, and whether its
+-- consumer caps its active runs (max_active_runs): then the run's end lets the consumer's
+-- next run be created, and on MySQL the worker runs the pass that creates it.
 --
 -- The search runs in two steps, repeated until the limit is reached or no candidate is
 -- left: a plain read of the next candidates in not_before order, through the claim index
@@ -148,6 +150,7 @@ BEGIN
         started_at   DATETIME(6) NULL,
         deadline     DATETIME(6) NULL,
         max_attempts INT NULL,
+        capped       BOOLEAN NOT NULL DEFAULT FALSE,
         fail         BOOLEAN NOT NULL DEFAULT FALSE,
         timed_out    BOOLEAN NOT NULL DEFAULT FALSE,
         new_deadline DATETIME(6) NULL
@@ -155,7 +158,8 @@ BEGIN
     CREATE TEMPORARY TABLE {{ns}}._assetq_claim_cap (
         dag_id          VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY,
         max_attempts    INT NOT NULL,
-        timeout_seconds DOUBLE NULL
+        timeout_seconds DOUBLE NULL,
+        capped          BOOLEAN NOT NULL
     ) ENGINE = InnoDB;
     CREATE TEMPORARY TABLE {{ns}}._assetq_claimed (
         dag_run_id          BIGINT NOT NULL PRIMARY KEY,
@@ -173,7 +177,8 @@ BEGIN
         lease_until         DATETIME(6) NULL,
         started_at          DATETIME(6) NULL,
         partition_key       VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
-        deadline            DATETIME(6) NULL
+        deadline            DATETIME(6) NULL,
+        capped              BOOLEAN NOT NULL
     ) ENGINE = InnoDB;
 
     -- The event ids of each claimed run, as JSON text: GROUP_CONCAT is cut silently at
@@ -226,15 +231,15 @@ BEGIN
             -- at READ COMMITTED; an UPDATE joined with dag would wait for a declare_dag in
             -- flight): max_attempts for expired leases, the timeout for the claims' deadlines.
             DELETE FROM {{ns}}._assetq_claim_cap;
-            INSERT INTO {{ns}}._assetq_claim_cap (dag_id, max_attempts, timeout_seconds)
-            SELECT d.dag_id, d.max_attempts, d.timeout_seconds
+            INSERT INTO {{ns}}._assetq_claim_cap (dag_id, max_attempts, timeout_seconds, capped)
+            SELECT d.dag_id, d.max_attempts, d.timeout_seconds, d.max_active_runs IS NOT NULL
               FROM {{ns}}.dag d
              WHERE d.dag_id IN (SELECT k.dag_id FROM {{ns}}._assetq_claim_lock k);
             -- A running candidate past its deadline timed out; one on its last attempt whose
             -- lease expired is failed, not claimed.
             UPDATE {{ns}}._assetq_claim_lock k
               STRAIGHT_JOIN {{ns}}._assetq_claim_cap c ON c.dag_id = k.dag_id
-               SET k.max_attempts = c.max_attempts,
+               SET k.max_attempts = c.max_attempts, k.capped = c.capped,
                    k.timed_out = (k.state = 'running' AND k.deadline IS NOT NULL AND k.deadline <= v_now),
                    k.fail = (k.state = 'running' AND NOT (k.deadline IS NOT NULL AND k.deadline <= v_now)
                              AND k.attempt >= c.max_attempts),
@@ -281,14 +286,14 @@ BEGIN
             INSERT INTO {{ns}}._assetq_claimed
                    (dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids, links,
                     triggering_event_id, state, attempt, worker, lease_until, started_at,
-                    partition_key, deadline)
+                    partition_key, deadline, capped)
             SELECT r.id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at,
                    (SELECT CONCAT('[', COALESCE(GROUP_CONCAT(l.asset_event_id ORDER BY l.asset_event_id
                                                              SEPARATOR ','), ''), ']')
                       FROM {{ns}}.dagrun_asset_event l WHERE l.dag_run_id = r.id),
                    (SELECT COUNT(*) FROM {{ns}}.dagrun_asset_event l WHERE l.dag_run_id = r.id),
                    r.triggering_event_id, r.state, r.attempt, r.worker, r.lease_until, r.started_at,
-                   r.partition_key, r.deadline
+                   r.partition_key, r.deadline, k.capped
               FROM {{ns}}._assetq_claim_lock k
               STRAIGHT_JOIN {{ns}}.dag_run r FORCE INDEX (PRIMARY) ON r.id = k.id
              WHERE NOT k.fail AND NOT k.timed_out;
@@ -312,7 +317,7 @@ BEGIN
     END IF;
     SELECT c.dag_run_id, c.dag_id, c.run_id, c.seq, c.run_after, c.created_at, c.event_ids,
            c.triggering_event_id, c.state, c.attempt, c.worker, c.lease_until, c.started_at,
-           c.partition_key, c.deadline
+           c.partition_key, c.deadline, c.capped
       FROM {{ns}}._assetq_claimed c
      ORDER BY c.dag_run_id;
     DROP TEMPORARY TABLE IF EXISTS {{ns}}._assetq_claim_candidate, {{ns}}._assetq_claim_lock,

@@ -3,9 +3,10 @@
 --   scheduler  EXECUTE on schedule_pass, set_run_state, retry_run and cancel_run: can run
 --              scheduler passes, move the runs they created through their states, retry
 --              failed runs and cancel runs, nothing else;
---   worker     EXECUTE on claim_runs(_v2), heartbeat_run and complete_run: can claim
---              runs, renew their leases and complete them, with
---              their output events, nothing else;
+--   worker     EXECUTE on claim_runs(_v2), heartbeat_run, complete_run and schedule_pass:
+--              can claim runs, renew their leases and complete them, with their output
+--              events, and run the pass that creates a capped consumer's next run when one
+--              of its runs ends (no notifications on MySQL), nothing else;
 --   reader     SELECT on the namespace: can read every table and view, never write.
 -- Schedulers and workers may also record that they are alive (process_heartbeat and
 -- process_gone); producers and readers may not.
@@ -79,7 +80,10 @@ BEGIN
     ELSEIF p_access = 'scheduler' THEN
         SET v_routines = CONCAT_WS(' ', 'schedule_pass', 'set_run_state', 'retry_run', 'cancel_run');
     ELSEIF p_access = 'worker' THEN
-        SET v_routines = CONCAT_WS(' ', 'claim_runs', 'claim_runs_v2', 'heartbeat_run', 'complete_run');
+        -- schedule_pass too: with no notifications here, the worker that ends a run of a
+        -- capped consumer runs the pass that creates its next run (assetq.run_worker).
+        SET v_routines = CONCAT_WS(' ', 'claim_runs', 'claim_runs_v2', 'heartbeat_run', 'complete_run',
+                                   'schedule_pass');
     ELSE
         SET @assetq_grant = CONCAT('GRANT SELECT ON ', v_ns, '.* TO ', v_account);
         PREPARE assetq_grant FROM @assetq_grant;

@@ -27,7 +27,8 @@
 -- ended here as a failure, "timed out after 30s", retried or failed by fail_attempt (the
 -- consumer's max_attempts and retry delay), and is not claimed now. So the timeout holds
 -- with its worker dead or stopped too; a live worker ends the attempt itself at the deadline
--- (complete_run as failed). Returns each run's deadline.
+-- (complete_run as failed). Returns each run's deadline, and whether its consumer caps its
+-- active runs (max_active_runs): then the run's end lets the consumer's next run be created.
 CREATE OR REPLACE FUNCTION {{ns}}.claim_runs_v2(
     p_worker          text,
     p_limit           integer DEFAULT 1,
@@ -49,7 +50,8 @@ CREATE OR REPLACE FUNCTION {{ns}}.claim_runs_v2(
     lease_until         timestamptz,
     started_at          timestamptz,
     partition_key       varchar,
-    deadline            timestamptz
+    deadline            timestamptz,
+    capped              boolean
 )
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -153,12 +155,13 @@ BEGIN
              WHERE r.id = ANY (v_ids) AND d.dag_id = r.dag_id
             RETURNING r.id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at,
                       r.triggering_event_id, r.state, r.attempt, r.worker, r.lease_until,
-                      r.started_at, r.partition_key, r.deadline)
+                      r.started_at, r.partition_key, r.deadline,
+                      d.max_active_runs IS NOT NULL AS capped)
         SELECT c.id, c.dag_id, c.run_id, c.seq, c.run_after, c.created_at,
                ARRAY(SELECT l.asset_event_id FROM {{ns}}.dagrun_asset_event l
                       WHERE l.dag_run_id = c.id ORDER BY 1),
                c.triggering_event_id, c.state, c.attempt, c.worker, c.lease_until, c.started_at,
-               c.partition_key, c.deadline
+               c.partition_key, c.deadline, c.capped
           FROM c
          ORDER BY c.id;
         GET DIAGNOSTICS v_claimed = ROW_COUNT;
