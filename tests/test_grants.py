@@ -225,3 +225,38 @@ def test_grant_command(db: TestDatabase, logins: dict[str, Login]) -> None:
     assert revoked.returncode == 0, revoked.stderr
     _denied(db, _status(logins["nobody"]))
     assert run().returncode == 2
+
+
+def test_an_upgrade_that_changes_grant_access_gives_each_kind_what_it_gives_now(
+    db: TestDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scheduler granted by an older grant_access, which did not give cancel_run (issue 26):
+    the package whose grant_access gives it re-creates that routine at install, and gives
+    every granted kind its access again, so the scheduler can cancel runs with no grant to
+    run by hand."""
+    import changed_files
+
+    with made_logins(db, ("scheduler",), "aqu") as made:
+        login = made["scheduler"]
+        assetq.grant_roles(db.engine, scheduler=login.grantee)
+        if db.engine_name == "postgresql":
+            db.execute(
+                "REVOKE EXECUTE ON FUNCTION {ns}.cancel_run(text, text, text)"
+                f' FROM "{login.name}"'
+            )
+        else:
+            name, host = login.grantee  # type: ignore[misc]
+            db.execute(f"REVOKE EXECUTE ON PROCEDURE {{ns}}.cancel_run FROM '{name}'@'{host}'")
+        with db.engine.begin() as conn:
+            assetq.declare_dag(conn, "report", "orders")
+            assetq.register_event(conn, "orders")
+        (run,) = assetq.schedule(db.engine)
+
+        def cancel() -> Any:
+            with login.engine.begin() as conn:
+                return assetq.cancel_run(conn, "report", run.run_id)
+
+        _denied(db, cancel)
+        with changed_files.shipped(monkeypatch, {db.dialect.name: ["grant_access"]}):
+            assetq.install(db.engine)
+        assert cancel().state == "cancelled"

@@ -1114,7 +1114,8 @@ def _sync_routines(
     """Re-create what differs from the routine files (a namespace at this package's head);
     returns what was re-created. The roles holding a kind of access are given it again
     (routines.regrant) when a routine was missing (a newer package's new one, one dropped by
-    hand) or table steps ran (``steps_ran``: a reader's SELECT on their new tables), once.
+    hand), grant_access was re-created (what a kind gives may have changed) or table steps
+    ran (``steps_ran``: a reader's SELECT on their new tables), once.
 
     MySQL: an object of the namespace with a file's name that routine_catalogue does not
     record is not assetq's (an application's procedure next to assetq's tables in its own
@@ -1152,7 +1153,8 @@ def _synced(
     present: dict[tuple[str, str], routines.Definition] | None = None,
 ) -> list[routines.Difference]:
     done = routines.sync(conn, namespace, present=present)
-    if steps_ran or any(d.reason == "missing" for d in done):
+    # grant_access re-created: what a kind of access gives may have changed (a routine more).
+    if steps_ran or any(d.reason == "missing" or d.file.name == "grant_access" for d in done):
         routines.regrant(conn, namespace)
     return done
 
