@@ -10,6 +10,8 @@ commits only then.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from datetime import timedelta
 from typing import Any
@@ -20,6 +22,7 @@ import sqlalchemy as sa
 import assetq
 from dbs import TestDatabase
 from work_scenario import (
+    WorkerProcess,
     create_effect_table,
     db_now,
     effects,
@@ -341,3 +344,34 @@ def test_a_partitioned_consumer_on_keyed_producers_is_declared_without_a_word(
         assetq.register_event(conn, "orders", partition_key="2026-12-01")
         assetq.register_event(conn, "other")  # another asset's unkeyed event: not counted
         assetq.declare_dag(conn, "daily", "orders", partitioned=True)
+
+
+def test_a_paused_holder_past_its_deadline_is_timed_out_and_fenced_when_it_resumes(
+    db: TestDatabase,
+) -> None:
+    """A real worker process holds the run (its lease 600 s, far past the deadline), its
+    write in its open transaction, and is stopped with SIGSTOP; its attempt runs past the
+    deadline; the next claim ends it as timed out and claims the run again (no retry delay).
+    Resumed (SIGCONT) and told to complete, the paused worker is refused (AQ010) and its write
+    is rolled back."""
+    create_effect_table(db)
+    one_run(db, max_attempts=2, timeout=30)
+    paused = WorkerProcess(db, "paused", "zombie", lease=600)
+    try:
+        (held,) = paused.holding()
+        run_pk = db.scalar("SELECT id FROM {ns}.dag_run WHERE run_id = :r", r=held.run_id)
+        os.kill(paused.process.pid, signal.SIGSTOP)
+        try:
+            db.execute(_AGED, id=run_pk)
+            (successor,) = assetq.claim_runs(db.engine, "successor")
+        finally:
+            os.kill(paused.process.pid, signal.SIGCONT)
+        assert (successor.run_id, successor.attempt) == (held.run_id, 2)
+        assert run_row(db, "report", held.run_id)["error"] == "timed out after 30s"
+        paused.send("go")
+        assert paused.expect("DONE") == "lease_lost AQ010"
+    finally:
+        paused.close()
+    assert effects(db) == []
+    with db.engine.begin() as conn:
+        assert assetq.complete_run(conn, successor, "success").state == "success"
