@@ -77,12 +77,14 @@ from .ops import (
     DoctorReport,
     ProcessStatus,
     PurgeResult,
+    WorkerCoverage,
     doctor,
     grant_roles,
     processes,
     purge,
     revoke_roles,
     status,
+    worker_coverage,
 )
 from .partitions import Partitioned, PartitionMapping, Rollup, StaticPartitions
 from .scheduler import SchedulerStats, run_scheduler
@@ -153,6 +155,7 @@ __all__ = [
     "UnmappablePartition",
     "UnsupportedServerSetting",
     "WaitOutcome",
+    "WorkerCoverage",
     "WorkerStats",
     "alias",
     "all_of",
@@ -190,4 +193,5 @@ __all__ = [
     "status",
     "uninstall",
     "unpause_dag",
+    "worker_coverage",
 ]

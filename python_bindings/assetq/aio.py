@@ -632,6 +632,7 @@ async def run_worker(
     backoff_max: float = 30.0,
     liveness_interval: float | None = DEFAULT_INTERVAL,
     metrics: Metrics | None = None,
+    strict: bool = False,
 ) -> WorkerStats:
     """Async version of :func:`assetq.run_worker`: claim and execute runs of the consumers in
     ``handlers`` until ``stop`` is set (or ``max_runs`` attempts were completed).
@@ -646,8 +647,9 @@ async def run_worker(
     runs. The same guarantees as the sync worker: every attempt is held by one worker, a
     stale holder's completion is refused (``on_complete`` gets ``"lost"``).
     ``liveness_interval``: its row in the liveness table, as the sync worker's (a task
-    records it). ``metrics``: an :class:`assetq.Metrics`, told what the sync worker tells it
-    (claims, failed claims, completions by outcome, retries, idle waits woken or polled).
+    records it, with the consumers in ``handlers``; ``strict`` as there). ``metrics``: an
+    :class:`assetq.Metrics`, told what the sync worker tells it (claims, failed claims,
+    completions by outcome, retries, idle waits woken or polled).
     """
     sync = _engine(engine, "run_worker")
     table = _handlers(handlers)
@@ -860,7 +862,11 @@ async def run_worker(
         lease_seconds,
         ", ".join(dag_ids),
     )
-    alive = Liveness(sync, namespace, "worker", liveness_interval, name=name)
+    alive = Liveness(
+        sync, namespace, "worker", liveness_interval, name=name, handles=dag_ids, strict=strict
+    )
+    if strict:  # an unknown consumer refuses the worker before any slot claims
+        await greenlet_spawn(alive.beat)
 
     async def live() -> None:
         """The worker's liveness row, every ``liveness_interval`` until it stops."""

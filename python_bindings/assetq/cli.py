@@ -56,7 +56,14 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlch
 
 from . import __version__, liveness, logs, migrate, ops
 from .dialects import dialect_of, engine_arguments
-from .errors import AssetqError, InvalidArgument, NotInstalled, SchemaTooOld, TransientError
+from .errors import (
+    AssetqError,
+    InvalidArgument,
+    NotInstalled,
+    SchemaTooOld,
+    TransientError,
+    UnknownDag,
+)
 from .validation import check_namespace
 
 URL_ENV = "ASSETQ_DATABASE_URL"
@@ -785,6 +792,12 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-runs", type=_positive, help="stop after this many attempts (default: never)"
     )
     parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse to start (exit 1) when a handler names a consumer that is not declared"
+        " (default: a warning naming it, and the others run)",
+    )
+    parser.add_argument(
         "--json",
         action="store_true",
         help="print one JSON object per completed attempt on stdout, one per line",
@@ -875,6 +888,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 on_complete=on_complete,
                 metrics=metrics,
                 liveness_interval=args.liveness_interval,
+                strict=args.strict,
             )
     finally:
         endpoint.close()
@@ -932,6 +946,14 @@ def cmd_status(args: argparse.Namespace) -> int:
                     )
                 return EXIT_ERROR
             consumers = ops.status(conn, namespace=namespace)
+            coverage = {
+                c.dag_id: c
+                for c in ops.worker_coverage(
+                    conn, stuck_after=args.stuck_after, namespace=namespace
+                )
+            }
+            if args.dag is not None:
+                consumers = _only_dag(consumers, args.dag)
             alive = (
                 ops.processes(conn, namespace=namespace)
                 if ops.processes_supported(revision)
@@ -970,6 +992,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                             "retrying_runs": c.retrying_runs,
                             "failed_runs": c.failed_runs,
                             "max_attempts": c.max_attempts,
+                            **_coverage_json(coverage.get(c.dag_id)),
                         }
                         for c in consumers
                     ],
@@ -992,9 +1015,75 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"{len(consumers)} consumers; {queued} queued (events waiting, counted per consumer)")
     if consumers:
         _print_consumers(consumers)
+        _print_coverage([coverage[c.dag_id] for c in consumers if c.dag_id in coverage], args)
     if alive:
         _print_processes(alive)
     return EXIT_OK
+
+
+def _status_arguments(parser: argparse.ArgumentParser) -> None:
+    _json_option(parser, "the status")
+    parser.add_argument("--dag", metavar="DAG", help="show this consumer only")
+    _stuck_after_option(parser)
+
+
+def _stuck_after_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--stuck-after",
+        type=_positive_duration,
+        default=ops.DEFAULT_STUCK_AFTER,
+        metavar="DURATION",
+        help="flag a queued run claimable for longer than this with nobody claiming it"
+        f" (default 5m): {_DURATION_HELP}",
+    )
+
+
+def _positive_duration(text: str) -> timedelta:
+    value = _duration(text)
+    if value <= timedelta(0):
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text!r}")
+    return value
+
+
+def _only_dag(consumers: list[ops.DagStatus], dag_id: str) -> list[ops.DagStatus]:
+    """``consumers`` narrowed to ``dag_id``; UnknownDag, with the fix, when it is not one."""
+    found = [c for c in consumers if c.dag_id == dag_id]
+    if not found:
+        raise UnknownDag(f"unknown dag {dag_id!r}: `assetq dags` lists the consumers", code="AQ003")
+    return found
+
+
+def _coverage_json(found: ops.WorkerCoverage | None) -> dict[str, Any]:
+    """The keys status --json adds to a consumer: whether its waiting runs have a live worker
+    (``no_worker``), and its queued runs that wait too long."""
+    return {
+        "no_worker": False if found is None else found.no_worker,
+        "live_workers": None if found is None else found.live_workers,
+        "queued_runs": 0 if found is None else found.queued_runs,
+        "oldest_queued_run_age_seconds": None
+        if found is None
+        else found.oldest_queued_run_age_seconds,
+        "stuck_runs": 0 if found is None else found.stuck_runs,
+    }
+
+
+def _print_coverage(flagged: list[ops.WorkerCoverage], args: argparse.Namespace) -> None:
+    """One line per consumer whose runs wait with no live worker for them, or too long."""
+    limit = args.stuck_after.total_seconds()
+    for c in flagged:
+        if c.no_worker:
+            print(
+                f"no worker: {c.dag_id} has {c.queued_runs} queued runs and {c.expired_runs}"
+                " expired leases, and no live worker has a handler for it (start `assetq"
+                f" worker` with a handler for {c.dag_id})"
+            )
+        elif c.stuck_runs:
+            age = _age(timedelta(seconds=c.oldest_queued_run_age_seconds or 0.0))
+            print(
+                f"queued too long: {c.dag_id} has {c.stuck_runs} runs claimable for more than"
+                f" {limit:g}s (the oldest {age}) although {c.live_workers} live workers have"
+                " a handler for it"
+            )
 
 
 def _print_table(header: tuple[str, ...], table: Sequence[tuple[str, ...]]) -> None:
@@ -1073,6 +1162,11 @@ def _print_consumers(consumers: list[ops.DagStatus]) -> None:
 # -- doctor --------------------------------------------------------------------------------
 
 
+def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
+    _json_option(parser, "the checks")
+    _stuck_after_option(parser)
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Check the installation: schema at this package's revision (or inside its
     compatibility window); every routine, trigger, view and table present (triggers
@@ -1088,7 +1182,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     engine = _engine(url)
     try:
         _installed_revision(engine, url, args.resolved_namespace)
-        report = ops.doctor(engine, namespace=args.resolved_namespace)
+        report = ops.doctor(engine, namespace=args.resolved_namespace, stuck_after=args.stuck_after)
     finally:
         engine.dispose()
     if args.json:
@@ -1358,13 +1452,13 @@ COMMANDS: tuple[Command, ...] = (
         "status",
         "show queue depth, oldest queued event and recent runs per consumer",
         cmd_status,
-        lambda p: _json_option(p, "the status"),
+        _status_arguments,
     ),
     Command(
         "doctor",
         "check the installation; exit 1 with a fix for each problem",
         cmd_doctor,
-        lambda p: _json_option(p, "the checks"),
+        _doctor_arguments,
     ),
     Command("purge", "delete consumed history older than a cutoff", cmd_purge, _purge_arguments),
     Command(

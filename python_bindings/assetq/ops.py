@@ -197,6 +197,90 @@ def processes(conn: Handle, *, namespace: str = DEFAULT_NAMESPACE) -> list[Proce
     ]
 
 
+# -- runs nobody can execute ----------------------------------------------------------------
+
+#: A queued run that has been claimable this long with nobody claiming it is reported by
+#: status, doctor and the Prometheus gauges (``--stuck-after`` on the command line).
+DEFAULT_STUCK_AFTER = timedelta(minutes=5)
+
+
+def handles_supported(revision: str | None) -> bool:
+    """Whether schema ``revision`` has ``process_dag``, the consumers of each live worker
+    (revision 0002_run_operations and later)."""
+    return revision is not None and revision != "0001_baseline"
+
+
+@dataclass(frozen=True)
+class WorkerCoverage:
+    """One consumer with queued runs or expired leases, and the live workers able to run
+    them. Field names are the ``worker_coverage`` query's columns and the keys ``assetq status
+    --json`` adds to each consumer."""
+
+    dag_id: str
+    #: Its runs in state queued (claimable now, or after a retry's delay).
+    queued_runs: int
+    #: Its running runs whose lease expired (their worker stopped renewing).
+    expired_runs: int
+    #: How long its oldest claimable queued run has waited since it became claimable (its
+    #: ``not_before``), seconds by the database's clock; None when none is claimable yet.
+    oldest_queued_run_age_seconds: float | None
+    #: Queued runs claimable for longer than the ``stuck_after`` asked for.
+    stuck_runs: int
+    #: Workers not stale in the liveness table that have a handler for it.
+    live_workers: int
+
+    @property
+    def no_worker(self) -> bool:
+        """Runs wait (queued, or an expired lease) and no live worker has a handler for it."""
+        return bool(self.queued_runs or self.expired_runs) and self.live_workers == 0
+
+
+def _check_stuck_after(stuck_after: object) -> float:
+    if not isinstance(stuck_after, timedelta):
+        raise errors.InvalidArgumentType(
+            f"stuck_after must be a datetime.timedelta, got {type(stuck_after).__name__}"
+        )
+    if stuck_after <= timedelta(0):
+        raise errors.InvalidArgument(f"stuck_after must be positive, got {stuck_after}")
+    return stuck_after.total_seconds()
+
+
+@keyword_namespace
+def worker_coverage(
+    conn: Handle,
+    *,
+    stuck_after: timedelta = DEFAULT_STUCK_AFTER,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> list[WorkerCoverage]:
+    """The consumers with queued runs or expired leases, by dag id, each with the live
+    workers that have a handler for it (``no_worker``: none) and its queued runs claimable
+    for longer than ``stuck_after``. A read in the caller's transaction of the active runs
+    and the liveness tables, never the history; needs only a reader's rights. Empty on a
+    schema from before workers recorded their consumers."""
+    conn = connection_of(conn, "worker_coverage")
+    stuck_seconds = _check_stuck_after(stuck_after)
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    if not handles_supported(migrate.current_revision(conn, namespace=namespace)):
+        return []
+    params = {"stuck_seconds": stuck_seconds, "stale_intervals": STALE_INTERVALS}
+    with _translated(dialect):
+        rows = dialect.execute(conn, "worker_coverage", namespace, params)
+    return [
+        WorkerCoverage(
+            dag_id=str(row.dag_id),
+            queued_runs=int(row.queued_runs or 0),
+            expired_runs=int(row.expired_runs or 0),
+            oldest_queued_run_age_seconds=None
+            if row.oldest_queued_run_age_seconds is None
+            else max(0.0, float(row.oldest_queued_run_age_seconds)),
+            stuck_runs=int(row.stuck_runs or 0),
+            live_workers=int(row.live_workers),
+        )
+        for row in rows
+    ]
+
+
 # -- purge ----------------------------------------------------------------------------------
 
 
@@ -309,6 +393,7 @@ def purge(
 
     # Not counted in batches: those are the runs' and events'.
     processes_deleted = _purge_processes(engine, namespace, cutoff)
+    _purge_process_dags(engine, namespace)
 
     result = PurgeResult(
         cutoff=_utc(cutoff),
@@ -368,6 +453,16 @@ def _purge_processes(engine: Engine, namespace: str, cutoff: Any) -> int | None:
             dialect.statement("purge_processes", namespace), {"older_than": cutoff}
         )
         return int(result.rowcount or 0)
+
+
+def _purge_process_dags(engine: Engine, namespace: str) -> None:
+    """Delete the consumers (process_dag) of processes whose liveness row is gone, in one
+    short transaction: a liveness row and its consumers go together. Nothing on a schema
+    without process_dag."""
+    dialect = dialect_of(engine)
+    with _translated(dialect), engine.begin() as conn:
+        if handles_supported(migrate.current_revision(conn, namespace=namespace)):
+            conn.execute(dialect.statement("purge_process_dags", namespace))
 
 
 @dataclass(frozen=True)
@@ -638,6 +733,7 @@ DEFINER_ROUTINES = (
     "complete_run",
     "process_heartbeat",
     "process_gone",
+    "process_handles",
 )
 
 _CREATE = re.compile(
@@ -1074,6 +1170,49 @@ def _work_checks(conn: Connection, namespace: str) -> list[Check]:
     return checks
 
 
+def _coverage_checks(conn: Connection, namespace: str, stuck_after: timedelta) -> list[Check]:
+    """Consumers whose runs wait with no live worker able to run them, and queued runs
+    claimable for longer than ``stuck_after`` (problems both: nothing will run them)."""
+    checks: list[Check] = []
+    for c in worker_coverage(conn, stuck_after=stuck_after, namespace=namespace):
+        waiting = f"{c.queued_runs} queued runs and {c.expired_runs} expired leases"
+        if c.no_worker:
+            checks.append(
+                Check(
+                    "workers",
+                    "problem",
+                    f"{c.dag_id}: {waiting}, and no live worker has a handler for it",
+                    f"start a worker with a handler for {c.dag_id} (`assetq worker --handlers"
+                    f" MODULE:NAME`, NAME mapping {c.dag_id!r} to its handler); workers of a"
+                    " package without process_handles record no consumers and are not counted",
+                )
+            )
+        elif c.stuck_runs:
+            age = c.oldest_queued_run_age_seconds or 0.0
+            checks.append(
+                Check(
+                    "queued",
+                    "problem",
+                    f"{c.dag_id}: {c.stuck_runs} queued runs claimable for longer than"
+                    f" {stuck_after.total_seconds():g} s (the oldest for {age:.0f} s) although"
+                    f" {c.live_workers} live workers have a handler for it",
+                    "its workers are busy or stuck: add workers or --concurrency, or look"
+                    " at what their handlers wait for (`assetq status`, `assetq runs --dag"
+                    f" {c.dag_id} --state running`)",
+                )
+            )
+    if not checks:
+        checks.append(
+            Check(
+                "workers",
+                "ok",
+                "every consumer with runs waiting has a live worker, none queued longer than"
+                f" {stuck_after.total_seconds():g} s",
+            )
+        )
+    return checks
+
+
 def _liveness_checks(conn: Connection, namespace: str) -> list[Check]:
     """Stale rows of the liveness table: notes, not problems. A stale row is a scheduler or
     worker that stopped heartbeating without a clean stop (killed, hung, its host gone);
@@ -1109,14 +1248,22 @@ def _liveness_checks(conn: Connection, namespace: str) -> list[Check]:
     ]
 
 
-def doctor(engine: Engine, *, namespace: str = DEFAULT_NAMESPACE) -> DoctorReport:
+def doctor(
+    engine: Engine,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+    stuck_after: timedelta = DEFAULT_STUCK_AFTER,
+) -> DoctorReport:
     """Check the installation in ``namespace``: schema at this package's revision, every
     routine, trigger, view and table present (triggers enabled), the granted routines
     running with their owner's rights, the owner suitable, the server's settings, and what
-    the connected account may do. Read-only. ``report.ok`` is False when a check found a
+    the connected account may do, and the work: expired leases, consumers blocked at their
+    cap, consumers with runs waiting and no live worker for them, runs queued (claimable)
+    longer than ``stuck_after``. Read-only. ``report.ok`` is False when a check found a
     problem; each problem says how to fix it."""
     engine = engine_of(engine, "doctor")
     namespace = check_namespace(namespace)
+    _check_stuck_after(stuck_after)
     head = migrate.head_revision()
     dialect = dialect_of(engine)
     with _translated(dialect), engine.connect() as conn:  # connect errors translated too
@@ -1140,6 +1287,7 @@ def doctor(engine: Engine, *, namespace: str = DEFAULT_NAMESPACE) -> DoctorRepor
             )
             if revision == head and readable:
                 checks += _work_checks(conn, namespace)
+                checks += _coverage_checks(conn, namespace, stuck_after)
                 checks += _liveness_checks(conn, namespace)
         checks += _server_checks(settings)
         checks += _deployment_checks(dialect, conn, namespace)

@@ -273,6 +273,48 @@ CALL {{ns}}.process_heartbeat(:process_id, :kind, :name, :host, :pid, :version, 
 -- Delete loop :process_id's liveness row: it stopped cleanly. No result set.
 CALL {{ns}}.process_gone(:process_id)
 
+-- process_handles --
+-- Record the consumers worker :process_id has handlers for (:dag_ids, a JSON array), in its
+-- heartbeat's transaction; returns those that name no declared consumer (unknown_dag_id).
+CALL {{ns}}.process_handles(:process_id, :dag_ids)
+
+-- purge_process_dags --
+-- Delete the consumers of processes that have no liveness row any more (purge_processes
+-- deleted it, or a process_gone of an older package did): a handful of rows, one per live
+-- worker and handler, read whole.
+DELETE p FROM {{ns}}.process_dag p
+ WHERE NOT EXISTS (SELECT 1 FROM {{ns}}.process_liveness l WHERE l.process_id = p.process_id)
+
+-- worker_coverage --
+-- Per consumer with queued runs or expired leases: how many of each; how long its oldest
+-- claimable queued run has waited since it became claimable (its not_before: a retry's delay
+-- is not waiting) and how many have waited longer than :stuck_seconds; how many live workers
+-- (liveness rows not stale by :stale_intervals, as in processes) have a handler for it.
+-- Reads the active runs only, by dag_run_state_idx, never the history.
+SELECT r.dag_id,
+       SUM(r.state = 'queued') AS queued_runs,
+       SUM(r.state = 'running' AND r.lease_until < UTC_TIMESTAMP(6)) AS expired_runs,
+       TIMESTAMPDIFF(MICROSECOND,
+                     MIN(CASE WHEN r.state = 'queued' AND r.not_before <= UTC_TIMESTAMP(6)
+                              THEN r.not_before END),
+                     UTC_TIMESTAMP(6)) / 1000000 AS oldest_queued_run_age_seconds,
+       SUM(r.state = 'queued'
+           AND r.not_before < UTC_TIMESTAMP(6)
+               - INTERVAL CAST(ROUND(:stuck_seconds * 1000000) AS SIGNED) MICROSECOND)
+           AS stuck_runs,
+       (SELECT COUNT(*)
+          FROM {{ns}}.process_dag p
+          JOIN {{ns}}.process_liveness l ON l.process_id = p.process_id
+         WHERE p.dag_id = r.dag_id
+           AND l.kind = 'worker'
+           AND l.last_seen_at >= UTC_TIMESTAMP(6)
+               - INTERVAL CAST(ROUND(l.interval_seconds * :stale_intervals * 1000000) AS SIGNED) MICROSECOND)
+           AS live_workers
+  FROM {{ns}}.dag_run r
+ WHERE r.state IN ('queued', 'running')
+ GROUP BY r.dag_id
+ ORDER BY r.dag_id
+
 -- processes --
 -- Every scheduler and worker loop of the liveness table, with how long ago it was last seen
 -- (database clock, UTC) and whether that is more than :stale_intervals of its intervals ago.

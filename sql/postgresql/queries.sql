@@ -374,6 +374,50 @@ SELECT {{ns}}.process_heartbeat(
 -- Delete loop :process_id's liveness row: it stopped cleanly.
 SELECT {{ns}}.process_gone(p_process_id => :process_id)
 
+-- process_handles --
+-- Record the consumers worker :process_id has handlers for (:dag_ids, a JSON array), in its
+-- heartbeat's transaction; returns those that name no declared consumer (unknown_dag_id).
+SELECT unknown_dag_id
+  FROM {{ns}}.process_handles(p_process_id => :process_id, p_dag_ids => CAST(:dag_ids AS jsonb))
+
+-- purge_process_dags --
+-- Delete the consumers of processes that have no liveness row any more (purge_processes
+-- deleted it, or a process_gone of an older package did): a handful of rows, one per live
+-- worker and handler, read whole.
+DELETE FROM {{ns}}.process_dag p
+ WHERE NOT EXISTS (SELECT 1 FROM {{ns}}.process_liveness l WHERE l.process_id = p.process_id)
+
+-- worker_coverage --
+-- Per consumer with queued runs or expired leases: how many of each; how long its oldest
+-- claimable queued run has waited since it became claimable (its not_before: a retry's delay
+-- is not waiting) and how many have waited longer than :stuck_seconds; how many live workers
+-- (liveness rows not stale by :stale_intervals, as in processes) have a handler for it.
+-- Reads the active runs only, by dag_run_state_idx, never the history.
+SELECT r.dag_id,
+       count(*) FILTER (WHERE r.state = 'queued') AS queued_runs,
+       count(*) FILTER (WHERE r.state = 'running' AND r.lease_until < clock_timestamp())
+           AS expired_runs,
+       CAST(extract(epoch FROM clock_timestamp()
+                               - min(r.not_before) FILTER (WHERE r.state = 'queued'
+                                                             AND r.not_before <= clock_timestamp()))
+            AS double precision) AS oldest_queued_run_age_seconds,
+       count(*) FILTER (WHERE r.state = 'queued'
+                          AND r.not_before < clock_timestamp()
+                              - make_interval(secs => CAST(:stuck_seconds AS double precision)))
+           AS stuck_runs,
+       (SELECT count(*)
+          FROM {{ns}}.process_dag p
+          JOIN {{ns}}.process_liveness l ON l.process_id = p.process_id
+         WHERE p.dag_id = r.dag_id
+           AND l.kind = 'worker'
+           AND l.last_seen_at >= clock_timestamp()
+               - make_interval(secs => l.interval_seconds * CAST(:stale_intervals AS double precision)))
+           AS live_workers
+  FROM {{ns}}.dag_run r
+ WHERE r.state IN ('queued', 'running')
+ GROUP BY r.dag_id
+ ORDER BY r.dag_id
+
 -- processes --
 -- Every scheduler and worker loop of the liveness table, with how long ago it was last seen
 -- (database clock) and whether that is more than :stale_intervals of its intervals ago.
