@@ -59,10 +59,12 @@ from .dialects import dialect_of, engine_arguments
 from .errors import (
     AssetqError,
     InvalidArgument,
+    InvalidRunState,
     NotInstalled,
     SchemaTooOld,
     TransientError,
     UnknownDag,
+    UnknownRun,
 )
 from .validation import check_namespace
 
@@ -1404,6 +1406,445 @@ def cmd_grant(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- operating runs ------------------------------------------------------------------------
+#
+# runs, run show|retry|cancel, dags, dag pause|unpause, events: thin over the public API
+# (assetq.runs, get_run, consumed_events, retry_run, pause_dag ...) and the reads of
+# assetq.ops; the reads need only a reader's rights (assetq grant --reader). Bad input (an
+# unknown dag, run or asset; a run in the wrong state) is one line with the code and the fix,
+# exit 1, nothing written.
+
+
+def _limit_option(parser: argparse.ArgumentParser, default: int, what: str) -> None:
+    parser.add_argument(
+        "--limit",
+        type=_page_size,
+        default=default,
+        metavar="N",
+        help=f"show at most N {what} (default {default}, at most 10000)",
+    )
+
+
+def _page_size(text: str) -> int:
+    value = _positive(text)
+    if value > 10_000:
+        raise argparse.ArgumentTypeError(f"must be at most 10000, got {value}")
+    return value
+
+
+def _connected(args: argparse.Namespace) -> sa.Engine:
+    """An engine for the URL, once assetq is known to be installed there."""
+    url = _require_url(args)
+    engine = _engine(url)
+    try:
+        _installed_revision(engine, url, args.resolved_namespace)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
+
+
+def _server_now(conn: sa.Connection, namespace: str) -> datetime:
+    from .api import _utc
+
+    rows = dialect_of(conn.engine).execute(conn, "server_clock", namespace)
+    return _utc(rows[0].now)
+
+
+def _run_dict(run: Any) -> dict[str, Any]:
+    data = asdict(run)
+    for key, value in data.items():
+        if isinstance(value, datetime):
+            data[key] = value.isoformat()
+        elif isinstance(value, tuple):
+            data[key] = list(value)
+    return data
+
+
+def _event_dict(event: Any) -> dict[str, Any]:
+    return {
+        "id": event.id,
+        "asset": event.asset,
+        "uri": event.uri,
+        "timestamp": event.timestamp.isoformat(),
+        "partition_key": event.partition_key,
+        "extra": dict(event.extra),
+        "source": asdict(event.source),
+        "aliases": list(event.aliases),
+    }
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _first_line(text: str | None, width: int = 60) -> str:
+    if not text:
+        return "-"
+    line = text.strip().splitlines()[0] if text.strip() else "-"
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def _with_fix(exc: AssetqError, fix: str) -> AssetqError:
+    """``exc`` as one line with ``fix`` after it (same class, same code)."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return type(exc)(f"{message}; {fix}", code=exc.code)
+
+
+def _runs_arguments(parser: argparse.ArgumentParser) -> None:
+    from .api import RUN_STATES
+
+    parser.add_argument("--dag", metavar="DAG", help="only this consumer's runs")
+    parser.add_argument(
+        "--state", choices=RUN_STATES, help="only runs in this state (e.g. failed)"
+    )
+    parser.add_argument(
+        "--since",
+        type=_positive_duration,
+        metavar="DURATION",
+        help=f"only runs created in this last stretch (database clock): {_DURATION_HELP}",
+    )
+    _limit_option(parser, 50, "runs")
+    _json_option(parser, "the runs")
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """List runs, newest first: of one consumer (--dag) or all, in one state (--state
+    failed: what failed, anywhere), created in the last --since, at most --limit. One
+    indexed range read of --limit runs however long the history is (assetq.runs). Needs
+    only a reader's rights."""
+    from . import api
+
+    engine = _connected(args)
+    namespace = args.resolved_namespace
+    try:
+        with engine.connect() as conn:
+            if args.dag is not None:
+                ops.require_dag(conn, args.dag, namespace=namespace)
+            found = api.runs(
+                conn, args.dag, state=args.state, limit=args.limit, namespace=namespace
+            )
+            if args.since is not None:
+                # Newest first: the page ends where the window does.
+                cutoff = _server_now(conn, namespace) - args.since
+                found = [r for r in found if r.created_at >= cutoff]
+    finally:
+        engine.dispose()
+    if args.json:
+        print(json.dumps({"runs": [_run_dict(r) for r in found], "limit": args.limit}, indent=2))
+        return EXIT_OK
+    if not found:
+        print("no runs")
+        return EXIT_OK
+    header = ("dag_id", "run_id", "state", "attempt", "created (UTC)", "ended (UTC)", "worker",
+              "error")  # fmt: skip
+    table = [
+        (
+            r.dag_id,
+            r.run_id,
+            r.state,
+            str(r.attempt),
+            _when(r.created_at),
+            _when(r.ended_at),
+            r.worker or "-",
+            _first_line(r.error),
+        )
+        for r in found
+    ]
+    _print_table(header, table)
+    if len(found) == args.limit:
+        print(f"(the newest {args.limit}: --limit shows more)")
+    return EXIT_OK
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="run_action", metavar="ACTION", required=True)
+    for name, summary in (
+        ("show", "show one run: its last attempt (worker, times, error), consumed events, outputs"),
+        ("retry", "put a failed run back in the queue as its next attempt (assetq.retry_run)"),
+    ):
+        child = actions.add_parser(
+            name, help=summary, description=summary, parents=[_common_options()]
+        )
+        child.add_argument("dag_id", metavar="DAG")
+        child.add_argument("run_id", metavar="RUN")
+        if name == "show":
+            child.add_argument(
+                "--events",
+                type=_page_size,
+                default=20,
+                metavar="N",
+                help="show at most N consumed events and N outputs (default 20)",
+            )
+        _json_option(child, "the run")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """One run of a consumer: `assetq run show DAG RUN` (its last attempt with its worker,
+    times and error, the events it consumed, its output events; a reader's rights are
+    enough), `assetq run retry DAG RUN` (a failed run queued again as its next attempt, with
+    the same events; any other state is refused and nothing is written)."""
+    if args.run_action == "retry":
+        return _run_retry(args)
+    return _run_show(args)
+
+
+def _run_show(args: argparse.Namespace) -> int:
+    from . import api
+
+    engine = _connected(args)
+    namespace = args.resolved_namespace
+    try:
+        with engine.connect() as conn:
+            dag = ops.require_dag(conn, args.dag_id, namespace=namespace)
+            try:
+                run = api.get_run(conn, args.dag_id, args.run_id, namespace=namespace)
+            except UnknownRun as exc:
+                raise _with_fix(
+                    exc, f"`assetq runs --dag {args.dag_id}` lists its runs"
+                ) from None
+            consumed = api.consumed_events(
+                conn, args.dag_id, args.run_id, limit=args.events, namespace=namespace
+            )
+            outputs = ops.run_outputs(conn, run, limit=args.events, namespace=namespace)
+    finally:
+        engine.dispose()
+    if args.json:
+        data = {
+            "run": _run_dict(run),
+            "max_attempts": dag.max_attempts,
+            "consumed_events": [_event_dict(e) for e in consumed],
+            "outputs": [_event_dict(e) for e in outputs],
+        }
+        print(json.dumps(data, indent=2))
+        return EXIT_OK
+    print(f"run {run.run_id} of {run.dag_id}: {run.state} (seq {run.seq}, id {run.id})")
+    if run.partition_key is not None:
+        print(f"  partition      {run.partition_key}")
+    print(f"  created        {_when(run.created_at)} UTC")
+    print(
+        f"  attempt        {run.attempt} of {dag.max_attempts} (the last attempt's worker,"
+        " times and error: earlier attempts are not kept)"
+    )
+    print(f"  worker         {run.worker or '-'}")
+    print(f"  started        {_when(run.started_at)}")
+    print(f"  ended          {_when(run.ended_at)}")
+    if run.state == "running":
+        print(f"  lease until    {_when(run.lease_until)}")
+    if run.state == "queued":
+        print(f"  claimable at   {_when(run.not_before)}")
+    if run.error:
+        print("  error")
+        for line in run.error.rstrip().splitlines():
+            print(f"    {line}")
+    print(f"consumed events: {run.event_count}" + (
+        f" (the first {len(consumed)})" if len(consumed) < run.event_count else ""))  # fmt: skip
+    for e in consumed:
+        print(f"  {e.id}  {e.asset}  {_when(e.timestamp)}  {json.dumps(dict(e.extra))}")
+    print(f"outputs: {len(outputs)}")
+    for e in outputs:
+        print(f"  {e.id}  {e.asset}  {_when(e.timestamp)}  {json.dumps(dict(e.extra))}")
+    return EXIT_OK
+
+
+def _run_retry(args: argparse.Namespace) -> int:
+    from . import api
+
+    engine = _connected(args)
+    namespace = args.resolved_namespace
+    try:
+        with engine.begin() as conn:
+            ops.require_dag(conn, args.dag_id, namespace=namespace)
+            try:
+                run = api.retry_run(conn, args.dag_id, args.run_id, namespace=namespace)
+            except UnknownRun as exc:
+                raise _with_fix(
+                    exc, f"`assetq runs --dag {args.dag_id}` lists its runs"
+                ) from None
+            except InvalidRunState as exc:
+                raise _with_fix(
+                    exc,
+                    "only a failed run can be retried: `assetq run show"
+                    f" {args.dag_id} {args.run_id}` shows its state",
+                ) from None
+    finally:
+        engine.dispose()
+    if args.json:
+        print(json.dumps({"run": _run_dict(run)}, indent=2))
+    else:
+        print(
+            f"assetq: run {run.run_id} of {run.dag_id} is queued again: its next claim is"
+            f" attempt {run.attempt + 1}"
+        )
+    return EXIT_OK
+
+
+def _dags_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--after", metavar="DAG", help="start after this dag id (the next page of a long list)"
+    )
+    _limit_option(parser, 100, "consumers")
+    _json_option(parser, "the consumers")
+
+
+def _condition_text(condition: Any) -> str:
+    """A stored condition as one writes it: orders, all_of(a, any_of(b, c)), alias('x')."""
+    if isinstance(condition, dict) and len(condition) == 1:
+        ((key, value),) = condition.items()
+        if key in ("all_of", "any_of") and isinstance(value, list):
+            return f"{key}(" + ", ".join(_condition_text(v) for v in value) + ")"
+        if key == "asset":
+            return str(value)
+        return f"{key}({value!r})"
+    return json.dumps(condition)
+
+
+def cmd_dags(args: argparse.Namespace) -> int:
+    """List the consumers by dag id: condition, paused, caps (max_active_runs,
+    max_events_per_run, max_attempts, timeout), events queued, oldest queued event's age,
+    queued and running runs. --limit per page, --after for the next. Needs only a reader's
+    rights."""
+    engine = _connected(args)
+    try:
+        with engine.connect() as conn:
+            found = ops.dags(
+                conn, after=args.after, limit=args.limit, namespace=args.resolved_namespace
+            )
+    finally:
+        engine.dispose()
+    if args.json:
+        rows = [
+            {
+                **asdict(d),
+                "oldest_queued_at": _iso(d.oldest_queued_at),
+                "condition_text": _condition_text(d.condition),
+            }
+            for d in found
+        ]
+        more = found[-1].dag_id if len(found) == args.limit else None
+        print(json.dumps({"dags": rows, "next_after": more}, indent=2))
+        return EXIT_OK
+    if not found:
+        print("no consumers")
+        return EXIT_OK
+    header = ("dag_id", "state", "condition", "cap", "attempts", "timeout", "queued", "oldest",
+              "runs queued", "running")  # fmt: skip
+    table = [
+        (
+            d.dag_id,
+            "paused" if d.is_paused else "active",
+            _first_line(_condition_text(d.condition), 50),
+            "-" if d.max_active_runs is None else str(d.max_active_runs),
+            str(d.max_attempts),
+            "-" if d.timeout_seconds is None else _age(timedelta(seconds=d.timeout_seconds)),
+            str(d.queued_events),
+            _age(
+                None
+                if d.oldest_queued_age_seconds is None
+                else timedelta(seconds=d.oldest_queued_age_seconds)
+            ),
+            str(d.queued_runs),
+            str(d.running_runs),
+        )
+        for d in found
+    ]
+    _print_table(header, table)
+    if len(found) == args.limit:
+        print(f"(more: assetq dags --after {found[-1].dag_id})")
+    return EXIT_OK
+
+
+def _dag_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="dag_action", metavar="ACTION", required=True)
+    for name, summary in (
+        ("pause", "pause a consumer: its assets' new events are not queued for it, no runs"),
+        ("unpause", "unpause a consumer"),
+    ):
+        child = actions.add_parser(
+            name, help=summary, description=summary, parents=[_common_options()]
+        )
+        child.add_argument("dag_id", metavar="DAG")
+        _json_option(child, "the result")
+
+
+def cmd_dag(args: argparse.Namespace) -> int:
+    """Pause or unpause a consumer: `assetq dag pause DAG`, `assetq dag unpause DAG`
+    (assetq.pause_dag / unpause_dag, as the account that declares consumers). Events that
+    commit while it is paused are not queued for it unless it was declared with
+    queue_while_paused. An unknown dag is refused and nothing is written."""
+    from . import api
+
+    engine = _connected(args)
+    namespace = args.resolved_namespace
+    paused = args.dag_action == "pause"
+    try:
+        with engine.begin() as conn:
+            ops.require_dag(conn, args.dag_id, namespace=namespace)
+            if paused:
+                api.pause_dag(conn, args.dag_id, namespace=namespace)
+            else:
+                api.unpause_dag(conn, args.dag_id, namespace=namespace)
+    finally:
+        engine.dispose()
+    if args.json:
+        print(json.dumps({"dag_id": args.dag_id, "is_paused": paused}))
+    else:
+        print(f"assetq: {args.dag_id} is {'paused' if paused else 'unpaused'}")
+    return EXIT_OK
+
+
+def _events_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--asset", required=True, metavar="ASSET", help="asset name or uri")
+    parser.add_argument(
+        "--since",
+        type=_positive_duration,
+        default=timedelta(days=1),
+        metavar="DURATION",
+        help=f"events registered in this last stretch (default 1d; the read grows with it):"
+        f" {_DURATION_HELP}",
+    )
+    _limit_option(parser, 50, "events")
+    _json_option(parser, "the events")
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    """List an asset's events, newest first: registered in the last --since (default 1d,
+    database clock), at most --limit, with their source, extra and partition key. Needs
+    only a reader's rights."""
+    engine = _connected(args)
+    try:
+        with engine.connect() as conn:
+            found = ops.asset_events(
+                conn,
+                args.asset,
+                since=args.since,
+                limit=args.limit,
+                namespace=args.resolved_namespace,
+            )
+    finally:
+        engine.dispose()
+    if args.json:
+        print(json.dumps({"events": [_event_dict(e) for e in found]}, indent=2))
+        return EXIT_OK
+    if not found:
+        print(f"no events of {args.asset} in the last {_age(args.since)}")
+        return EXIT_OK
+    header = ("id", "asset", "timestamp (UTC)", "source", "partition", "extra")
+    table = [
+        (
+            str(e.id),
+            e.asset,
+            _when(e.timestamp),
+            "-" if e.source.dag_id is None else f"{e.source.dag_id}/{e.source.run_id}",
+            e.partition_key or "-",
+            _first_line(json.dumps(dict(e.extra)), 50),
+        )
+        for e in found
+    ]
+    _print_table(header, table)
+    return EXIT_OK
+
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         "demo",
@@ -1467,6 +1908,13 @@ COMMANDS: tuple[Command, ...] = (
         cmd_grant,
         _grant_arguments,
     ),
+    Command("runs", "list runs, newest first (--dag, --state, --since)", cmd_runs, _runs_arguments),
+    Command(
+        "run", "show or retry one run (run show|retry DAG RUN)", cmd_run, _run_arguments
+    ),
+    Command("dags", "list the consumers with their queues and runs", cmd_dags, _dags_arguments),
+    Command("dag", "pause or unpause a consumer (dag pause|unpause DAG)", cmd_dag, _dag_arguments),
+    Command("events", "list an asset's recent events (--asset)", cmd_events, _events_arguments),
 )
 
 

@@ -235,13 +235,14 @@ class WorkerCoverage:
         return bool(self.queued_runs or self.expired_runs) and self.live_workers == 0
 
 
-def _check_stuck_after(stuck_after: object) -> float:
+def _check_stuck_after(stuck_after: object, name: str = "stuck_after") -> float:
+    """A positive timedelta's seconds (InvalidArgumentType, InvalidArgument otherwise)."""
     if not isinstance(stuck_after, timedelta):
         raise errors.InvalidArgumentType(
-            f"stuck_after must be a datetime.timedelta, got {type(stuck_after).__name__}"
+            f"{name} must be a datetime.timedelta, got {type(stuck_after).__name__}"
         )
     if stuck_after <= timedelta(0):
-        raise errors.InvalidArgument(f"stuck_after must be positive, got {stuck_after}")
+        raise errors.InvalidArgument(f"{name} must be positive, got {stuck_after}")
     return stuck_after.total_seconds()
 
 
@@ -1294,3 +1295,176 @@ def doctor(
     return DoctorReport(
         namespace=namespace, server=server, revision=revision, head=head, checks=checks
     )
+
+
+# -- operating runs: the reads of the command line ------------------------------------------
+
+
+@dataclass(frozen=True)
+class DagInfo:
+    """One consumer as ``assetq dags`` lists it: its declaration, its queue and its active
+    runs. Field names are the ``dags_page`` query's columns and the keys of ``assetq dags
+    --json``. Times are UTC."""
+
+    dag_id: str
+    #: The condition as declared, in its stored JSON form ({"asset": ...}, {"all_of": [...]}).
+    condition: Any
+    is_paused: bool
+    max_active_runs: int | None
+    max_events_per_run: int | None
+    max_attempts: int
+    retry_delay_seconds: float
+    max_retry_delay_seconds: float | None
+    #: The consumer's timeout (None: the worker's default, if any).
+    timeout_seconds: float | None
+    partitioned: bool
+    queued_events: int
+    oldest_queued_at: datetime | None
+    oldest_queued_age_seconds: float | None
+    queued_runs: int
+    running_runs: int
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _json_value(value: Any) -> Any:
+    import json
+
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+@keyword_namespace
+def dags(
+    conn: Handle,
+    *,
+    dag_id: str | None = None,
+    after: str | None = None,
+    limit: int = 100,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> list[DagInfo]:
+    """One page of the consumers, by dag id after ``after`` (None: from the first), at most
+    ``limit`` (1 to 10,000); or only ``dag_id`` (an empty list when it is not a consumer).
+    A read in the caller's transaction (a reader's rights are enough), by key: each
+    consumer's pending queue and active runs are counted by index, never its history."""
+    from .api import PAGE_MAX
+
+    conn = connection_of(conn, "dags")
+    check_int(limit, "limit", 1, PAGE_MAX)
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    params = {"dag_id": dag_id, "after_dag_id": after, "limit": limit}
+    with _translated(dialect):
+        rows = dialect.execute(conn, "dags_page", namespace, params)
+    return [
+        DagInfo(
+            dag_id=str(row.dag_id),
+            condition=_json_value(row.condition),
+            is_paused=bool(row.is_paused),
+            max_active_runs=None if row.max_active_runs is None else int(row.max_active_runs),
+            max_events_per_run=None
+            if row.max_events_per_run is None
+            else int(row.max_events_per_run),
+            max_attempts=int(row.max_attempts),
+            retry_delay_seconds=float(row.retry_delay_seconds),
+            max_retry_delay_seconds=_optional_float(row.max_retry_delay_seconds),
+            timeout_seconds=_optional_float(row.timeout_seconds),
+            partitioned=bool(row.partitioned),
+            queued_events=int(row.queued_events or 0),
+            oldest_queued_at=_optional_utc(row.oldest_queued_at),
+            oldest_queued_age_seconds=None
+            if row.oldest_queued_age_seconds is None
+            else max(0.0, float(row.oldest_queued_age_seconds)),
+            queued_runs=int(row.queued_runs),
+            running_runs=int(row.running_runs),
+        )
+        for row in rows
+    ]
+
+
+def require_dag(conn: Handle, dag_id: str, *, namespace: str = DEFAULT_NAMESPACE) -> DagInfo:
+    """Consumer ``dag_id`` as :func:`dags` lists it; UnknownDag, with the fix, when there is
+    none."""
+    found = dags(conn, dag_id=dag_id, limit=1, namespace=namespace)
+    if not found:
+        raise errors.UnknownDag(
+            f"unknown dag {dag_id!r}: `assetq dags` lists the consumers", code="AQ003"
+        )
+    return found[0]
+
+
+#: How long after a run's end its output events may carry a later timestamp: they are
+#: registered in the completion's transaction, a moment before or after its ended_at.
+_OUTPUT_SLACK = timedelta(minutes=1)
+
+
+@keyword_namespace
+def run_outputs(
+    conn: Handle,
+    run: Any,
+    *,
+    limit: int = 100,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> list[Any]:
+    """The events whose source is ``run`` (a :class:`~assetq.RunInfo`) registered while its
+    last attempt ran, by id, at most ``limit``: a successful run's output events (and any its
+    handler registered itself naming the run as their source). Empty for a run that never
+    started or has not ended. Reads the events registered during that attempt only (by
+    timestamp), never the history. A read in the caller's transaction."""
+    from .api import PAGE_MAX, _db_time, _event_record
+
+    conn = connection_of(conn, "run_outputs")
+    check_int(limit, "limit", 1, PAGE_MAX)
+    namespace = check_namespace(namespace)
+    if run.started_at is None or run.ended_at is None:
+        return []
+    dialect = dialect_for(conn)
+    params = {
+        "dag_id": run.dag_id,
+        "run_id": run.run_id,
+        "from_timestamp": _db_time(dialect, run.started_at - _OUTPUT_SLACK),
+        "to_timestamp": _db_time(dialect, run.ended_at + _OUTPUT_SLACK),
+        "after_id": None,
+        "limit": limit,
+    }
+    with _translated(dialect):
+        rows = dialect.execute(conn, "run_outputs_page", namespace, params)
+    return [_event_record(row) for row in rows]
+
+
+@keyword_namespace
+def asset_events(
+    conn: Handle,
+    asset: str,
+    *,
+    since: timedelta = timedelta(days=1),
+    limit: int = 100,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> list[Any]:
+    """Asset ``asset``'s events (by name, else uri) registered in the last ``since`` (by
+    the database's clock), newest first, at most ``limit``. UnknownAsset when there is no
+    such asset. The window bounds the read: no index orders one asset's events, so a
+    longer ``since`` reads more. A read in the caller's transaction."""
+    from .api import PAGE_MAX, _event_record
+
+    conn = connection_of(conn, "asset_events")
+    check_int(limit, "limit", 1, PAGE_MAX)
+    since_seconds = _check_stuck_after(since, "since")
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    with _translated(dialect):
+        found = dialect.execute(conn, "find_asset", namespace, {"asset": asset})
+        if not found:
+            raise errors.UnknownAsset(
+                f"unknown asset {asset!r}: no asset has that name or uri", code="AQ001"
+            )
+        params = {
+            "asset_id": int(found[0].asset_id),
+            "since_seconds": since_seconds,
+            "before_timestamp": None,
+            "before_id": None,
+            "limit": limit,
+        }
+        rows = dialect.execute(conn, "asset_events_page", namespace, params)
+    return [_event_record(row) for row in rows]

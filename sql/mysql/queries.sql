@@ -399,3 +399,85 @@ SHOW GLOBAL VARIABLES
 -- backend_pid --
 -- The server thread of this session (the PostgreSQL twin tells a pooled session apart).
 SELECT CONNECTION_ID() AS pid
+
+-- dags_page --
+-- The operator's list of consumers (assetq dags), by dag id after :after_dag_id (NULL: from
+-- the first), or the one consumer :dag_id: its declaration, its queue depth and oldest queued
+-- event (database clock, UTC), its queued and running runs. The counts read the pending
+-- queue and the active runs of each consumer by index, never the history.
+SELECT d.dag_id, d.`condition`, d.is_paused, d.max_active_runs, d.max_events_per_run,
+       d.max_attempts, d.retry_delay_seconds, d.max_retry_delay_seconds, d.timeout_seconds,
+       d.partitioning IS NOT NULL AS partitioned,
+       (SELECT COUNT(*) FROM {{ns}}.asset_dag_run_queue q
+         WHERE q.target_dag_id = d.dag_id) AS queued_events,
+       (SELECT MIN(q.created_at) FROM {{ns}}.asset_dag_run_queue q
+         WHERE q.target_dag_id = d.dag_id) AS oldest_queued_at,
+       TIMESTAMPDIFF(MICROSECOND,
+                     (SELECT MIN(q.created_at) FROM {{ns}}.asset_dag_run_queue q
+                       WHERE q.target_dag_id = d.dag_id),
+                     UTC_TIMESTAMP(6)) / 1000000 AS oldest_queued_age_seconds,
+       (SELECT COUNT(*) FROM {{ns}}.dag_run r
+         WHERE r.dag_id = d.dag_id AND r.state = 'queued') AS queued_runs,
+       (SELECT COUNT(*) FROM {{ns}}.dag_run r
+         WHERE r.dag_id = d.dag_id AND r.state = 'running') AS running_runs
+  FROM {{ns}}.dag d
+ WHERE (:dag_id IS NULL OR d.dag_id = :dag_id)
+   AND (:after_dag_id IS NULL OR d.dag_id > :after_dag_id)
+ ORDER BY d.dag_id
+ LIMIT :limit
+
+-- run_outputs_page --
+-- A page of the events whose source is run :run_id of :dag_id (a success's output events),
+-- by id after :after_id (NULL: from the first), among the events registered between
+-- :from_timestamp and :to_timestamp (its last attempt's start and a little after its end):
+-- no index leads by source, so the read is a range of asset_event_timestamp_idx that the
+-- attempt's own duration bounds, never the history. aliases: see queued_events_page.
+SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */
+       e.id AS event_id, e.asset_id, a.name AS asset_name, a.uri AS asset_uri,
+       e.`timestamp` AS event_timestamp, e.extra, e.source_dag_id, e.source_task_id,
+       e.source_run_id, e.source_map_index, e.partition_key,
+       COALESCE((SELECT CONCAT('[', GROUP_CONCAT(JSON_QUOTE(al.name) ORDER BY al.name SEPARATOR ','), ']')
+                   FROM {{ns}}.asset_event_alias ea
+                   JOIN {{ns}}.asset_alias al ON al.id = ea.alias_id
+                  WHERE ea.asset_event_id = e.id), '[]') AS aliases
+  FROM {{ns}}.asset_event e
+  JOIN {{ns}}.asset a ON a.id = e.asset_id
+ WHERE e.`timestamp` >= :from_timestamp
+   AND e.`timestamp` <= :to_timestamp
+   AND e.source_dag_id = :dag_id AND e.source_run_id = :run_id
+   AND (:after_id IS NULL OR e.id > :after_id)
+ ORDER BY e.id
+ LIMIT :limit
+
+-- find_asset --
+-- The asset :asset names: by name, else by uri (as register_event finds it); no row if none.
+SELECT a.id AS asset_id, a.name AS asset_name, a.uri AS asset_uri
+  FROM {{ns}}.asset a
+ WHERE a.name = :asset OR a.uri = :asset
+ ORDER BY a.name = :asset DESC
+ LIMIT 1
+
+-- asset_events_page --
+-- A page of asset :asset_id's events, newest first: registered at or after :since (its
+-- timestamp, database clock, UTC) and before (:before_timestamp, :before_id) (NULL: from the
+-- newest). The window bounds the read: no index orders one asset's events, so this walks
+-- asset_event_timestamp_idx backwards (or the asset's own events, when it has few).
+-- aliases: see queued_events_page.
+SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */
+       e.id AS event_id, e.asset_id, a.name AS asset_name, a.uri AS asset_uri,
+       e.`timestamp` AS event_timestamp, e.extra, e.source_dag_id, e.source_task_id,
+       e.source_run_id, e.source_map_index, e.partition_key,
+       COALESCE((SELECT CONCAT('[', GROUP_CONCAT(JSON_QUOTE(al.name) ORDER BY al.name SEPARATOR ','), ']')
+                   FROM {{ns}}.asset_event_alias ea
+                   JOIN {{ns}}.asset_alias al ON al.id = ea.alias_id
+                  WHERE ea.asset_event_id = e.id), '[]') AS aliases
+  FROM {{ns}}.asset_event e
+  JOIN {{ns}}.asset a ON a.id = e.asset_id
+ WHERE e.asset_id = :asset_id
+   AND e.`timestamp` >= UTC_TIMESTAMP(6)
+       - INTERVAL CAST(ROUND(:since_seconds * 1000000) AS SIGNED) MICROSECOND
+   AND (:before_timestamp IS NULL
+        OR e.`timestamp` < :before_timestamp
+        OR (e.`timestamp` = :before_timestamp AND e.id < :before_id))
+ ORDER BY e.`timestamp` DESC, e.id DESC
+ LIMIT :limit
