@@ -61,9 +61,7 @@ class Scene:
         return _run(self.reader, self.db.namespace, *args)
 
     def state(self, run_id: str) -> str:
-        return str(
-            self.db.scalar("SELECT state FROM {ns}.dag_run WHERE run_id = :r", r=run_id)
-        )
+        return str(self.db.scalar("SELECT state FROM {ns}.dag_run WHERE run_id = :r", r=run_id))
 
 
 @pytest.fixture
@@ -77,7 +75,7 @@ def scene(db: TestDatabase) -> Iterator[Scene]:
     for _ in range(3):
         register(db, "orders")
         runs += assetq.schedule(db.engine, namespace=db.namespace)
-    first, second, third = runs
+    first, _second, third = runs
     (claim,) = assetq.claim_runs(db.engine, "w-1", limit=1, namespace=db.namespace)
     assert claim.run_id == first.run_id
     failed = assetq.complete_run(
@@ -254,9 +252,7 @@ def test_dags_lists_consumers_with_their_queues_and_runs(scene: Scene) -> None:
 
 def test_dag_pause_and_unpause(scene: Scene) -> None:
     def paused() -> bool:
-        return bool(
-            scene.db.scalar("SELECT is_paused FROM {ns}.dag WHERE dag_id = 'report'")
-        )
+        return bool(scene.db.scalar("SELECT is_paused FROM {ns}.dag WHERE dag_id = 'report'"))
 
     assert scene.owner("dag", "pause", "report").code == 0
     assert paused()

@@ -60,7 +60,9 @@ def _queued_runs(db: TestDatabase, dag_id: str, n: int) -> list[assetq.Run]:
     made: list[assetq.Run] = []
     for _ in range(n):
         register(db, "orders")
-        made += [r for r in assetq.schedule(db.engine, namespace=db.namespace) if r.dag_id == dag_id]
+        made += [
+            r for r in assetq.schedule(db.engine, namespace=db.namespace) if r.dag_id == dag_id
+        ]
     assert len(made) == n
     return made
 
@@ -168,7 +170,9 @@ def test_a_queued_run_with_no_worker_is_flagged_and_clears_as_a_worker_with_its_
             code, text = _cli(db, "status")
             assert "no worker" not in text
             assert not [
-                c for c in _doctor_checks(db) if c["severity"] == "problem" and "report" in c["detail"]
+                c
+                for c in _doctor_checks(db)
+                if c["severity"] == "problem" and "report" in c["detail"]
             ]
             release.set()
     # A clean stop deletes the liveness rows and the consumers with them.
@@ -178,7 +182,7 @@ def test_a_queued_run_with_no_worker_is_flagged_and_clears_as_a_worker_with_its_
 def test_an_expired_lease_with_no_worker_is_flagged(db: TestDatabase) -> None:
     declare(db, "report", "orders", max_attempts=2)
     _queued_runs(db, "report", 1)
-    (claim,) = assetq.claim_runs(db.engine, "gone", namespace=db.namespace)
+    assert assetq.claim_runs(db.engine, "gone", namespace=db.namespace)
     db.execute(
         "UPDATE {ns}.dag_run SET lease_until = lease_until - INTERVAL '1' HOUR,"
         " not_before = not_before - INTERVAL '1' HOUR"
@@ -203,12 +207,15 @@ def test_a_run_queued_longer_than_the_threshold_is_reported_even_with_a_live_wor
         assert found.oldest_queued_run_age_seconds >= 600
         assert _coverage(db, stuck_after=timedelta(minutes=20))["report"].stuck_runs == 0
         code, text = _cli(db, "status")
+        assert code == 0
         assert "queued too long: report has 1 runs claimable for more than 300s" in text
         _, text = _cli(db, "status", "--stuck-after", "20m")
         assert "queued too long" not in text
         checks = _doctor_checks(db)
         assert [c["name"] for c in checks if c["severity"] == "problem"] == ["queued"]
-        assert not [c for c in _doctor_checks(db, "--stuck-after", "1h") if c["severity"] == "problem"]
+        assert not [
+            c for c in _doctor_checks(db, "--stuck-after", "1h") if c["severity"] == "problem"
+        ]
     finally:
         alive.gone()
     assert db.scalar("SELECT COUNT(*) FROM {ns}.process_dag") == 0
@@ -269,21 +276,25 @@ def test_process_handles_replaces_the_consumers_and_returns_the_unknown_ones(
         return [str(r.unknown_dag_id) for r in rows]
 
     def recorded() -> list[str]:
-        rows = db.rows("SELECT dag_id FROM {ns}.process_dag WHERE process_id = 'p1' ORDER BY dag_id")
+        rows = db.rows(
+            "SELECT dag_id FROM {ns}.process_dag WHERE process_id = 'p1' ORDER BY dag_id"
+        )
         return [str(r.dag_id) for r in rows]
 
     assert handles("report", "nope", "nope") == ["nope"]
     assert recorded() == ["nope", "report"]
     assert handles("report") == []
     assert recorded() == ["report"]
-    with pytest.raises(assetq.InvalidArgument, match="dag_ids must be a JSON array"):
-        with db.engine.begin() as conn:
-            try:
-                dialect.execute(
-                    conn, "process_handles", db.namespace, {"process_id": "p1", "dag_ids": "{}"}
-                )
-            except sa.exc.DBAPIError as exc:
-                raise dialect.translate(exc) from exc
+    with (
+        pytest.raises(assetq.InvalidArgument, match="dag_ids must be a JSON array"),
+        db.engine.begin() as conn,
+    ):
+        try:
+            dialect.execute(
+                conn, "process_handles", db.namespace, {"process_id": "p1", "dag_ids": "{}"}
+            )
+        except sa.exc.DBAPIError as exc:
+            raise dialect.translate(exc) from exc
     assert recorded() == ["report"]
     with db.engine.begin() as conn:
         dialect.execute(conn, "process_gone", db.namespace, {"process_id": "p1"})
@@ -349,7 +360,11 @@ def test_strict_refuses_a_handler_for_an_unknown_consumer_before_claiming(
     assert db.scalar("SELECT COUNT(*) FROM {ns}.process_dag") == 0
     with pytest.raises(assetq.InvalidArgument, match="strict needs a liveness row"):
         assetq.run_worker(
-            db.engine, {"report": handler}, namespace=db.namespace, liveness_interval=None, strict=True
+            db.engine,
+            {"report": handler},
+            namespace=db.namespace,
+            liveness_interval=None,
+            strict=True,
         )
 
 

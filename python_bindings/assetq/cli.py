@@ -3,7 +3,8 @@
     assetq [--url URL] [--namespace NS] [-v] [--log-format text|json] COMMAND [options]
 
 Commands: ``install``, ``upgrade``, ``repair``, ``uninstall``, ``sql``, ``scheduler``, ``worker``,
-``status``, ``doctor``, ``purge``, ``grant``, ``demo``; ``assetq COMMAND --help`` tells more.
+``status``, ``doctor``, ``purge``, ``grant``, ``demo``, ``runs``, ``run``, ``dags``, ``dag``,
+``events``; ``assetq COMMAND --help`` tells more.
 The database URL comes from ``--url`` or the environment variable ``ASSETQ_DATABASE_URL``
 (``postgresql://...`` and ``mysql://...`` get the drivers assetq ships with: psycopg 3 and
 PyMySQL). The namespace comes from ``--namespace`` or ``ASSETQ_NAMESPACE``. Both options are
@@ -1664,8 +1665,8 @@ def _run_retry(args: argparse.Namespace) -> int:
             except InvalidRunState as exc:
                 raise _with_fix(
                     exc,
-                    "only a failed run can be retried: `assetq run show"
-                    f" {args.dag_id} {args.run_id}` shows its state",
+                    f"`assetq run show {args.dag_id} {args.run_id}` shows its state;"
+                    f" `assetq runs --dag {args.dag_id} --state failed` lists the failed ones",
                 ) from None
     finally:
         engine.dispose()
