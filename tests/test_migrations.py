@@ -186,7 +186,8 @@ def test_an_install_at_head_rewrites_a_marker_that_names_another_revision(
             migrate.check_schema(conn, db.namespace)
     assetq.install(db.engine)
     with db.engine.connect() as conn:
-        assert migrate.read_marker(conn, db.namespace) == migrate.oldest_client(migrate.head_revision())
+        oldest = migrate.oldest_client(migrate.head_revision())
+        assert migrate.read_marker(conn, db.namespace) == oldest
         migrate.check_schema(conn, db.namespace)
 
 

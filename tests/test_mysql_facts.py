@@ -356,7 +356,13 @@ def _queued_run(db: TestDatabase, dag_id: str = "consumer", asset: str = "orders
 def _claim_in(conn: sa.Connection, db: TestDatabase, dag_ids: str | None) -> list[Any]:
     """claim_runs called in ``conn``'s open transaction, at READ COMMITTED as assetq does."""
     MYSQL.execute(conn, "scheduler_transaction", db.namespace)
-    params = {"worker": "held", "limit": 1, "lease_seconds": 60, "dag_ids": dag_ids}
+    params = {
+        "worker": "held",
+        "limit": 1,
+        "lease_seconds": 60,
+        "dag_ids": dag_ids,
+        "timeout_seconds": None,
+    }
     return list(MYSQL.execute(conn, "claim_runs", db.namespace, params))
 
 

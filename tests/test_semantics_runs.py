@@ -196,7 +196,7 @@ def test_an_unknown_run_is_reported(db: TestDatabase) -> None:
 
 
 def test_run_state_constants() -> None:
-    assert set(assetq.RUN_STATES) == {"queued", "running", "success", "failed"}
+    assert set(assetq.RUN_STATES) == {"queued", "running", "success", "failed", "cancelled"}
     assert set(assetq.ACTIVE_RUN_STATES) == {"queued", "running"}
 
 

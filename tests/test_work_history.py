@@ -77,7 +77,13 @@ def _claim(db: TestDatabase, conn: sa.Connection, worker: str, **params: object)
             conn,
             "claim_runs",
             db.namespace,
-            {"worker": worker, "lease_seconds": 600, "dag_ids": None, **params},
+            {
+                "worker": worker,
+                "lease_seconds": 600,
+                "dag_ids": None,
+                "timeout_seconds": None,
+                **params,
+            },
         )
     )
 
@@ -141,8 +147,10 @@ def test_a_claim_reads_the_same_rows_with_a_small_and_a_large_history_of_finishe
     # the two measurements equal for nothing).
     assert sum(before.values()) >= CONSUMERS, before
     # Bounded by what was claimed: a few rows read per claimed run (its row, its links,
-    # the update), a constant per call; no scan of a history table.
-    assert sum(before.values()) <= 20 * CONSUMERS + 50, before
+    # the update, its consumer's options: max_attempts and timeout), a constant per call; no
+    # scan of a history table. (MariaDB 10.11: 276 reads for the 10 claims here, 25 of them
+    # the consumers' options, read since claims set deadlines.)
+    assert sum(before.values()) <= 24 * CONSUMERS + 50, before
     assert all(v == 0 for k, v in before.items() if k.endswith(("seq_scan", "seq_tup_read"))), (
         before
     )

@@ -185,7 +185,13 @@ def test_a_run_held_by_an_open_claim_transaction_is_skipped_and_claimed_once(
             holder,
             "claim_runs",
             db.namespace,
-            {"worker": "holder", "limit": 1, "lease_seconds": 60, "dag_ids": None},
+            {
+                "worker": "holder",
+                "limit": 1,
+                "lease_seconds": 60,
+                "dag_ids": None,
+                "timeout_seconds": None,
+            },
         )
         assert int(held.dag_run_id) == older.id
         claimed, waited = _claim_beside(db, holder)

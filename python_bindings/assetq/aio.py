@@ -78,6 +78,7 @@ __all__ = [
     "AsyncHandle",
     "AsyncHandler",
     "async_url",
+    "cancel_run",
     "claim_runs",
     "complete_run",
     "consumed_events",
@@ -238,6 +239,7 @@ delete_dag = _in_transaction(api.delete_dag)
 delete_asset = _in_transaction(api.delete_asset)
 complete_run = _in_transaction(api.complete_run)
 retry_run = _in_transaction(api.retry_run)
+cancel_run = _in_transaction(api.cancel_run)
 status = _in_transaction(ops.status)
 processes = _in_transaction(ops.processes)
 current_revision = _in_transaction(migrate.current_revision)
@@ -321,6 +323,7 @@ async def claim_runs(
     dag_ids: Sequence[str] | None = None,
     namespace: str = DEFAULT_NAMESPACE,
     max_attempts: int = 8,
+    timeout: timedelta | float | None = None,
 ) -> list[Claim]:
     """Async version of :func:`assetq.claim_runs`: each attempt of the run is claimed by
     exactly one worker; transient errors retried up to ``max_attempts`` times (the backoff
@@ -337,6 +340,7 @@ async def claim_runs(
             dag_ids=dag_ids,
             namespace=namespace,
             max_attempts=1,
+            timeout=timeout,
         ),
         sync,
     )

@@ -14,10 +14,11 @@ import itertools
 import json
 import logging
 import random
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, TypeGuard, cast, get_args
 
@@ -95,7 +96,7 @@ class NewEvent:
 
 #: A run's state: ``queued`` (created, waiting for a worker), ``running`` (claimed, or moved
 #: there by :func:`set_run_state`), ``success`` or ``failed`` (finished).
-RunState = Literal["queued", "running", "success", "failed"]
+RunState = Literal["queued", "running", "success", "failed", "cancelled"]
 
 #: The states of a run, and those that count against ``max_active_runs``.
 RUN_STATES: tuple[RunState, ...] = get_args(RunState)
@@ -159,6 +160,15 @@ class Claim(Run):
     lease: timedelta = timedelta(seconds=60)
     #: When this attempt started (the claim).
     started_at: datetime | None = None
+    #: When this attempt times out (UTC, database clock): the claim's time plus the
+    #: consumer's ``timeout`` (:func:`declare_dag`) or the worker's default; None for none.
+    #: A completion as success after it is refused (LeaseLost), and so is a heartbeat.
+    deadline: datetime | None = None
+    #: Set when the attempt is to stop: its timeout passed, or the run was cancelled
+    #: (:func:`cancel_run`) or lost. :func:`assetq.run_worker` sets it; a long sync handler
+    #: looks at it (``claim.cancelled.is_set()``, or ``claim.cancelled.wait(seconds)``) and
+    #: returns or raises. Shared by the claim's renewed copies (:func:`heartbeat`).
+    cancelled: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -373,6 +383,7 @@ def declare_dag(
     partitioned: partitions.Partitioned = False,
     savepoint: bool = True,
     namespace: str = DEFAULT_NAMESPACE,
+    timeout: timedelta | float | None = None,
 ) -> None:
     """Declare consumer ``dag_id`` scheduled on ``condition``, or replace its declaration.
 
@@ -388,7 +399,10 @@ def declare_dag(
     cap. Workers (docs/workers.md): a run gets ``max_attempts`` claims (1 to 1,000); after
     a failed attempt with attempts left it is queued again, claimable after ``retry_delay``,
     doubled for each further failed attempt up to ``max_retry_delay`` when that is given
-    (a timedelta or seconds). Every option is replaced by a re-declaration. Atomic in the
+    (a timedelta or seconds). ``timeout`` (a timedelta or seconds, up to 7 days; None: the
+    worker's default, if any): an attempt running longer ends as failed ("timed out after
+    30s"), retried by ``max_attempts`` like any failure, its worker fenced (:func:`claim_runs`).
+    Every option is replaced by a re-declaration. Atomic in the
     caller's transaction: a
     concurrent scheduler pass sees the old declaration or the new one. Queued events of
     assets the new condition does not depend on are dropped; the others stay queued and are
@@ -430,6 +444,9 @@ def declare_dag(
         raise errors.InvalidArgument(
             f"max_retry_delay ({max_delay:g} s) must be at least retry_delay ({delay:g} s)"
         )
+    timeout_seconds = None if timeout is None else seconds(timeout, "timeout")
+    if timeout_seconds is not None and timeout_seconds > 604800:
+        raise errors.InvalidArgument(f"timeout must be at most 7 days, got {timeout_seconds:g} s")
     namespace = check_namespace(namespace)
     params = {
         "dag_id": dag_id,
@@ -451,6 +468,12 @@ def declare_dag(
             "set_dag_partitions",
             namespace,
             {"dag_id": dag_id, "partitions": partitions_json},
+        )
+        dialect.execute(
+            conn,
+            "set_dag_timeout",
+            namespace,
+            {"dag_id": dag_id, "timeout_seconds": timeout_seconds},
         )
 
 
@@ -743,9 +766,7 @@ def _engine_or_autocommit(handle: object, function: str) -> Engine | Connection:
     return engine_of(handle, function)
 
 
-def _pause_before_retry(
-    engine: Engine, what: str, attempt: int, exc: errors.AssetqError
-) -> None:
+def _pause_before_retry(engine: Engine, what: str, attempt: int, exc: errors.AssetqError) -> None:
     """Say that attempt ``attempt`` of ``what`` failed and sleep a jittered exponential
     backoff before the next (read_committed_transaction and _on_own_connection)."""
     delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
@@ -1277,6 +1298,7 @@ def _claim(row: Any, lease: timedelta) -> Claim:
         lease=lease,
         started_at=_utc_or_none(row.started_at),
         partition_key=row.partition_key,
+        deadline=_utc_or_none(getattr(row, "deadline", None)),
     )
 
 
@@ -1297,6 +1319,7 @@ def claim_runs(
     dag_ids: Sequence[str] | None = None,
     namespace: str = DEFAULT_NAMESPACE,
     max_attempts: int = 8,
+    timeout: timedelta | float | None = None,
 ) -> list[Claim]:
     """Claim up to ``limit`` (1 to 1,000) runs for ``worker`` and return them, running.
 
@@ -1314,6 +1337,12 @@ def claim_runs(
     (``engine.connect().execution_options(isolation_level="AUTOCOMMIT")``): each call is
     then a transaction of its own on it, with no pool checkout; a lost connection is not
     retried there (:class:`~assetq.ConnectionLost`: connect again).
+
+    Each claim's attempt times out at its ``deadline``: the claim's time plus the consumer's
+    ``timeout`` (:func:`declare_dag`), or ``timeout`` (a timedelta or seconds) for consumers
+    that declare none. Its lease never runs past the deadline; after it, the attempt's
+    success and heartbeats are refused (LeaseLost), and the next claim that finds it ends it
+    as failed (``timed out after 30s``), retried by ``max_attempts`` like any failure.
     """
     engine = _engine_or_autocommit(engine, "claim_runs")
     worker = check_name(worker, "worker", WORKER_MAX)
@@ -1333,6 +1362,7 @@ def claim_runs(
         "limit": limit,
         "lease_seconds": lease_seconds,
         "dag_ids": dag_ids_json,
+        "timeout_seconds": None if timeout is None else seconds(timeout, "timeout"),
     }
     rows = read_committed_transaction(
         engine, "claim_runs", namespace, params, "claim", max_attempts, one_statement=True
@@ -1514,7 +1544,8 @@ def retry_run(
     """Put failed run ``run_id`` of consumer ``dag_id`` back in the queue, claimable now,
     with the same events and run id, and return it. Its next claim is the next attempt (the
     count goes on: attempt 4 after three), and it gets that one attempt whatever the
-    consumer's ``max_attempts`` says. InvalidRunState unless the run is failed; UnknownRun.
+    consumer's ``max_attempts`` says. InvalidRunState unless the run is failed or cancelled;
+    UnknownRun.
     May put the consumer one run over ``max_active_runs``. Runs in the caller's transaction.
     """
     conn = connection_of(conn, "retry_run")
@@ -1525,4 +1556,45 @@ def retry_run(
         rows = dialect.execute(conn, "retry_run", namespace, {"dag_id": dag_id, "run_id": run_id})
     info = _run_info(rows[0])
     log.info("assetq: run %s of %s queued again for attempt %d", run_id, dag_id, info.attempt + 1)
+    return info
+
+
+def cancel_run(
+    conn: Handle,
+    dag_id: str,
+    run_id: str,
+    reason: str | None = None,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> RunInfo:
+    """Cancel run ``run_id`` of consumer ``dag_id`` and return it, ``cancelled``: a final
+    state, never claimed, not counted in ``max_active_runs``. A queued run is cancelled
+    before any worker takes it; a running one at once, whoever holds it: its worker is fenced
+    (its next heartbeat or completion raises :class:`~assetq.LeaseLost`, and nothing it
+    writes in its completion's transaction commits), and :func:`assetq.run_worker` stops
+    waiting for its handler (``claim.cancelled`` is set; an async handler is cancelled). The
+    run's events stay consumed by it: :func:`retry_run` queues it again with them. ``reason``
+    is recorded in its ``error`` ("cancelled: <reason>"). InvalidRunState for a run already
+    final (success, failed, cancelled), UnknownRun. Runs in the caller's transaction.
+    """
+    conn = connection_of(conn, "cancel_run")
+    dag_id, run_id = _run_key(dag_id, run_id)
+    if reason is not None and not isinstance(reason, str):
+        raise errors.InvalidArgumentType(
+            f"reason must be a str or None, got {type(reason).__name__}"
+        )
+    namespace = check_namespace(namespace)
+    dialect = _checked(conn, namespace)
+    with _translated(dialect), dialect.atomic(conn):
+        rows = dialect.execute(
+            conn, "cancel_run", namespace, {"dag_id": dag_id, "run_id": run_id, "reason": reason}
+        )
+    info = _run_info(rows[0])
+    log.info(
+        "assetq: run %s of %s cancelled%s",
+        run_id,
+        dag_id,
+        f" ({reason})" if reason else "",
+        extra={"dag_id": dag_id, "run_id": run_id},
+    )
     return info

@@ -90,9 +90,10 @@ SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.cr
  LIMIT :limit
 
 -- claim_runs --
--- Claim up to :limit runs for worker :worker with a lease of :lease_seconds (own READ
--- COMMITTED transaction); :dag_ids is a JSON array of dag ids or NULL.
-CALL {{ns}}.claim_runs(:worker, :limit, :lease_seconds, :dag_ids)
+-- Claim up to :limit runs for worker :worker with a lease of :lease_seconds and a default
+-- timeout of :timeout_seconds (NULL: none) (own READ COMMITTED transaction); :dag_ids is a
+-- JSON array of dag ids or NULL.
+CALL {{ns}}.claim_runs_v2(:worker, :limit, :lease_seconds, :dag_ids, :timeout_seconds)
 
 -- heartbeat_run --
 -- Renew the lease of a run held at :attempt; returns the new end of the lease.
@@ -106,6 +107,14 @@ CALL {{ns}}.complete_run(:dag_id, :run_id, :attempt, :state, :error, :events)
 -- retry_run --
 -- Put a failed run back in the queue as its next attempt; returns the run.
 CALL {{ns}}.retry_run(:dag_id, :run_id)
+
+-- cancel_run --
+-- Cancel a queued or running run, fencing its holder; returns the run.
+CALL {{ns}}.cancel_run(:dag_id, :run_id, :reason)
+
+-- set_dag_timeout --
+-- A consumer's timeout in seconds (NULL: none), in the caller's transaction.
+CALL {{ns}}.set_dag_timeout(:dag_id, :timeout_seconds)
 
 -- queued_events_page --
 -- A page of the events queued for a consumer, oldest first (the order max_events_per_run

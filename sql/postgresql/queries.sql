@@ -106,14 +106,16 @@ SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.cr
  LIMIT :limit
 
 -- claim_runs --
--- Claim up to :limit runs for worker :worker with a lease of :lease_seconds (own transaction).
+-- Claim up to :limit runs for worker :worker with a lease of :lease_seconds and a default
+-- timeout of :timeout_seconds (NULL: none) (own transaction).
 SELECT dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids, triggering_event_id,
-       state, attempt, worker, lease_until, started_at, partition_key
-  FROM {{ns}}.claim_runs(
+       state, attempt, worker, lease_until, started_at, partition_key, deadline
+  FROM {{ns}}.claim_runs_v2(
         p_worker => :worker,
         p_limit => CAST(:limit AS integer),
         p_lease_seconds => CAST(:lease_seconds AS double precision),
-        p_dag_ids => CAST(:dag_ids AS jsonb))
+        p_dag_ids => CAST(:dag_ids AS jsonb),
+        p_timeout_seconds => CAST(:timeout_seconds AS double precision))
 
 -- heartbeat_run --
 -- Renew the lease of a run held at :attempt; returns the new end of the lease.
@@ -144,6 +146,18 @@ SELECT dag_run_id, dag_id, run_id, seq, state, run_after, created_at, started_at
        triggering_event_id, event_count, attempt, worker, lease_until, not_before, error,
        output_event_ids, partition_key
   FROM {{ns}}.retry_run(p_dag_id => :dag_id, p_run_id => :run_id)
+
+-- cancel_run --
+-- Cancel a queued or running run, fencing its holder; returns the run.
+SELECT dag_run_id, dag_id, run_id, seq, state, run_after, created_at, started_at, ended_at,
+       triggering_event_id, event_count, attempt, worker, lease_until, not_before, error,
+       output_event_ids, partition_key
+  FROM {{ns}}.cancel_run(p_dag_id => :dag_id, p_run_id => :run_id, p_reason => :reason)
+
+-- set_dag_timeout --
+-- A consumer's timeout in seconds (NULL: none), in the caller's transaction.
+SELECT {{ns}}.set_dag_timeout(p_dag_id => :dag_id,
+                              p_timeout_seconds => CAST(:timeout_seconds AS double precision))
 
 -- queued_events_page --
 -- A page of the events queued for a consumer, oldest first (the order max_events_per_run

@@ -2,14 +2,12 @@
 -- transaction (I9): with p_state 'success' the run succeeds and the events p_events (a JSON
 -- array, as register_events takes it, or NULL) are registered and fanned out, so the caller's
 -- own writes, the success and the output events commit together or not at all. With
--- 'failed' the error p_error is recorded (its first 4000 characters); while the consumer's
--- max_attempts has attempts left the run is queued again, claimable after the retry delay
--- (retry_delay_seconds, doubled for each attempt already failed when max_retry_delay_seconds
--- is set, up to it), otherwise it fails for good. Success and a final failure free a place
--- under max_active_runs. Returns one result set: the run (the set_run_state columns) with
+-- 'failed' the error p_error is recorded and the run retried or failed for good
+-- (fail_attempt, the retry policy). Success and a final failure free a place under
+-- max_active_runs. Returns one result set: the run (the set_run_state columns) with
 -- output_event_ids, the ids of the output events in input order as a JSON array. AQ010
--- (lease lost, nothing written) unless the run is running at that attempt; AQ008 for another
--- state; AQ002 for events with a failure; register_events' own errors for bad events.
+-- (lease lost, nothing written) unless the run is running at that attempt, and for a success
+-- past the attempt's deadline (its timeout); AQ008 for another state; AQ002 for events with a failure; register_events' own errors for bad events.
 --
 -- The events go through insert_event_batch, the body of register_events: a CALL of
 -- register_events itself would send its result set to the client as a second one. The run
@@ -40,10 +38,9 @@ CREATE PROCEDURE {{ns}}.complete_run(
 MODIFIES SQL DATA
 BEGIN
     DECLARE v_id        BIGINT;
-    DECLARE v_max       INT;
-    DECLARE v_delay     DOUBLE;
-    DECLARE v_cap       DOUBLE;
     DECLARE v_now       DATETIME(6);
+    DECLARE v_deadline  DATETIME(6);
+    DECLARE v_state     VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_events    BOOLEAN DEFAULT FALSE;
     DECLARE v_count     BIGINT;
     DECLARE v_first_id  BIGINT;
@@ -89,6 +86,14 @@ BEGIN
     CALL {{ns}}.lock_held_run(p_dag_id, p_run_id, p_attempt, 'roll back: nothing was written for', v_id);
     SET v_now = UTC_TIMESTAMP(6);
     IF p_state = 'success' THEN
+        -- Past its deadline the attempt has timed out (claim_runs_v2): its success is refused
+        -- as a lost lease is, whatever the caller wrote rolls back; a failure is still taken.
+        SELECT r.deadline INTO v_deadline FROM {{ns}}.dag_run r WHERE r.id = v_id;
+        IF v_deadline <= v_now THEN
+            SET v_message = LEFT(CONCAT('[AQ010] lease lost: attempt ', p_attempt, ' timed out; roll back run ',
+                                        QUOTE(LEFT(p_run_id, 60)), ' of dag ', QUOTE(LEFT(p_dag_id, 40))), 128);
+            SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+        END IF;
         IF v_events THEN
             CALL {{ns}}.insert_event_batch(p_events, v_first_id, v_timestamp);
             SELECT COUNT(*) INTO v_count FROM {{ns}}._assetq_batch;
@@ -111,28 +116,10 @@ BEGIN
         END IF;
         UPDATE {{ns}}.dag_run
            SET state = 'success', ended_at = v_now, updated_at = v_now, lease_until = NULL,
-               not_before = NULL
+               not_before = NULL, deadline = NULL
          WHERE id = v_id;
     ELSE
-        -- The consumer's retry options: a plain read (see above: never the dag row's lock).
-        SELECT d.max_attempts, d.retry_delay_seconds, d.max_retry_delay_seconds
-          INTO v_max, v_delay, v_cap
-          FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id;
-        IF p_attempt < v_max THEN
-            IF v_cap IS NOT NULL THEN
-                SET v_delay = LEAST(v_delay * POW(2, LEAST(p_attempt - 1, 60)), v_cap);
-            END IF;
-            UPDATE {{ns}}.dag_run
-               SET state = 'queued', updated_at = v_now, lease_until = NULL,
-                   not_before = v_now + INTERVAL CAST(ROUND(v_delay * 1000000) AS SIGNED) MICROSECOND,
-                   error = LEFT(p_error, 4000)
-             WHERE id = v_id;
-        ELSE
-            UPDATE {{ns}}.dag_run
-               SET state = 'failed', ended_at = v_now, updated_at = v_now, lease_until = NULL,
-                   not_before = NULL, error = LEFT(p_error, 4000)
-             WHERE id = v_id;
-        END IF;
+        CALL {{ns}}.fail_attempt(v_id, p_error, v_now, v_state);
     END IF;
     BEGIN
         -- 1305 under autocommit: the savepoint ended with its own statement.

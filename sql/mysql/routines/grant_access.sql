@@ -1,9 +1,9 @@
 -- Least privilege. Four kinds of access, granted to existing accounts by grant_access:
 --   producer   EXECUTE on register_event and register_events: can register events only;
---   scheduler  EXECUTE on schedule_pass, set_run_state and retry_run: can run scheduler
---              passes, move the runs they created through their states and retry failed
---              runs, nothing else;
---   worker     EXECUTE on claim_runs, heartbeat_run and complete_run: can claim
+--   scheduler  EXECUTE on schedule_pass, set_run_state, retry_run and cancel_run: can run
+--              scheduler passes, move the runs they created through their states, retry
+--              failed runs and cancel runs, nothing else;
+--   worker     EXECUTE on claim_runs(_v2), heartbeat_run and complete_run: can claim
 --              runs, renew their leases and complete them, with
 --              their output events, nothing else;
 --   reader     SELECT on the namespace: can read every table and view, never write.
@@ -78,9 +78,9 @@ BEGIN
     IF p_access = 'producer' THEN
         SET v_routines = CONCAT_WS(' ', 'register_event', 'register_events');
     ELSEIF p_access = 'scheduler' THEN
-        SET v_routines = CONCAT_WS(' ', 'schedule_pass', 'set_run_state', 'retry_run');
+        SET v_routines = CONCAT_WS(' ', 'schedule_pass', 'set_run_state', 'retry_run', 'cancel_run');
     ELSEIF p_access = 'worker' THEN
-        SET v_routines = CONCAT_WS(' ', 'claim_runs', 'heartbeat_run', 'complete_run');
+        SET v_routines = CONCAT_WS(' ', 'claim_runs', 'claim_runs_v2', 'heartbeat_run', 'complete_run');
     ELSE
         SET @assetq_grant = CONCAT('GRANT SELECT ON ', v_ns, '.* TO ', v_account);
         PREPARE assetq_grant FROM @assetq_grant;

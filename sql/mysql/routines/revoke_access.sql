@@ -29,9 +29,9 @@ BEGIN
     SET v_ns = CONCAT('`', DATABASE(), '`');
     -- Every kind's routines (see grant_access), one REVOKE each.
     SET v_routines = CONCAT_WS(' ', 'register_event', 'register_events', 'schedule_pass',
-                               'set_run_state', 'retry_run', 'claim_runs', 'heartbeat_run',
-                               'complete_run', 'process_heartbeat', 'process_gone',
-                               'process_handles');
+                               'set_run_state', 'retry_run', 'cancel_run', 'claim_runs',
+                               'claim_runs_v2', 'heartbeat_run', 'complete_run',
+                               'process_heartbeat', 'process_gone', 'process_handles');
     WHILE v_routines <> '' DO
         SET v_routine = SUBSTRING_INDEX(v_routines, ' ', 1);
         SET v_routines = SUBSTRING(v_routines, CHAR_LENGTH(v_routine) + 2);

@@ -2,13 +2,11 @@
 -- transaction (I9): with p_state 'success' the run succeeds and the events p_events (a JSON
 -- array, as register_events takes it, or NULL) are registered and fanned out, so the caller's
 -- own writes, the success and the output events commit together or not at all. With
--- 'failed' the error p_error is recorded (its first 4000 characters); while the consumer's
--- max_attempts has attempts left the run is queued again, claimable after the retry delay
--- (retry_delay_seconds, doubled for each attempt already failed when max_retry_delay_seconds
--- is set, up to it), otherwise it fails for good. Success and a final failure free a place
--- under max_active_runs. Returns the run, with the ids of the output events in input order.
--- AQ010 (lease lost, nothing written) unless the run is running at that attempt; AQ008 for
--- another state; AQ002 for events with a failure; register_events' own errors for bad events.
+-- 'failed' the error p_error is recorded and the run retried or failed for good
+-- (fail_attempt, the retry policy). Success and a final failure free a place under
+-- max_active_runs. Returns the run, with the ids of the output events in input order.
+-- AQ010 (lease lost, nothing written) unless the run is running at that attempt, and for a
+-- success past the attempt's deadline (its timeout); AQ008 for another state; AQ002 for events with a failure; register_events' own errors for bad events.
 CREATE OR REPLACE FUNCTION {{ns}}.complete_run(
     p_dag_id  text,
     p_run_id  text,
@@ -40,9 +38,6 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     v_id        bigint;
-    v_max       integer;
-    v_delay     double precision;
-    v_cap       double precision;
     v_now       timestamptz;
     v_out       bigint[];
 BEGIN
@@ -56,33 +51,25 @@ BEGIN
     v_id := {{ns}}.lock_held_run(
         p_dag_id, p_run_id, p_attempt,
         'Roll back: another worker holds it now, or it was finished; nothing was written.');
-    -- The consumer's retry options: a plain read, the run's lock is enough.
-    SELECT d.max_attempts, d.retry_delay_seconds, d.max_retry_delay_seconds
-      INTO v_max, v_delay, v_cap
-      FROM {{ns}}.dag d WHERE d.dag_id = p_dag_id;
     v_now := clock_timestamp();
     IF p_state = 'success' THEN
+        -- Past its deadline the attempt has timed out (claim_runs_v2): its success is refused
+        -- as a lost lease is, whatever the caller wrote rolls back; a failure is still taken.
+        IF EXISTS (SELECT 1 FROM {{ns}}.dag_run r WHERE r.id = v_id AND r.deadline <= v_now) THEN
+            RAISE EXCEPTION 'lease lost: attempt % of run % of dag % timed out', p_attempt, p_run_id, p_dag_id
+                USING ERRCODE = 'AQ010',
+                      HINT = 'Roll back: the attempt ran past its timeout; nothing was written.';
+        END IF;
         IF p_events IS NOT NULL AND p_events <> '[]'::jsonb THEN
             SELECT array_agg(e.event_id ORDER BY e.item_no) INTO v_out
               FROM {{ns}}.register_events(p_events) e;
         END IF;
         UPDATE {{ns}}.dag_run r
            SET state = 'success', ended_at = v_now, updated_at = v_now, lease_until = NULL,
-               not_before = NULL
-         WHERE r.id = v_id;
-    ELSIF p_attempt < v_max THEN
-        IF v_cap IS NOT NULL THEN
-            v_delay := least(v_delay * power(2::double precision, least(p_attempt - 1, 60)), v_cap);
-        END IF;
-        UPDATE {{ns}}.dag_run r
-           SET state = 'queued', updated_at = v_now, lease_until = NULL,
-               not_before = v_now + make_interval(secs => v_delay), error = left(p_error, 4000)
+               not_before = NULL, deadline = NULL
          WHERE r.id = v_id;
     ELSE
-        UPDATE {{ns}}.dag_run r
-           SET state = 'failed', ended_at = v_now, updated_at = v_now, lease_until = NULL,
-               not_before = NULL, error = left(p_error, 4000)
-         WHERE r.id = v_id;
+        PERFORM {{ns}}.fail_attempt(v_id, p_error, v_now);
     END IF;
     RETURN QUERY
     SELECT r.id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at, r.started_at,

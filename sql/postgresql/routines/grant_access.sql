@@ -1,8 +1,8 @@
 -- Least privilege. Four kinds of access, granted to existing roles by grant_access:
 --   producer   register_event and register_events: can register events, nothing else;
---   scheduler  schedule_pass, set_run_state and retry_run: can run scheduler passes, move
---              run states and retry failed runs, nothing else;
---   worker     claim_runs, heartbeat_run and complete_run: can claim runs, renew their
+--   scheduler  schedule_pass, set_run_state, retry_run and cancel_run: can run scheduler
+--              passes, move run states, retry failed runs and cancel runs, nothing else;
+--   worker     claim_runs(_v2), heartbeat_run and complete_run: can claim runs, renew their
 --              leases and complete them with their output events, nothing else;
 --   reader     SELECT on every table and view of the namespace: can read, never write.
 -- Schedulers and workers may also record that they are alive (process_heartbeat and
@@ -45,10 +45,12 @@ BEGIN
     ELSIF p_access = 'scheduler' THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION {{ns}}.schedule_pass(integer),'
                        ' {{ns}}.set_run_state(text, text, text),'
-                       ' {{ns}}.retry_run(text, text) TO %I', p_grantee);
+                       ' {{ns}}.retry_run(text, text),'
+                       ' {{ns}}.cancel_run(text, text, text) TO %I', p_grantee);
     ELSIF p_access = 'worker' THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION'
                        ' {{ns}}.claim_runs(text, integer, double precision, jsonb),'
+                       ' {{ns}}.claim_runs_v2(text, integer, double precision, jsonb, double precision),'
                        ' {{ns}}.heartbeat_run(text, text, integer, double precision),'
                        ' {{ns}}.complete_run(text, text, integer, text, text, jsonb) TO %I', p_grantee);
     ELSE

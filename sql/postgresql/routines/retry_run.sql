@@ -1,8 +1,8 @@
--- Puts failed run p_run_id of consumer p_dag_id back in the queue, claimable now, with the
--- same events and run id; its next claim is the next attempt (the count goes on), and it is
--- given one more attempt whatever max_attempts says. AQ008 unless the run is failed, AQ006
--- for an unknown run. It may put the consumer one run over max_active_runs. Returns the run
--- (the complete_run columns, no output events).
+-- Puts failed or cancelled run p_run_id of consumer p_dag_id back in the queue, claimable
+-- now, with the same events and run id; its next claim is the next attempt (the count goes
+-- on), and it is given one more attempt whatever max_attempts says. AQ008 unless the run is
+-- failed or cancelled, AQ006 for an unknown run. It may put the consumer one run over
+-- max_active_runs. Returns the run (the complete_run columns, no output events).
 CREATE OR REPLACE FUNCTION {{ns}}.retry_run(p_dag_id text, p_run_id text)
 RETURNS TABLE (
     dag_run_id          bigint,
@@ -31,12 +31,13 @@ DECLARE
     v_state text;
 BEGIN
     SELECT l.p_id, l.p_state INTO v_id, v_state FROM {{ns}}.lock_run(p_dag_id, p_run_id) l;
-    IF v_state <> 'failed' THEN
-        RAISE EXCEPTION 'run % of dag % is %: only a failed run can be retried', p_run_id, p_dag_id, v_state
+    IF v_state NOT IN ('failed', 'cancelled') THEN
+        RAISE EXCEPTION 'run % of dag % is %: only a failed or cancelled run can be retried', p_run_id, p_dag_id, v_state
             USING ERRCODE = 'AQ008';
     END IF;
     UPDATE {{ns}}.dag_run r
-       SET state = 'queued', ended_at = NULL, lease_until = NULL, not_before = clock_timestamp(),
+       SET state = 'queued', ended_at = NULL, lease_until = NULL, deadline = NULL,
+           not_before = clock_timestamp(),
            updated_at = clock_timestamp()
      WHERE r.id = v_id;
     RETURN QUERY
