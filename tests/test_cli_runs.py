@@ -212,7 +212,8 @@ def test_run_retry_of_a_final_run_that_did_not_fail_is_refused_and_writes_nothin
     result = scene.owner("run", "retry", "report", scene.succeeded.run_id)
     assert result.code == 1 and result.out == ""
     assert result.err.count("\n") == 1, result.err
-    assert "[AQ008]" in result.err and "only a failed run can be retried" in result.err
+    assert "[AQ008]" in result.err and "can be retried" in result.err
+    assert result.err.count("[AQ008]") == 1  # the database's own code is not repeated
     assert scene.state(scene.succeeded.run_id) == "success"
     unknown = scene.owner("run", "retry", "report", "nope")
     assert unknown.code == 1 and "[AQ006]" in unknown.err
@@ -299,3 +300,42 @@ def test_status_dag_shows_one_consumer(scene: Scene) -> None:
     assert only["dag_id"] == "report" and only["no_worker"] is True
     unknown = scene.read("status", "--dag", "nope")
     assert unknown.code == 1 and "[AQ003]" in unknown.err
+
+
+# -- run cancel ---------------------------------------------------------------------------------
+
+
+def test_run_cancel_cancels_a_queued_run_with_its_reason(scene: Scene) -> None:
+    result = scene.owner("run", "cancel", "report", scene.queued.run_id, "--reason", "bad data")
+    assert result.code == 0, result.err
+    assert scene.state(scene.queued.run_id) == "cancelled"
+    shown = scene.read("run", "show", "report", scene.queued.run_id, "--json").json()
+    assert shown["run"]["state"] == "cancelled" and "bad data" in shown["run"]["error"]
+    assert [r["run_id"] for r in scene.read("runs", "--state", "cancelled", "--json").json()[
+        "runs"
+    ]] == [scene.queued.run_id]  # fmt: skip
+    # retry queues a cancelled run again.
+    assert scene.owner("run", "retry", "report", scene.queued.run_id).code == 0
+    assert scene.state(scene.queued.run_id) == "queued"
+
+
+def test_run_cancel_of_a_running_run_fences_its_worker(scene: Scene) -> None:
+    (claim,) = assetq.claim_runs(scene.db.engine, "w-9", limit=1, namespace=scene.db.namespace)
+    assert claim.run_id == scene.queued.run_id
+    result = scene.owner("run", "cancel", "report", claim.run_id, "--json")
+    assert result.code == 0, result.err
+    assert result.json()["run"]["state"] == "cancelled"
+    with pytest.raises(assetq.LeaseLost):
+        assetq.heartbeat(scene.db.engine, claim, namespace=scene.db.namespace)
+
+
+def test_run_cancel_of_a_final_run_is_refused_and_writes_nothing(scene: Scene) -> None:
+    result = scene.owner("run", "cancel", "report", scene.succeeded.run_id, "--reason", "x")
+    assert result.code == 1 and result.out == ""
+    assert result.err.count("\n") == 1, result.err
+    assert "[AQ008]" in result.err and "assetq run show report" in result.err
+    assert scene.state(scene.succeeded.run_id) == "success"
+    unknown = scene.owner("run", "cancel", "nope", "x")
+    assert unknown.code == 1 and "[AQ003]" in unknown.err
+    refused = scene.read("run", "cancel", "report", scene.queued.run_id)
+    assert refused.code == 1 and scene.state(scene.queued.run_id) == "queued"

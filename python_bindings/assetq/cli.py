@@ -1489,6 +1489,8 @@ def _first_line(text: str | None, width: int = 60) -> str:
 def _with_fix(exc: AssetqError, fix: str) -> AssetqError:
     """``exc`` as one line with ``fix`` after it (same class, same code)."""
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    # MySQL's messages start with their code, which the error line shows already.
+    message = re.sub(r"^\[AQ\d+\]\s*", "", message)
     return type(exc)(f"{message}; {fix}", code=exc.code)
 
 
@@ -1496,9 +1498,7 @@ def _runs_arguments(parser: argparse.ArgumentParser) -> None:
     from .api import RUN_STATES
 
     parser.add_argument("--dag", metavar="DAG", help="only this consumer's runs")
-    parser.add_argument(
-        "--state", choices=RUN_STATES, help="only runs in this state (e.g. failed)"
-    )
+    parser.add_argument("--state", choices=RUN_STATES, help="only runs in this state (e.g. failed)")
     parser.add_argument(
         "--since",
         type=_positive_duration,
@@ -1563,12 +1563,17 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     for name, summary in (
         ("show", "show one run: its last attempt (worker, times, error), consumed events, outputs"),
         ("retry", "put a failed run back in the queue as its next attempt (assetq.retry_run)"),
+        ("cancel", "cancel a queued or running run; its worker is fenced (assetq.cancel_run)"),
     ):
         child = actions.add_parser(
             name, help=summary, description=summary, parents=[_common_options()]
         )
         child.add_argument("dag_id", metavar="DAG")
         child.add_argument("run_id", metavar="RUN")
+        if name == "cancel":
+            child.add_argument(
+                "--reason", metavar="TEXT", help="recorded in the run's error: cancelled: TEXT"
+            )
         if name == "show":
             child.add_argument(
                 "--events",
@@ -1583,10 +1588,13 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     """One run of a consumer: `assetq run show DAG RUN` (its last attempt with its worker,
     times and error, the events it consumed, its output events; a reader's rights are
-    enough), `assetq run retry DAG RUN` (a failed run queued again as its next attempt, with
-    the same events; any other state is refused and nothing is written)."""
-    if args.run_action == "retry":
-        return _run_retry(args)
+    enough), `assetq run retry DAG RUN` (a failed or cancelled run queued again as its next
+    attempt, with the same events), `assetq run cancel DAG RUN [--reason TEXT]` (a queued or
+    running run ends as cancelled at once; the worker holding it is fenced and told at its
+    next heartbeat). A run in a state the action does not take is refused and nothing is
+    written."""
+    if args.run_action in ("retry", "cancel"):
+        return _run_change(args)
     return _run_show(args)
 
 
@@ -1601,9 +1609,7 @@ def _run_show(args: argparse.Namespace) -> int:
             try:
                 run = api.get_run(conn, args.dag_id, args.run_id, namespace=namespace)
             except UnknownRun as exc:
-                raise _with_fix(
-                    exc, f"`assetq runs --dag {args.dag_id}` lists its runs"
-                ) from None
+                raise _with_fix(exc, f"`assetq runs --dag {args.dag_id}` lists its runs") from None
             consumed = api.consumed_events(
                 conn, args.dag_id, args.run_id, limit=args.events, namespace=namespace
             )
@@ -1648,7 +1654,8 @@ def _run_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _run_retry(args: argparse.Namespace) -> int:
+def _run_change(args: argparse.Namespace) -> int:
+    """run retry and run cancel: one transaction, refused whole on bad input."""
     from . import api
 
     engine = _connected(args)
@@ -1657,21 +1664,32 @@ def _run_retry(args: argparse.Namespace) -> int:
         with engine.begin() as conn:
             ops.require_dag(conn, args.dag_id, namespace=namespace)
             try:
-                run = api.retry_run(conn, args.dag_id, args.run_id, namespace=namespace)
+                if args.run_action == "cancel":
+                    run = api.cancel_run(
+                        conn, args.dag_id, args.run_id, args.reason, namespace=namespace
+                    )
+                else:
+                    run = api.retry_run(conn, args.dag_id, args.run_id, namespace=namespace)
             except UnknownRun as exc:
-                raise _with_fix(
-                    exc, f"`assetq runs --dag {args.dag_id}` lists its runs"
-                ) from None
+                raise _with_fix(exc, f"`assetq runs --dag {args.dag_id}` lists its runs") from None
             except InvalidRunState as exc:
+                shown = f"`assetq run show {args.dag_id} {args.run_id}` shows its state"
                 raise _with_fix(
                     exc,
-                    f"`assetq run show {args.dag_id} {args.run_id}` shows its state;"
-                    f" `assetq runs --dag {args.dag_id} --state failed` lists the failed ones",
+                    shown
+                    if args.run_action == "cancel"
+                    else f"{shown}; `assetq runs --dag {args.dag_id} --state failed` lists the"
+                    " failed ones",
                 ) from None
     finally:
         engine.dispose()
     if args.json:
         print(json.dumps({"run": _run_dict(run)}, indent=2))
+    elif args.run_action == "cancel":
+        print(
+            f"assetq: run {run.run_id} of {run.dag_id} is cancelled (`assetq run retry` queues"
+            " it again with its events)"
+        )
     else:
         print(
             f"assetq: run {run.run_id} of {run.dag_id} is queued again: its next claim is"
@@ -1911,7 +1929,10 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("runs", "list runs, newest first (--dag, --state, --since)", cmd_runs, _runs_arguments),
     Command(
-        "run", "show or retry one run (run show|retry DAG RUN)", cmd_run, _run_arguments
+        "run",
+        "show, retry or cancel one run (run show|retry|cancel DAG RUN)",
+        cmd_run,
+        _run_arguments,
     ),
     Command("dags", "list the consumers with their queues and runs", cmd_dags, _dags_arguments),
     Command("dag", "pause or unpause a consumer (dag pause|unpause DAG)", cmd_dag, _dag_arguments),
