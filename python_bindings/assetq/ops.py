@@ -1173,7 +1173,9 @@ def _work_checks(conn: Connection, namespace: str) -> list[Check]:
 
 def _coverage_checks(conn: Connection, namespace: str, stuck_after: timedelta) -> list[Check]:
     """Consumers whose runs wait with no live worker able to run them, and queued runs
-    claimable for longer than ``stuck_after`` (problems both: nothing will run them)."""
+    claimable for longer than ``stuck_after``. No worker is a problem once a run has waited
+    that long (or a lease expired), a note before: a run created a moment ago while workers
+    restart, or one a runner without claims moves with set_run_state, is not yet one."""
     checks: list[Check] = []
     for c in worker_coverage(conn, stuck_after=stuck_after, namespace=namespace):
         waiting = f"{c.queued_runs} queued runs and {c.expired_runs} expired leases"
@@ -1181,7 +1183,7 @@ def _coverage_checks(conn: Connection, namespace: str, stuck_after: timedelta) -
             checks.append(
                 Check(
                     "workers",
-                    "problem",
+                    "problem" if c.stuck_runs or c.expired_runs else "note",
                     f"{c.dag_id}: {waiting}, and no live worker has a handler for it",
                     f"start a worker with a handler for {c.dag_id} (`assetq worker --handlers"
                     f" MODULE:NAME`, NAME mapping {c.dag_id!r} to its handler); workers of a"
