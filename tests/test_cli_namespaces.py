@@ -30,6 +30,13 @@ COMMAND_LINES = {
     "purge --dry-run": ["purge", "--older-than", "30d", "--dry-run"],
     "grant": ["grant", "--reader", "grafana"],
     "grant --revoke": ["grant", "--revoke", "grafana"],
+    "runs": ["runs", "--state", "failed"],
+    "run show": ["run", "show", "report", "r1"],
+    "run retry": ["run", "retry", "report", "r1"],
+    "run cancel": ["run", "cancel", "report", "r1"],
+    "dags": ["dags"],
+    "dag pause": ["dag", "pause", "report"],
+    "events": ["events", "--asset", "orders"],
 }
 
 

@@ -29,6 +29,11 @@ COMMAND_LINES = {
     "doctor": ["doctor"],
     "purge": ["purge", "--older-than", "30d"],
     "grant": ["grant", "--reader", "grafana"],
+    "runs": ["runs"],
+    "run": ["run", "show", "report", "r1"],
+    "dags": ["dags"],
+    "dag": ["dag", "pause", "report"],
+    "events": ["events", "--asset", "orders"],
 }
 
 

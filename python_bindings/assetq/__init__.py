@@ -78,12 +78,14 @@ from .ops import (
     DoctorReport,
     ProcessStatus,
     PurgeResult,
+    WorkerCoverage,
     doctor,
     grant_roles,
     processes,
     purge,
     revoke_roles,
     status,
+    worker_coverage,
 )
 from .partitions import Partitioned, PartitionMapping, Rollup, StaticPartitions
 from .scheduler import SchedulerStats, run_scheduler
@@ -154,6 +156,7 @@ __all__ = [
     "UnmappablePartition",
     "UnsupportedServerSetting",
     "WaitOutcome",
+    "WorkerCoverage",
     "WorkerStats",
     "alias",
     "all_of",
@@ -192,4 +195,5 @@ __all__ = [
     "status",
     "uninstall",
     "unpause_dag",
+    "worker_coverage",
 ]

@@ -649,6 +649,7 @@ async def run_worker(
     liveness_interval: float | None = DEFAULT_INTERVAL,
     metrics: Metrics | None = None,
     timeout: timedelta | float | None = None,
+    strict: bool = False,
 ) -> WorkerStats:
     """Async version of :func:`assetq.run_worker`: claim and execute runs of the consumers in
     ``handlers`` until ``stop`` is set (or ``max_runs`` attempts were completed).
@@ -663,12 +664,13 @@ async def run_worker(
     runs. The same guarantees as the sync worker: every attempt is held by one worker, a
     stale holder's completion is refused (``on_complete`` gets ``"lost"``).
     ``liveness_interval``: its row in the liveness table, as the sync worker's (a task
-    records it). ``metrics``: an :class:`assetq.Metrics`, told what the sync worker tells it
-    (claims, failed claims, completions by outcome, retries, idle waits woken or polled).
-    ``timeout``: as the sync worker's; at an attempt's deadline, or when its run is cancelled
-    (seen by the next heartbeat), ``claim.cancelled`` is set and the handler's task is
-    cancelled (CancelledError at its next await; its transaction rolls back), and a timeout
-    is recorded as the attempt's failure.
+    records it, with the consumers in ``handlers``; ``strict`` as there). ``metrics``: an
+    :class:`assetq.Metrics`, told what the sync worker tells it (claims, failed claims,
+    completions by outcome, retries, idle waits woken or polled). ``timeout``: as the sync
+    worker's; at an attempt's deadline, or when its run is cancelled (seen by the next
+    heartbeat), ``claim.cancelled`` is set and the handler's task is cancelled
+    (CancelledError at its next await; its transaction rolls back), and a timeout is
+    recorded as the attempt's failure.
     """
     sync = _engine(engine, "run_worker")
     table = _handlers(handlers)
@@ -947,7 +949,11 @@ async def run_worker(
         lease_seconds,
         ", ".join(dag_ids),
     )
-    alive = Liveness(sync, namespace, "worker", liveness_interval, name=name)
+    alive = Liveness(
+        sync, namespace, "worker", liveness_interval, name=name, handles=dag_ids, strict=strict
+    )
+    if strict:  # an unknown consumer refuses the worker before any slot claims
+        await greenlet_spawn(alive.beat)
 
     async def live() -> None:
         """The worker's liveness row, every ``liveness_interval`` until it stops."""

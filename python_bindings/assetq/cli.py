@@ -3,7 +3,8 @@
     assetq [--url URL] [--namespace NS] [-v] [--log-format text|json] COMMAND [options]
 
 Commands: ``install``, ``upgrade``, ``repair``, ``uninstall``, ``sql``, ``scheduler``, ``worker``,
-``status``, ``doctor``, ``purge``, ``grant``, ``demo``; ``assetq COMMAND --help`` tells more.
+``status``, ``doctor``, ``purge``, ``grant``, ``demo``, ``runs``, ``run``, ``dags``, ``dag``,
+``events``; ``assetq COMMAND --help`` tells more.
 The database URL comes from ``--url`` or the environment variable ``ASSETQ_DATABASE_URL``
 (``postgresql://...`` and ``mysql://...`` get the drivers assetq ships with: psycopg 3 and
 PyMySQL). The namespace comes from ``--namespace`` or ``ASSETQ_NAMESPACE``. Both options are
@@ -56,7 +57,16 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlch
 
 from . import __version__, liveness, logs, migrate, ops
 from .dialects import dialect_of, engine_arguments
-from .errors import AssetqError, InvalidArgument, NotInstalled, SchemaTooOld, TransientError
+from .errors import (
+    AssetqError,
+    InvalidArgument,
+    InvalidRunState,
+    NotInstalled,
+    SchemaTooOld,
+    TransientError,
+    UnknownDag,
+    UnknownRun,
+)
 from .validation import check_namespace
 
 URL_ENV = "ASSETQ_DATABASE_URL"
@@ -794,6 +804,12 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-runs", type=_positive, help="stop after this many attempts (default: never)"
     )
     parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse to start (exit 1) when a handler names a consumer that is not declared"
+        " (default: a warning naming it, and the others run)",
+    )
+    parser.add_argument(
         "--json",
         action="store_true",
         help="print one JSON object per completed attempt on stdout, one per line",
@@ -885,6 +901,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 on_complete=on_complete,
                 metrics=metrics,
                 liveness_interval=args.liveness_interval,
+                strict=args.strict,
             )
     finally:
         endpoint.close()
@@ -942,6 +959,14 @@ def cmd_status(args: argparse.Namespace) -> int:
                     )
                 return EXIT_ERROR
             consumers = ops.status(conn, namespace=namespace)
+            coverage = {
+                c.dag_id: c
+                for c in ops.worker_coverage(
+                    conn, stuck_after=args.stuck_after, namespace=namespace
+                )
+            }
+            if args.dag is not None:
+                consumers = _only_dag(consumers, args.dag)
             alive = (
                 ops.processes(conn, namespace=namespace)
                 if ops.processes_supported(revision)
@@ -980,6 +1005,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                             "retrying_runs": c.retrying_runs,
                             "failed_runs": c.failed_runs,
                             "max_attempts": c.max_attempts,
+                            **_coverage_json(coverage.get(c.dag_id)),
                         }
                         for c in consumers
                     ],
@@ -1002,9 +1028,75 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"{len(consumers)} consumers; {queued} queued (events waiting, counted per consumer)")
     if consumers:
         _print_consumers(consumers)
+        _print_coverage([coverage[c.dag_id] for c in consumers if c.dag_id in coverage], args)
     if alive:
         _print_processes(alive)
     return EXIT_OK
+
+
+def _status_arguments(parser: argparse.ArgumentParser) -> None:
+    _json_option(parser, "the status")
+    parser.add_argument("--dag", metavar="DAG", help="show this consumer only")
+    _stuck_after_option(parser)
+
+
+def _stuck_after_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--stuck-after",
+        type=_positive_duration,
+        default=ops.DEFAULT_STUCK_AFTER,
+        metavar="DURATION",
+        help="flag a queued run claimable for longer than this with nobody claiming it"
+        f" (default 5m): {_DURATION_HELP}",
+    )
+
+
+def _positive_duration(text: str) -> timedelta:
+    value = _duration(text)
+    if value <= timedelta(0):
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text!r}")
+    return value
+
+
+def _only_dag(consumers: list[ops.DagStatus], dag_id: str) -> list[ops.DagStatus]:
+    """``consumers`` narrowed to ``dag_id``; UnknownDag, with the fix, when it is not one."""
+    found = [c for c in consumers if c.dag_id == dag_id]
+    if not found:
+        raise UnknownDag(f"unknown dag {dag_id!r}: `assetq dags` lists the consumers", code="AQ003")
+    return found
+
+
+def _coverage_json(found: ops.WorkerCoverage | None) -> dict[str, Any]:
+    """The keys status --json adds to a consumer: whether its waiting runs have a live worker
+    (``no_worker``), and its queued runs that wait too long."""
+    return {
+        "no_worker": False if found is None else found.no_worker,
+        "live_workers": None if found is None else found.live_workers,
+        "queued_runs": 0 if found is None else found.queued_runs,
+        "oldest_queued_run_age_seconds": None
+        if found is None
+        else found.oldest_queued_run_age_seconds,
+        "stuck_runs": 0 if found is None else found.stuck_runs,
+    }
+
+
+def _print_coverage(flagged: list[ops.WorkerCoverage], args: argparse.Namespace) -> None:
+    """One line per consumer whose runs wait with no live worker for them, or too long."""
+    limit = args.stuck_after.total_seconds()
+    for c in flagged:
+        if c.no_worker:
+            print(
+                f"no worker: {c.dag_id} has {c.queued_runs} queued runs and {c.expired_runs}"
+                " expired leases, and no live worker has a handler for it (start `assetq"
+                f" worker` with a handler for {c.dag_id})"
+            )
+        elif c.stuck_runs:
+            age = _age(timedelta(seconds=c.oldest_queued_run_age_seconds or 0.0))
+            print(
+                f"queued too long: {c.dag_id} has {c.stuck_runs} runs claimable for more than"
+                f" {limit:g}s (the oldest {age}) although {c.live_workers} live workers have"
+                " a handler for it"
+            )
 
 
 def _print_table(header: tuple[str, ...], table: Sequence[tuple[str, ...]]) -> None:
@@ -1083,6 +1175,11 @@ def _print_consumers(consumers: list[ops.DagStatus]) -> None:
 # -- doctor --------------------------------------------------------------------------------
 
 
+def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
+    _json_option(parser, "the checks")
+    _stuck_after_option(parser)
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Check the installation: schema at this package's revision (or inside its
     compatibility window); every routine, trigger, view and table present (triggers
@@ -1098,7 +1195,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     engine = _engine(url)
     try:
         _installed_revision(engine, url, args.resolved_namespace)
-        report = ops.doctor(engine, namespace=args.resolved_namespace)
+        report = ops.doctor(engine, namespace=args.resolved_namespace, stuck_after=args.stuck_after)
     finally:
         engine.dispose()
     if args.json:
@@ -1320,6 +1417,463 @@ def cmd_grant(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- operating runs ------------------------------------------------------------------------
+#
+# runs, run show|retry|cancel, dags, dag pause|unpause, events: thin over the public API
+# (assetq.runs, get_run, consumed_events, retry_run, pause_dag ...) and the reads of
+# assetq.ops; the reads need only a reader's rights (assetq grant --reader). Bad input (an
+# unknown dag, run or asset; a run in the wrong state) is one line with the code and the fix,
+# exit 1, nothing written.
+
+
+def _limit_option(parser: argparse.ArgumentParser, default: int, what: str) -> None:
+    parser.add_argument(
+        "--limit",
+        type=_page_size,
+        default=default,
+        metavar="N",
+        help=f"show at most N {what} (default {default}, at most 10000)",
+    )
+
+
+def _page_size(text: str) -> int:
+    value = _positive(text)
+    if value > 10_000:
+        raise argparse.ArgumentTypeError(f"must be at most 10000, got {value}")
+    return value
+
+
+def _connected(args: argparse.Namespace) -> sa.Engine:
+    """An engine for the URL, once assetq is known to be installed there."""
+    url = _require_url(args)
+    engine = _engine(url)
+    try:
+        _installed_revision(engine, url, args.resolved_namespace)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
+
+
+def _server_now(conn: sa.Connection, namespace: str) -> datetime:
+    from .api import _utc
+
+    rows = dialect_of(conn.engine).execute(conn, "server_clock", namespace)
+    return _utc(rows[0].now)
+
+
+def _run_dict(run: Any) -> dict[str, Any]:
+    data = asdict(run)
+    for key, value in data.items():
+        if isinstance(value, datetime):
+            data[key] = value.isoformat()
+        elif isinstance(value, tuple):
+            data[key] = list(value)
+    return data
+
+
+def _event_dict(event: Any) -> dict[str, Any]:
+    return {
+        "id": event.id,
+        "asset": event.asset,
+        "uri": event.uri,
+        "timestamp": event.timestamp.isoformat(),
+        "partition_key": event.partition_key,
+        "extra": dict(event.extra),
+        "source": asdict(event.source),
+        "aliases": list(event.aliases),
+    }
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _first_line(text: str | None, width: int = 60) -> str:
+    if not text:
+        return "-"
+    line = text.strip().splitlines()[0] if text.strip() else "-"
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def _with_fix(exc: AssetqError, fix: str) -> AssetqError:
+    """``exc`` as one line with ``fix`` after it (same class, same code)."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    # MySQL's messages start with their code, which the error line shows already.
+    message = re.sub(r"^\[AQ\d+\]\s*", "", message)
+    return type(exc)(f"{message}; {fix}", code=exc.code)
+
+
+def _runs_arguments(parser: argparse.ArgumentParser) -> None:
+    from .api import RUN_STATES
+
+    parser.add_argument("--dag", metavar="DAG", help="only this consumer's runs")
+    parser.add_argument("--state", choices=RUN_STATES, help="only runs in this state (e.g. failed)")
+    parser.add_argument(
+        "--since",
+        type=_positive_duration,
+        metavar="DURATION",
+        help=f"only runs created in this last stretch (database clock): {_DURATION_HELP}",
+    )
+    _limit_option(parser, 50, "runs")
+    _json_option(parser, "the runs")
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """List runs, newest first: of one consumer (--dag) or all, in one state (--state
+    failed: what failed, anywhere), created in the last --since, at most --limit. One
+    indexed range read of --limit runs however long the history is (assetq.runs). Needs
+    only a reader's rights."""
+    from . import api
+
+    engine = _connected(args)
+    namespace = args.resolved_namespace
+    try:
+        with engine.connect() as conn:
+            if args.dag is not None:
+                ops.require_dag(conn, args.dag, namespace=namespace)
+            found = api.runs(
+                conn, args.dag, state=args.state, limit=args.limit, namespace=namespace
+            )
+            if args.since is not None:
+                # Newest first: the page ends where the window does.
+                cutoff = _server_now(conn, namespace) - args.since
+                found = [r for r in found if r.created_at >= cutoff]
+    finally:
+        engine.dispose()
+    if args.json:
+        print(json.dumps({"runs": [_run_dict(r) for r in found], "limit": args.limit}, indent=2))
+        return EXIT_OK
+    if not found:
+        print("no runs")
+        return EXIT_OK
+    header = ("dag_id", "run_id", "state", "attempt", "created (UTC)", "ended (UTC)", "worker",
+              "error")  # fmt: skip
+    table = [
+        (
+            r.dag_id,
+            r.run_id,
+            r.state,
+            str(r.attempt),
+            _when(r.created_at),
+            _when(r.ended_at),
+            r.worker or "-",
+            _first_line(r.error),
+        )
+        for r in found
+    ]
+    _print_table(header, table)
+    if len(found) == args.limit:
+        print(f"(the newest {args.limit}: --limit shows more)")
+    return EXIT_OK
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="run_action", metavar="ACTION", required=True)
+    for name, summary in (
+        ("show", "show one run: its last attempt (worker, times, error), consumed events, outputs"),
+        ("retry", "put a failed run back in the queue as its next attempt (assetq.retry_run)"),
+        ("cancel", "cancel a queued or running run; its worker is fenced (assetq.cancel_run)"),
+    ):
+        child = actions.add_parser(
+            name, help=summary, description=summary, parents=[_common_options()]
+        )
+        child.add_argument("dag_id", metavar="DAG")
+        child.add_argument("run_id", metavar="RUN")
+        if name == "cancel":
+            child.add_argument(
+                "--reason", metavar="TEXT", help="recorded in the run's error: cancelled: TEXT"
+            )
+        if name == "show":
+            child.add_argument(
+                "--events",
+                type=_page_size,
+                default=20,
+                metavar="N",
+                help="show at most N consumed events and N outputs (default 20)",
+            )
+        _json_option(child, "the run")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """One run of a consumer: `assetq run show DAG RUN` (its last attempt with its worker,
+    times and error, the events it consumed, its output events; a reader's rights are
+    enough), `assetq run retry DAG RUN` (a failed or cancelled run queued again as its next
+    attempt, with the same events), `assetq run cancel DAG RUN [--reason TEXT]` (a queued or
+    running run ends as cancelled at once; the worker holding it is fenced and told at its
+    next heartbeat). A run in a state the action does not take is refused and nothing is
+    written."""
+    if args.run_action in ("retry", "cancel"):
+        return _run_change(args)
+    return _run_show(args)
+
+
+def _run_show(args: argparse.Namespace) -> int:
+    from . import api
+
+    engine = _connected(args)
+    namespace = args.resolved_namespace
+    try:
+        with engine.connect() as conn:
+            dag = ops.require_dag(conn, args.dag_id, namespace=namespace)
+            try:
+                run = api.get_run(conn, args.dag_id, args.run_id, namespace=namespace)
+            except UnknownRun as exc:
+                raise _with_fix(exc, f"`assetq runs --dag {args.dag_id}` lists its runs") from None
+            consumed = api.consumed_events(
+                conn, args.dag_id, args.run_id, limit=args.events, namespace=namespace
+            )
+            outputs = ops.run_outputs(conn, run, limit=args.events, namespace=namespace)
+    finally:
+        engine.dispose()
+    if args.json:
+        data = {
+            "run": _run_dict(run),
+            "max_attempts": dag.max_attempts,
+            "consumed_events": [_event_dict(e) for e in consumed],
+            "outputs": [_event_dict(e) for e in outputs],
+        }
+        print(json.dumps(data, indent=2))
+        return EXIT_OK
+    print(f"run {run.run_id} of {run.dag_id}: {run.state} (seq {run.seq}, id {run.id})")
+    if run.partition_key is not None:
+        print(f"  partition      {run.partition_key}")
+    print(f"  created        {_when(run.created_at)} UTC")
+    print(
+        f"  attempt        {run.attempt} of {dag.max_attempts} (the last attempt's worker,"
+        " times and error: earlier attempts are not kept)"
+    )
+    print(f"  worker         {run.worker or '-'}")
+    print(f"  started        {_when(run.started_at)}")
+    print(f"  ended          {_when(run.ended_at)}")
+    if run.state == "running":
+        print(f"  lease until    {_when(run.lease_until)}")
+    if run.state == "queued":
+        print(f"  claimable at   {_when(run.not_before)}")
+    if run.error:
+        print("  error")
+        for line in run.error.rstrip().splitlines():
+            print(f"    {line}")
+    print(f"consumed events: {run.event_count}" + (
+        f" (the first {len(consumed)})" if len(consumed) < run.event_count else ""))  # fmt: skip
+    for e in consumed:
+        print(f"  {e.id}  {e.asset}  {_when(e.timestamp)}  {json.dumps(dict(e.extra))}")
+    print(f"outputs: {len(outputs)}")
+    for e in outputs:
+        print(f"  {e.id}  {e.asset}  {_when(e.timestamp)}  {json.dumps(dict(e.extra))}")
+    return EXIT_OK
+
+
+def _run_change(args: argparse.Namespace) -> int:
+    """run retry and run cancel: one transaction, refused whole on bad input."""
+    from . import api
+
+    engine = _connected(args)
+    namespace = args.resolved_namespace
+    try:
+        with engine.begin() as conn:
+            ops.require_dag(conn, args.dag_id, namespace=namespace)
+            try:
+                if args.run_action == "cancel":
+                    run = api.cancel_run(
+                        conn, args.dag_id, args.run_id, args.reason, namespace=namespace
+                    )
+                else:
+                    run = api.retry_run(conn, args.dag_id, args.run_id, namespace=namespace)
+            except UnknownRun as exc:
+                raise _with_fix(exc, f"`assetq runs --dag {args.dag_id}` lists its runs") from None
+            except InvalidRunState as exc:
+                shown = f"`assetq run show {args.dag_id} {args.run_id}` shows its state"
+                raise _with_fix(
+                    exc,
+                    shown
+                    if args.run_action == "cancel"
+                    else f"{shown}; `assetq runs --dag {args.dag_id} --state failed` lists the"
+                    " failed ones",
+                ) from None
+    finally:
+        engine.dispose()
+    if args.json:
+        print(json.dumps({"run": _run_dict(run)}, indent=2))
+    elif args.run_action == "cancel":
+        print(
+            f"assetq: run {run.run_id} of {run.dag_id} is cancelled (`assetq run retry` queues"
+            " it again with its events)"
+        )
+    else:
+        print(
+            f"assetq: run {run.run_id} of {run.dag_id} is queued again: its next claim is"
+            f" attempt {run.attempt + 1}"
+        )
+    return EXIT_OK
+
+
+def _dags_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--after", metavar="DAG", help="start after this dag id (the next page of a long list)"
+    )
+    _limit_option(parser, 100, "consumers")
+    _json_option(parser, "the consumers")
+
+
+def _condition_text(condition: Any) -> str:
+    """A stored condition as one writes it: orders, all_of(a, any_of(b, c)), alias('x')."""
+    if isinstance(condition, dict) and len(condition) == 1:
+        ((key, value),) = condition.items()
+        if key in ("all_of", "any_of") and isinstance(value, list):
+            return f"{key}(" + ", ".join(_condition_text(v) for v in value) + ")"
+        if key == "asset":
+            return str(value)
+        return f"{key}({value!r})"
+    return json.dumps(condition)
+
+
+def cmd_dags(args: argparse.Namespace) -> int:
+    """List the consumers by dag id: condition, paused, caps (max_active_runs,
+    max_events_per_run, max_attempts, timeout), events queued, oldest queued event's age,
+    queued and running runs. --limit per page, --after for the next. Needs only a reader's
+    rights."""
+    engine = _connected(args)
+    try:
+        with engine.connect() as conn:
+            found = ops.dags(
+                conn, after=args.after, limit=args.limit, namespace=args.resolved_namespace
+            )
+    finally:
+        engine.dispose()
+    if args.json:
+        rows = [
+            {
+                **asdict(d),
+                "oldest_queued_at": _iso(d.oldest_queued_at),
+                "condition_text": _condition_text(d.condition),
+            }
+            for d in found
+        ]
+        more = found[-1].dag_id if len(found) == args.limit else None
+        print(json.dumps({"dags": rows, "next_after": more}, indent=2))
+        return EXIT_OK
+    if not found:
+        print("no consumers")
+        return EXIT_OK
+    header = ("dag_id", "state", "condition", "cap", "attempts", "timeout", "queued", "oldest",
+              "runs queued", "running")  # fmt: skip
+    table = [
+        (
+            d.dag_id,
+            "paused" if d.is_paused else "active",
+            _first_line(_condition_text(d.condition), 50),
+            "-" if d.max_active_runs is None else str(d.max_active_runs),
+            str(d.max_attempts),
+            "-" if d.timeout_seconds is None else _age(timedelta(seconds=d.timeout_seconds)),
+            str(d.queued_events),
+            _age(
+                None
+                if d.oldest_queued_age_seconds is None
+                else timedelta(seconds=d.oldest_queued_age_seconds)
+            ),
+            str(d.queued_runs),
+            str(d.running_runs),
+        )
+        for d in found
+    ]
+    _print_table(header, table)
+    if len(found) == args.limit:
+        print(f"(more: assetq dags --after {found[-1].dag_id})")
+    return EXIT_OK
+
+
+def _dag_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="dag_action", metavar="ACTION", required=True)
+    for name, summary in (
+        ("pause", "pause a consumer: its assets' new events are not queued for it, no runs"),
+        ("unpause", "unpause a consumer"),
+    ):
+        child = actions.add_parser(
+            name, help=summary, description=summary, parents=[_common_options()]
+        )
+        child.add_argument("dag_id", metavar="DAG")
+        _json_option(child, "the result")
+
+
+def cmd_dag(args: argparse.Namespace) -> int:
+    """Pause or unpause a consumer: `assetq dag pause DAG`, `assetq dag unpause DAG`
+    (assetq.pause_dag / unpause_dag, as the account that declares consumers). Events that
+    commit while it is paused are not queued for it unless it was declared with
+    queue_while_paused. An unknown dag is refused and nothing is written."""
+    from . import api
+
+    engine = _connected(args)
+    namespace = args.resolved_namespace
+    paused = args.dag_action == "pause"
+    try:
+        with engine.begin() as conn:
+            ops.require_dag(conn, args.dag_id, namespace=namespace)
+            if paused:
+                api.pause_dag(conn, args.dag_id, namespace=namespace)
+            else:
+                api.unpause_dag(conn, args.dag_id, namespace=namespace)
+    finally:
+        engine.dispose()
+    if args.json:
+        print(json.dumps({"dag_id": args.dag_id, "is_paused": paused}))
+    else:
+        print(f"assetq: {args.dag_id} is {'paused' if paused else 'unpaused'}")
+    return EXIT_OK
+
+
+def _events_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--asset", required=True, metavar="ASSET", help="asset name or uri")
+    parser.add_argument(
+        "--since",
+        type=_positive_duration,
+        default=timedelta(days=1),
+        metavar="DURATION",
+        help=f"events registered in this last stretch (default 1d; the read grows with it):"
+        f" {_DURATION_HELP}",
+    )
+    _limit_option(parser, 50, "events")
+    _json_option(parser, "the events")
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    """List an asset's events, newest first: registered in the last --since (default 1d,
+    database clock), at most --limit, with their source, extra and partition key. Needs
+    only a reader's rights."""
+    engine = _connected(args)
+    try:
+        with engine.connect() as conn:
+            found = ops.asset_events(
+                conn,
+                args.asset,
+                since=args.since,
+                limit=args.limit,
+                namespace=args.resolved_namespace,
+            )
+    finally:
+        engine.dispose()
+    if args.json:
+        print(json.dumps({"events": [_event_dict(e) for e in found]}, indent=2))
+        return EXIT_OK
+    if not found:
+        print(f"no events of {args.asset} in the last {_age(args.since)}")
+        return EXIT_OK
+    header = ("id", "asset", "timestamp (UTC)", "source", "partition", "extra")
+    table = [
+        (
+            str(e.id),
+            e.asset,
+            _when(e.timestamp),
+            "-" if e.source.dag_id is None else f"{e.source.dag_id}/{e.source.run_id}",
+            e.partition_key or "-",
+            _first_line(json.dumps(dict(e.extra)), 50),
+        )
+        for e in found
+    ]
+    _print_table(header, table)
+    return EXIT_OK
+
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         "demo",
@@ -1368,13 +1922,13 @@ COMMANDS: tuple[Command, ...] = (
         "status",
         "show queue depth, oldest queued event and recent runs per consumer",
         cmd_status,
-        lambda p: _json_option(p, "the status"),
+        _status_arguments,
     ),
     Command(
         "doctor",
         "check the installation; exit 1 with a fix for each problem",
         cmd_doctor,
-        lambda p: _json_option(p, "the checks"),
+        _doctor_arguments,
     ),
     Command("purge", "delete consumed history older than a cutoff", cmd_purge, _purge_arguments),
     Command(
@@ -1383,6 +1937,16 @@ COMMANDS: tuple[Command, ...] = (
         cmd_grant,
         _grant_arguments,
     ),
+    Command("runs", "list runs, newest first (--dag, --state, --since)", cmd_runs, _runs_arguments),
+    Command(
+        "run",
+        "show, retry or cancel one run (run show|retry|cancel DAG RUN)",
+        cmd_run,
+        _run_arguments,
+    ),
+    Command("dags", "list the consumers with their queues and runs", cmd_dags, _dags_arguments),
+    Command("dag", "pause or unpause a consumer (dag pause|unpause DAG)", cmd_dag, _dag_arguments),
+    Command("events", "list an asset's recent events (--asset)", cmd_events, _events_arguments),
 )
 
 

@@ -9,23 +9,31 @@ it, and it is *stale* once it was last seen more than :data:`STALE_INTERVALS` of
 intervals ago, by the database's clock. A failed heartbeat is logged at WARNING once (until
 one succeeds again) and never stops the loop: liveness is for operators, not for
 correctness.
+
+A worker's row also names the consumers it has handlers for (``process_dag``, written by
+``process_handles`` in the heartbeat's transaction), so that status and doctor can tell a
+consumer with runs waiting and no live worker able to run them. A handler for a consumer
+that does not exist is logged at WARNING at start, or refused (``strict``: the first
+heartbeat raises :class:`~assetq.UnknownDag`, and any error of its own, before the worker
+claims anything).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from . import errors
-from .dialects import dialect_of
+from .dialects import Dialect, dialect_of
 from .logs import first_line
 
 log = logging.getLogger("assetq.liveness")
@@ -62,7 +70,9 @@ class Liveness:
     """The liveness row of one loop. ``interval`` None: the loop keeps none (every method does
     nothing). ``shown_interval`` is the interval recorded in the row, the longest the loop may
     go between heartbeats (a scheduler's poll interval when that is longer): status calls
-    the row stale after :data:`STALE_INTERVALS` of it. Not thread-safe: one thread calls it."""
+    the row stale after :data:`STALE_INTERVALS` of it. ``handles``: a worker's consumers,
+    recorded with every heartbeat (unknown ones warned about once, or refused with
+    ``strict``). Not thread-safe: one thread calls it."""
 
     def __init__(
         self,
@@ -73,8 +83,16 @@ class Liveness:
         *,
         name: str | None = None,
         shown_interval: float | None = None,
+        handles: Iterable[str] | None = None,
+        strict: bool = False,
     ) -> None:
         from . import __version__
+
+        if strict and interval is None:
+            raise errors.InvalidArgument(
+                "strict needs a liveness row (liveness_interval): the worker's consumers are"
+                " checked when it records itself"
+            )
 
         self._engine = engine
         self._namespace = namespace
@@ -92,6 +110,10 @@ class Liveness:
         self._next = 0.0  # monotonic time of the next heartbeat due
         self._failing = False
         self._recorded = False
+        self._handles = None if handles is None else json.dumps(sorted(set(handles)))
+        self._strict = strict
+        #: The worker's consumers that no declared consumer had at its first recording.
+        self.unknown: tuple[str, ...] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -114,10 +136,52 @@ class Liveness:
         if self.interval is None:
             return False
         self._next = time.monotonic() + self.interval
+        first = self.unknown is None and self._handles is not None
+        if first and self._strict:
+            # Before the worker claims anything: an error or an unknown consumer raises.
+            dialect = dialect_of(self._engine)
+            try:
+                with self._engine.begin() as conn:
+                    self._record(dialect, conn)
+                    self._check_handles()
+            except DBAPIError as exc:
+                raise dialect.translate(exc) from exc
+            self._recorded = True
+            return True
         ok = self._call("process_heartbeat", self._params)
         if ok:
             self._recorded = True
+            if first:
+                self._check_handles()
         return ok
+
+    def _record(self, dialect: Dialect, conn: Connection) -> None:
+        dialect.execute(conn, "process_heartbeat", self._namespace, self._params)
+        if self._handles is None:
+            return
+        params = {"process_id": self.process_id, "dag_ids": self._handles}
+        rows = dialect.execute(conn, "process_handles", self._namespace, params)
+        if self.unknown is None:
+            self.unknown = tuple(str(row.unknown_dag_id) for row in rows)
+
+    def _check_handles(self) -> None:
+        """Warn about (or, strict, refuse) handlers of consumers nobody declared."""
+        if not self.unknown:
+            return
+        names = ", ".join(self.unknown)
+        if self._strict:
+            raise errors.UnknownDag(
+                f"the worker has handlers for consumers that are not declared: {names}"
+                " (a typo in a dag id? declare them with assetq.declare_dag, or start"
+                " without strict to run the others)",
+                code="AQ003",
+            )
+        log.warning(
+            "assetq worker: handlers for consumers that are not declared: %s; their runs"
+            " never come until they are (a typo in a dag id?); the others run as usual",
+            names,
+            extra={"unknown_dag_ids": list(self.unknown)},
+        )
 
     def gone(self) -> None:
         """Delete the loop's row: a clean stop. Failures are logged, never raised."""
@@ -131,7 +195,10 @@ class Liveness:
         try:
             try:
                 with self._engine.begin() as conn:
-                    dialect.execute(conn, query, self._namespace, params)
+                    if query == "process_heartbeat":
+                        self._record(dialect, conn)
+                    else:
+                        dialect.execute(conn, query, self._namespace, params)
             except DBAPIError as exc:
                 raise dialect.translate(exc) from exc
         except (errors.AssetqError, SQLAlchemyError, OSError) as exc:

@@ -197,6 +197,91 @@ def processes(conn: Handle, *, namespace: str = DEFAULT_NAMESPACE) -> list[Proce
     ]
 
 
+# -- runs nobody can execute ----------------------------------------------------------------
+
+#: A queued run that has been claimable this long with nobody claiming it is reported by
+#: status, doctor and the Prometheus gauges (``--stuck-after`` on the command line).
+DEFAULT_STUCK_AFTER = timedelta(minutes=5)
+
+
+def handles_supported(revision: str | None) -> bool:
+    """Whether schema ``revision`` has ``process_dag``, the consumers of each live worker
+    (revision 0002_run_operations and later)."""
+    return revision is not None and revision != "0001_baseline"
+
+
+@dataclass(frozen=True)
+class WorkerCoverage:
+    """One consumer with queued runs or expired leases, and the live workers able to run
+    them. Field names are the ``worker_coverage`` query's columns and the keys ``assetq status
+    --json`` adds to each consumer."""
+
+    dag_id: str
+    #: Its runs in state queued (claimable now, or after a retry's delay).
+    queued_runs: int
+    #: Its running runs whose lease expired (their worker stopped renewing).
+    expired_runs: int
+    #: How long its oldest claimable queued run has waited since it became claimable (its
+    #: ``not_before``), seconds by the database's clock; None when none is claimable yet.
+    oldest_queued_run_age_seconds: float | None
+    #: Queued runs claimable for longer than the ``stuck_after`` asked for.
+    stuck_runs: int
+    #: Workers not stale in the liveness table that have a handler for it.
+    live_workers: int
+
+    @property
+    def no_worker(self) -> bool:
+        """Runs wait (queued, or an expired lease) and no live worker has a handler for it."""
+        return bool(self.queued_runs or self.expired_runs) and self.live_workers == 0
+
+
+def _check_stuck_after(stuck_after: object, name: str = "stuck_after") -> float:
+    """A positive timedelta's seconds (InvalidArgumentType, InvalidArgument otherwise)."""
+    if not isinstance(stuck_after, timedelta):
+        raise errors.InvalidArgumentType(
+            f"{name} must be a datetime.timedelta, got {type(stuck_after).__name__}"
+        )
+    if stuck_after <= timedelta(0):
+        raise errors.InvalidArgument(f"{name} must be positive, got {stuck_after}")
+    return stuck_after.total_seconds()
+
+
+@keyword_namespace
+def worker_coverage(
+    conn: Handle,
+    *,
+    stuck_after: timedelta = DEFAULT_STUCK_AFTER,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> list[WorkerCoverage]:
+    """The consumers with queued runs or expired leases, by dag id, each with the live
+    workers that have a handler for it (``no_worker``: none) and its queued runs claimable
+    for longer than ``stuck_after``. A read in the caller's transaction of the active runs
+    and the liveness tables, never the history; needs only a reader's rights. Empty on a
+    schema from before workers recorded their consumers."""
+    conn = connection_of(conn, "worker_coverage")
+    stuck_seconds = _check_stuck_after(stuck_after)
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    if not handles_supported(migrate.current_revision(conn, namespace=namespace)):
+        return []
+    params = {"stuck_seconds": stuck_seconds, "stale_intervals": STALE_INTERVALS}
+    with _translated(dialect):
+        rows = dialect.execute(conn, "worker_coverage", namespace, params)
+    return [
+        WorkerCoverage(
+            dag_id=str(row.dag_id),
+            queued_runs=int(row.queued_runs or 0),
+            expired_runs=int(row.expired_runs or 0),
+            oldest_queued_run_age_seconds=None
+            if row.oldest_queued_run_age_seconds is None
+            else max(0.0, float(row.oldest_queued_run_age_seconds)),
+            stuck_runs=int(row.stuck_runs or 0),
+            live_workers=int(row.live_workers),
+        )
+        for row in rows
+    ]
+
+
 # -- purge ----------------------------------------------------------------------------------
 
 
@@ -309,6 +394,7 @@ def purge(
 
     # Not counted in batches: those are the runs' and events'.
     processes_deleted = _purge_processes(engine, namespace, cutoff)
+    _purge_process_dags(engine, namespace)
 
     result = PurgeResult(
         cutoff=_utc(cutoff),
@@ -368,6 +454,16 @@ def _purge_processes(engine: Engine, namespace: str, cutoff: Any) -> int | None:
             dialect.statement("purge_processes", namespace), {"older_than": cutoff}
         )
         return int(result.rowcount or 0)
+
+
+def _purge_process_dags(engine: Engine, namespace: str) -> None:
+    """Delete the consumers (process_dag) of processes whose liveness row is gone, in one
+    short transaction: a liveness row and its consumers go together. Nothing on a schema
+    without process_dag."""
+    dialect = dialect_of(engine)
+    with _translated(dialect), engine.begin() as conn:
+        if handles_supported(migrate.current_revision(conn, namespace=namespace)):
+            conn.execute(dialect.statement("purge_process_dags", namespace))
 
 
 @dataclass(frozen=True)
@@ -638,6 +734,7 @@ DEFINER_ROUTINES = (
     "complete_run",
     "process_heartbeat",
     "process_gone",
+    "process_handles",
 )
 
 _CREATE = re.compile(
@@ -1074,6 +1171,51 @@ def _work_checks(conn: Connection, namespace: str) -> list[Check]:
     return checks
 
 
+def _coverage_checks(conn: Connection, namespace: str, stuck_after: timedelta) -> list[Check]:
+    """Consumers whose runs wait with no live worker able to run them, and queued runs
+    claimable for longer than ``stuck_after``. No worker is a problem once a run has waited
+    that long (or a lease expired), a note before: a run created a moment ago while workers
+    restart, or one a runner without claims moves with set_run_state, is not yet one."""
+    checks: list[Check] = []
+    for c in worker_coverage(conn, stuck_after=stuck_after, namespace=namespace):
+        waiting = f"{c.queued_runs} queued runs and {c.expired_runs} expired leases"
+        if c.no_worker:
+            checks.append(
+                Check(
+                    "workers",
+                    "problem" if c.stuck_runs or c.expired_runs else "note",
+                    f"{c.dag_id}: {waiting}, and no live worker has a handler for it",
+                    f"start a worker with a handler for {c.dag_id} (`assetq worker --handlers"
+                    f" MODULE:NAME`, NAME mapping {c.dag_id!r} to its handler); workers of a"
+                    " package without process_handles record no consumers and are not counted",
+                )
+            )
+        elif c.stuck_runs:
+            age = c.oldest_queued_run_age_seconds or 0.0
+            checks.append(
+                Check(
+                    "queued",
+                    "problem",
+                    f"{c.dag_id}: {c.stuck_runs} queued runs claimable for longer than"
+                    f" {stuck_after.total_seconds():g} s (the oldest for {age:.0f} s) although"
+                    f" {c.live_workers} live workers have a handler for it",
+                    "its workers are busy or stuck: add workers or --concurrency, or look"
+                    " at what their handlers wait for (`assetq status`, `assetq runs --dag"
+                    f" {c.dag_id} --state running`)",
+                )
+            )
+    if not checks:
+        checks.append(
+            Check(
+                "workers",
+                "ok",
+                "every consumer with runs waiting has a live worker, none queued longer than"
+                f" {stuck_after.total_seconds():g} s",
+            )
+        )
+    return checks
+
+
 def _liveness_checks(conn: Connection, namespace: str) -> list[Check]:
     """Stale rows of the liveness table: notes, not problems. A stale row is a scheduler or
     worker that stopped heartbeating without a clean stop (killed, hung, its host gone);
@@ -1109,14 +1251,22 @@ def _liveness_checks(conn: Connection, namespace: str) -> list[Check]:
     ]
 
 
-def doctor(engine: Engine, *, namespace: str = DEFAULT_NAMESPACE) -> DoctorReport:
+def doctor(
+    engine: Engine,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+    stuck_after: timedelta = DEFAULT_STUCK_AFTER,
+) -> DoctorReport:
     """Check the installation in ``namespace``: schema at this package's revision, every
     routine, trigger, view and table present (triggers enabled), the granted routines
     running with their owner's rights, the owner suitable, the server's settings, and what
-    the connected account may do. Read-only. ``report.ok`` is False when a check found a
+    the connected account may do, and the work: expired leases, consumers blocked at their
+    cap, consumers with runs waiting and no live worker for them, runs queued (claimable)
+    longer than ``stuck_after``. Read-only. ``report.ok`` is False when a check found a
     problem; each problem says how to fix it."""
     engine = engine_of(engine, "doctor")
     namespace = check_namespace(namespace)
+    _check_stuck_after(stuck_after)
     head = migrate.head_revision()
     dialect = dialect_of(engine)
     with _translated(dialect), engine.connect() as conn:  # connect errors translated too
@@ -1140,9 +1290,183 @@ def doctor(engine: Engine, *, namespace: str = DEFAULT_NAMESPACE) -> DoctorRepor
             )
             if revision == head and readable:
                 checks += _work_checks(conn, namespace)
+                checks += _coverage_checks(conn, namespace, stuck_after)
                 checks += _liveness_checks(conn, namespace)
         checks += _server_checks(settings)
         checks += _deployment_checks(dialect, conn, namespace)
     return DoctorReport(
         namespace=namespace, server=server, revision=revision, head=head, checks=checks
     )
+
+
+# -- operating runs: the reads of the command line ------------------------------------------
+
+
+@dataclass(frozen=True)
+class DagInfo:
+    """One consumer as ``assetq dags`` lists it: its declaration, its queue and its active
+    runs. Field names are the ``dags_page`` query's columns and the keys of ``assetq dags
+    --json``. Times are UTC."""
+
+    dag_id: str
+    #: The condition as declared, in its stored JSON form ({"asset": ...}, {"all_of": [...]}).
+    condition: Any
+    is_paused: bool
+    max_active_runs: int | None
+    max_events_per_run: int | None
+    max_attempts: int
+    retry_delay_seconds: float
+    max_retry_delay_seconds: float | None
+    #: The consumer's timeout (None: the worker's default, if any).
+    timeout_seconds: float | None
+    partitioned: bool
+    queued_events: int
+    oldest_queued_at: datetime | None
+    oldest_queued_age_seconds: float | None
+    queued_runs: int
+    running_runs: int
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _json_value(value: Any) -> Any:
+    import json
+
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+@keyword_namespace
+def dags(
+    conn: Handle,
+    *,
+    dag_id: str | None = None,
+    after: str | None = None,
+    limit: int = 100,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> list[DagInfo]:
+    """One page of the consumers, by dag id after ``after`` (None: from the first), at most
+    ``limit`` (1 to 10,000); or only ``dag_id`` (an empty list when it is not a consumer).
+    A read in the caller's transaction (a reader's rights are enough), by key: each
+    consumer's pending queue and active runs are counted by index, never its history."""
+    from .api import PAGE_MAX
+
+    conn = connection_of(conn, "dags")
+    check_int(limit, "limit", 1, PAGE_MAX)
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    params = {"dag_id": dag_id, "after_dag_id": after, "limit": limit}
+    with _translated(dialect):
+        rows = dialect.execute(conn, "dags_page", namespace, params)
+    return [
+        DagInfo(
+            dag_id=str(row.dag_id),
+            condition=_json_value(row.condition),
+            is_paused=bool(row.is_paused),
+            max_active_runs=None if row.max_active_runs is None else int(row.max_active_runs),
+            max_events_per_run=None
+            if row.max_events_per_run is None
+            else int(row.max_events_per_run),
+            max_attempts=int(row.max_attempts),
+            retry_delay_seconds=float(row.retry_delay_seconds),
+            max_retry_delay_seconds=_optional_float(row.max_retry_delay_seconds),
+            timeout_seconds=_optional_float(row.timeout_seconds),
+            partitioned=bool(row.partitioned),
+            queued_events=int(row.queued_events or 0),
+            oldest_queued_at=_optional_utc(row.oldest_queued_at),
+            oldest_queued_age_seconds=None
+            if row.oldest_queued_age_seconds is None
+            else max(0.0, float(row.oldest_queued_age_seconds)),
+            queued_runs=int(row.queued_runs),
+            running_runs=int(row.running_runs),
+        )
+        for row in rows
+    ]
+
+
+def require_dag(conn: Handle, dag_id: str, *, namespace: str = DEFAULT_NAMESPACE) -> DagInfo:
+    """Consumer ``dag_id`` as :func:`dags` lists it; UnknownDag, with the fix, when there is
+    none."""
+    found = dags(conn, dag_id=dag_id, limit=1, namespace=namespace)
+    if not found:
+        raise errors.UnknownDag(
+            f"unknown dag {dag_id!r}: `assetq dags` lists the consumers", code="AQ003"
+        )
+    return found[0]
+
+
+#: How long after a run's end its output events may carry a later timestamp: they are
+#: registered in the completion's transaction, a moment before or after its ended_at.
+_OUTPUT_SLACK = timedelta(minutes=1)
+
+
+@keyword_namespace
+def run_outputs(
+    conn: Handle,
+    run: Any,
+    *,
+    limit: int = 100,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> list[Any]:
+    """The events whose source is ``run`` (a :class:`~assetq.RunInfo`) registered while its
+    last attempt ran, by id, at most ``limit``: a successful run's output events (and any its
+    handler registered itself naming the run as their source). Empty for a run that never
+    started or has not ended. Reads the events registered during that attempt only (by
+    timestamp), never the history. A read in the caller's transaction."""
+    from .api import PAGE_MAX, _db_time, _event_record
+
+    conn = connection_of(conn, "run_outputs")
+    check_int(limit, "limit", 1, PAGE_MAX)
+    namespace = check_namespace(namespace)
+    if run.started_at is None or run.ended_at is None:
+        return []
+    dialect = dialect_for(conn)
+    params = {
+        "dag_id": run.dag_id,
+        "run_id": run.run_id,
+        "from_timestamp": _db_time(dialect, run.started_at - _OUTPUT_SLACK),
+        "to_timestamp": _db_time(dialect, run.ended_at + _OUTPUT_SLACK),
+        "after_id": None,
+        "limit": limit,
+    }
+    with _translated(dialect):
+        rows = dialect.execute(conn, "run_outputs_page", namespace, params)
+    return [_event_record(row) for row in rows]
+
+
+@keyword_namespace
+def asset_events(
+    conn: Handle,
+    asset: str,
+    *,
+    since: timedelta = timedelta(days=1),
+    limit: int = 100,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> list[Any]:
+    """Asset ``asset``'s events (by name, else uri) registered in the last ``since`` (by
+    the database's clock), newest first, at most ``limit``. UnknownAsset when there is no
+    such asset. The window bounds the read: no index orders one asset's events, so a
+    longer ``since`` reads more. A read in the caller's transaction."""
+    from .api import PAGE_MAX, _event_record
+
+    conn = connection_of(conn, "asset_events")
+    check_int(limit, "limit", 1, PAGE_MAX)
+    since_seconds = _check_stuck_after(since, "since")
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    with _translated(dialect):
+        found = dialect.execute(conn, "find_asset", namespace, {"asset": asset})
+        if not found:
+            raise errors.UnknownAsset(
+                f"unknown asset {asset!r}: no asset has that name or uri", code="AQ001"
+            )
+        params = {
+            "asset_id": int(found[0].asset_id),
+            "since_seconds": since_seconds,
+            "before_timestamp": None,
+            "before_id": None,
+            "limit": limit,
+        }
+        rows = dialect.execute(conn, "asset_events_page", namespace, params)
+    return [_event_record(row) for row in rows]

@@ -12,26 +12,38 @@ over HTTP for Prometheus to scrape (``assetq scheduler --metrics-port``/``assetq
 One instance per registry: the scheduler and the worker of one process share it. Every
 metric is named ``assetq_...``; labels have few values (an outcome, an error code), never a
 dag id or run id. Durations are seconds.
+
+:meth:`PrometheusMetrics.watch_work` adds gauges read from the database at each scrape: the
+runs nobody can execute (consumers with queued runs or expired leases and no live worker
+with a handler for them) and the runs queued too long, as ``assetq status`` and ``assetq
+doctor`` show them. Give it an engine whose account may read the namespace (``assetq grant
+--reader``); one process of a deployment is enough.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 try:
     import prometheus_client
     from prometheus_client import CollectorRegistry, Counter, Histogram
+    from prometheus_client.core import GaugeMetricFamily
 except ImportError as exc:  # the extra is not installed
     raise ImportError(
         "assetq.prometheus needs prometheus_client: pip install 'assetq[prometheus]'"
     ) from exc
 
+from sqlalchemy import Engine
+
 from .api import Claim, Run, RunInfo
 from .metrics import AttemptOutcome, Metrics, WaitOutcome
+from .migrate import DEFAULT_NAMESPACE
+from .ops import DEFAULT_STUCK_AFTER, worker_coverage
 
 log = logging.getLogger("assetq.prometheus")
 
@@ -190,6 +202,22 @@ class PrometheusMetrics(Metrics):
     def worker_wait(self, outcome: WaitOutcome) -> None:
         self.worker_waits.labels(outcome).inc()
 
+    # -- the work, read from the database -------------------------------------------------
+
+    def watch_work(
+        self,
+        engine: Engine,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        stuck_after: timedelta = DEFAULT_STUCK_AFTER,
+    ) -> WorkCollector:
+        """Add the gauges of :class:`WorkCollector` to this registry: each scrape reads
+        ``namespace`` through ``engine`` (one short read of the active runs and the liveness
+        tables, never the history)."""
+        collector = WorkCollector(engine, namespace=namespace, stuck_after=stuck_after)
+        self.registry.register(collector)
+        return collector
+
     # -- the endpoint --------------------------------------------------------------------
 
     def serve(self, port: int, host: str = "0.0.0.0") -> MetricsServer:
@@ -199,6 +227,75 @@ class PrometheusMetrics(Metrics):
         served = MetricsServer(host, int(server.server_port), server, thread)
         log.info("assetq: serving Prometheus metrics at %s", served.url)
         return served
+
+
+class WorkCollector:
+    """Gauges of the runs nobody executes, read at each scrape
+    (:func:`assetq.worker_coverage`):
+
+    - ``assetq_consumers_without_worker``: consumers with queued runs or expired leases and
+      no live worker that has a handler for them (``no_worker`` of ``assetq status --json``);
+    - ``assetq_runs_without_worker``: their queued runs and expired leases;
+    - ``assetq_runs_queued_too_long``: queued runs claimable for longer than ``stuck_after``;
+    - ``assetq_oldest_queued_run_age_seconds``: the longest any queued run has been claimable
+      (0 when none is);
+    - ``assetq_work_read_ok``: 1 when the read worked, 0 when it failed (the others are then
+      absent; the failure is logged once, until a read works again)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        stuck_after: timedelta = DEFAULT_STUCK_AFTER,
+    ) -> None:
+        self._engine = engine
+        self._namespace = namespace
+        self._stuck_after = stuck_after
+        self._failing = False
+
+    def describe(self) -> list[Any]:
+        return []  # read at scrape time only: registering reads nothing
+
+    def collect(self) -> Iterator[Any]:
+        try:
+            with self._engine.connect() as conn:
+                found = worker_coverage(
+                    conn, stuck_after=self._stuck_after, namespace=self._namespace
+                )
+        except Exception as exc:  # a scrape must answer: the failure is a gauge
+            if not self._failing:
+                log.warning("assetq: the work gauges could not be read: %s", exc)
+                self._failing = True
+            yield GaugeMetricFamily(
+                "assetq_work_read_ok", "Whether the work gauges could be read (1) or not (0)", 0
+            )
+            return
+        self._failing = False
+        orphaned = [c for c in found if c.no_worker]
+        yield GaugeMetricFamily(
+            "assetq_work_read_ok", "Whether the work gauges could be read (1) or not (0)", 1
+        )
+        yield GaugeMetricFamily(
+            "assetq_consumers_without_worker",
+            "Consumers with queued runs or expired leases and no live worker with a handler",
+            len(orphaned),
+        )
+        yield GaugeMetricFamily(
+            "assetq_runs_without_worker",
+            "Queued runs and expired leases of consumers no live worker has a handler for",
+            sum(c.queued_runs + c.expired_runs for c in orphaned),
+        )
+        yield GaugeMetricFamily(
+            "assetq_runs_queued_too_long",
+            "Queued runs claimable for longer than the stuck_after threshold",
+            sum(c.stuck_runs for c in found),
+        )
+        yield GaugeMetricFamily(
+            "assetq_oldest_queued_run_age_seconds",
+            "How long the oldest claimable queued run has waited (0: none)",
+            max((c.oldest_queued_run_age_seconds or 0.0 for c in found), default=0.0),
+        )
 
 
 def process_registry() -> CollectorRegistry:

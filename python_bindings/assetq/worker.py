@@ -381,6 +381,7 @@ def run_worker(
     metrics: Metrics | None = None,
     liveness_interval: float | None = DEFAULT_INTERVAL,
     timeout: timedelta | float | None = None,
+    strict: bool = False,
 ) -> WorkerStats:
     """Claim and execute runs of the consumers in ``handlers`` until ``stop`` is set (or
     ``max_runs`` attempts were completed), and return what was done.
@@ -410,7 +411,11 @@ def run_worker(
     (``assetq status`` shows it) at start and then every that many
     seconds, from the thread that called run_worker, each time in a short transaction of its
     own; a clean stop deletes its row; status calls it stale after three intervals. A failed
-    heartbeat is one WARNING and never stops the worker. None: no row.
+    heartbeat is one WARNING and never stops the worker. None: no row. The row names the
+    consumers in ``handlers`` (status and doctor flag a consumer with runs waiting and no
+    live worker for it); a handler for a consumer that is not declared is one WARNING at
+    start, or, with ``strict``, raises :class:`~assetq.UnknownDag` before anything is claimed
+    (as does a first heartbeat that fails; strict needs a ``liveness_interval``).
 
     ``timeout`` (a timedelta or seconds): how long an attempt of a consumer that declares no
     ``timeout`` of its own (:func:`assetq.declare_dag`) may run; None: no limit but the
@@ -745,7 +750,9 @@ def run_worker(
         "woken by NOTIFY" if listener is not None else f"polling up to every {poll:g} s",
     )
     started = time.monotonic()
-    alive = Liveness(engine, namespace, "worker", liveness_interval, name=name)
+    alive = Liveness(
+        engine, namespace, "worker", liveness_interval, name=name, handles=dag_ids, strict=strict
+    )
     alive.beat()
     heart.start()
     if listener is not None:

@@ -302,6 +302,48 @@ CALL {{ns}}.process_heartbeat(:process_id, :kind, :name, :host, :pid, :version, 
 -- Delete loop :process_id's liveness row: it stopped cleanly. No result set.
 CALL {{ns}}.process_gone(:process_id)
 
+-- process_handles --
+-- Record the consumers worker :process_id has handlers for (:dag_ids, a JSON array), in its
+-- heartbeat's transaction; returns those that name no declared consumer (unknown_dag_id).
+CALL {{ns}}.process_handles(:process_id, :dag_ids)
+
+-- purge_process_dags --
+-- Delete the consumers of processes that have no liveness row any more (purge_processes
+-- deleted it, or a process_gone of an older package did): a handful of rows, one per live
+-- worker and handler, read whole.
+DELETE p FROM {{ns}}.process_dag p
+ WHERE NOT EXISTS (SELECT 1 FROM {{ns}}.process_liveness l WHERE l.process_id = p.process_id)
+
+-- worker_coverage --
+-- Per consumer with queued runs or expired leases: how many of each; how long its oldest
+-- claimable queued run has waited since it became claimable (its not_before: a retry's delay
+-- is not waiting) and how many have waited longer than :stuck_seconds; how many live workers
+-- (liveness rows not stale by :stale_intervals, as in processes) have a handler for it.
+-- Reads the active runs only, by dag_run_state_idx, never the history.
+SELECT r.dag_id,
+       SUM(r.state = 'queued') AS queued_runs,
+       SUM(r.state = 'running' AND r.lease_until < UTC_TIMESTAMP(6)) AS expired_runs,
+       TIMESTAMPDIFF(MICROSECOND,
+                     MIN(CASE WHEN r.state = 'queued' AND r.not_before <= UTC_TIMESTAMP(6)
+                              THEN r.not_before END),
+                     UTC_TIMESTAMP(6)) / 1000000 AS oldest_queued_run_age_seconds,
+       SUM(r.state = 'queued'
+           AND r.not_before < UTC_TIMESTAMP(6)
+               - INTERVAL CAST(ROUND(:stuck_seconds * 1000000) AS SIGNED) MICROSECOND)
+           AS stuck_runs,
+       (SELECT COUNT(*)
+          FROM {{ns}}.process_dag p
+          JOIN {{ns}}.process_liveness l ON l.process_id = p.process_id
+         WHERE p.dag_id = r.dag_id
+           AND l.kind = 'worker'
+           AND l.last_seen_at >= UTC_TIMESTAMP(6)
+               - INTERVAL CAST(ROUND(l.interval_seconds * :stale_intervals * 1000000) AS SIGNED) MICROSECOND)
+           AS live_workers
+  FROM {{ns}}.dag_run r
+ WHERE r.state IN ('queued', 'running')
+ GROUP BY r.dag_id
+ ORDER BY r.dag_id
+
 -- processes --
 -- Every scheduler and worker loop of the liveness table, with how long ago it was last seen
 -- (database clock, UTC) and whether that is more than :stale_intervals of its intervals ago.
@@ -386,3 +428,85 @@ SHOW GLOBAL VARIABLES
 -- backend_pid --
 -- The server thread of this session (the PostgreSQL twin tells a pooled session apart).
 SELECT CONNECTION_ID() AS pid
+
+-- dags_page --
+-- The operator's list of consumers (assetq dags), by dag id after :after_dag_id (NULL: from
+-- the first), or the one consumer :dag_id: its declaration, its queue depth and oldest queued
+-- event (database clock, UTC), its queued and running runs. The counts read the pending
+-- queue and the active runs of each consumer by index, never the history.
+SELECT d.dag_id, d.`condition`, d.is_paused, d.max_active_runs, d.max_events_per_run,
+       d.max_attempts, d.retry_delay_seconds, d.max_retry_delay_seconds, d.timeout_seconds,
+       d.partitioning IS NOT NULL AS partitioned,
+       (SELECT COUNT(*) FROM {{ns}}.asset_dag_run_queue q
+         WHERE q.target_dag_id = d.dag_id) AS queued_events,
+       (SELECT MIN(q.created_at) FROM {{ns}}.asset_dag_run_queue q
+         WHERE q.target_dag_id = d.dag_id) AS oldest_queued_at,
+       TIMESTAMPDIFF(MICROSECOND,
+                     (SELECT MIN(q.created_at) FROM {{ns}}.asset_dag_run_queue q
+                       WHERE q.target_dag_id = d.dag_id),
+                     UTC_TIMESTAMP(6)) / 1000000 AS oldest_queued_age_seconds,
+       (SELECT COUNT(*) FROM {{ns}}.dag_run r
+         WHERE r.dag_id = d.dag_id AND r.state = 'queued') AS queued_runs,
+       (SELECT COUNT(*) FROM {{ns}}.dag_run r
+         WHERE r.dag_id = d.dag_id AND r.state = 'running') AS running_runs
+  FROM {{ns}}.dag d
+ WHERE (:dag_id IS NULL OR d.dag_id = :dag_id)
+   AND (:after_dag_id IS NULL OR d.dag_id > :after_dag_id)
+ ORDER BY d.dag_id
+ LIMIT :limit
+
+-- run_outputs_page --
+-- A page of the events whose source is run :run_id of :dag_id (a success's output events),
+-- by id after :after_id (NULL: from the first), among the events registered between
+-- :from_timestamp and :to_timestamp (its last attempt's start and a little after its end):
+-- no index leads by source, so the read is a range of asset_event_timestamp_idx that the
+-- attempt's own duration bounds, never the history. aliases: see queued_events_page.
+SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */
+       e.id AS event_id, e.asset_id, a.name AS asset_name, a.uri AS asset_uri,
+       e.`timestamp` AS event_timestamp, e.extra, e.source_dag_id, e.source_task_id,
+       e.source_run_id, e.source_map_index, e.partition_key,
+       COALESCE((SELECT CONCAT('[', GROUP_CONCAT(JSON_QUOTE(al.name) ORDER BY al.name SEPARATOR ','), ']')
+                   FROM {{ns}}.asset_event_alias ea
+                   JOIN {{ns}}.asset_alias al ON al.id = ea.alias_id
+                  WHERE ea.asset_event_id = e.id), '[]') AS aliases
+  FROM {{ns}}.asset_event e
+  JOIN {{ns}}.asset a ON a.id = e.asset_id
+ WHERE e.`timestamp` >= :from_timestamp
+   AND e.`timestamp` <= :to_timestamp
+   AND e.source_dag_id = :dag_id AND e.source_run_id = :run_id
+   AND (:after_id IS NULL OR e.id > :after_id)
+ ORDER BY e.id
+ LIMIT :limit
+
+-- find_asset --
+-- The asset :asset names: by name, else by uri (as register_event finds it); no row if none.
+SELECT a.id AS asset_id, a.name AS asset_name, a.uri AS asset_uri
+  FROM {{ns}}.asset a
+ WHERE a.name = :asset OR a.uri = :asset
+ ORDER BY a.name = :asset DESC
+ LIMIT 1
+
+-- asset_events_page --
+-- A page of asset :asset_id's events, newest first: registered at or after :since (its
+-- timestamp, database clock, UTC) and before (:before_timestamp, :before_id) (NULL: from the
+-- newest). The window bounds the read: no index orders one asset's events, so this walks
+-- asset_event_timestamp_idx backwards (or the asset's own events, when it has few).
+-- aliases: see queued_events_page.
+SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */
+       e.id AS event_id, e.asset_id, a.name AS asset_name, a.uri AS asset_uri,
+       e.`timestamp` AS event_timestamp, e.extra, e.source_dag_id, e.source_task_id,
+       e.source_run_id, e.source_map_index, e.partition_key,
+       COALESCE((SELECT CONCAT('[', GROUP_CONCAT(JSON_QUOTE(al.name) ORDER BY al.name SEPARATOR ','), ']')
+                   FROM {{ns}}.asset_event_alias ea
+                   JOIN {{ns}}.asset_alias al ON al.id = ea.alias_id
+                  WHERE ea.asset_event_id = e.id), '[]') AS aliases
+  FROM {{ns}}.asset_event e
+  JOIN {{ns}}.asset a ON a.id = e.asset_id
+ WHERE e.asset_id = :asset_id
+   AND e.`timestamp` >= UTC_TIMESTAMP(6)
+       - INTERVAL CAST(ROUND(:since_seconds * 1000000) AS SIGNED) MICROSECOND
+   AND (:before_timestamp IS NULL
+        OR e.`timestamp` < :before_timestamp
+        OR (e.`timestamp` = :before_timestamp AND e.id < :before_id))
+ ORDER BY e.`timestamp` DESC, e.id DESC
+ LIMIT :limit

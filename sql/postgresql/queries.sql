@@ -408,6 +408,50 @@ SELECT {{ns}}.process_heartbeat(
 -- Delete loop :process_id's liveness row: it stopped cleanly.
 SELECT {{ns}}.process_gone(p_process_id => :process_id)
 
+-- process_handles --
+-- Record the consumers worker :process_id has handlers for (:dag_ids, a JSON array), in its
+-- heartbeat's transaction; returns those that name no declared consumer (unknown_dag_id).
+SELECT unknown_dag_id
+  FROM {{ns}}.process_handles(p_process_id => :process_id, p_dag_ids => CAST(:dag_ids AS jsonb))
+
+-- purge_process_dags --
+-- Delete the consumers of processes that have no liveness row any more (purge_processes
+-- deleted it, or a process_gone of an older package did): a handful of rows, one per live
+-- worker and handler, read whole.
+DELETE FROM {{ns}}.process_dag p
+ WHERE NOT EXISTS (SELECT 1 FROM {{ns}}.process_liveness l WHERE l.process_id = p.process_id)
+
+-- worker_coverage --
+-- Per consumer with queued runs or expired leases: how many of each; how long its oldest
+-- claimable queued run has waited since it became claimable (its not_before: a retry's delay
+-- is not waiting) and how many have waited longer than :stuck_seconds; how many live workers
+-- (liveness rows not stale by :stale_intervals, as in processes) have a handler for it.
+-- Reads the active runs only, by dag_run_state_idx, never the history.
+SELECT r.dag_id,
+       count(*) FILTER (WHERE r.state = 'queued') AS queued_runs,
+       count(*) FILTER (WHERE r.state = 'running' AND r.lease_until < clock_timestamp())
+           AS expired_runs,
+       CAST(extract(epoch FROM clock_timestamp()
+                               - min(r.not_before) FILTER (WHERE r.state = 'queued'
+                                                             AND r.not_before <= clock_timestamp()))
+            AS double precision) AS oldest_queued_run_age_seconds,
+       count(*) FILTER (WHERE r.state = 'queued'
+                          AND r.not_before < clock_timestamp()
+                              - make_interval(secs => CAST(:stuck_seconds AS double precision)))
+           AS stuck_runs,
+       (SELECT count(*)
+          FROM {{ns}}.process_dag p
+          JOIN {{ns}}.process_liveness l ON l.process_id = p.process_id
+         WHERE p.dag_id = r.dag_id
+           AND l.kind = 'worker'
+           AND l.last_seen_at >= clock_timestamp()
+               - make_interval(secs => l.interval_seconds * CAST(:stale_intervals AS double precision)))
+           AS live_workers
+  FROM {{ns}}.dag_run r
+ WHERE r.state IN ('queued', 'running')
+ GROUP BY r.dag_id
+ ORDER BY r.dag_id
+
 -- processes --
 -- Every scheduler and worker loop of the liveness table, with how long ago it was last seen
 -- (database clock) and whether that is more than :stale_intervals of its intervals ago.
@@ -501,3 +545,78 @@ SELECT 'default_transaction_read_only', current_setting('default_transaction_rea
 -- run_worker compare it with the one the handshake gave, and between transactions, to see
 -- whether they hold one server session or go through a transaction-pooling pooler.
 SELECT pg_backend_pid() AS pid
+
+-- dags_page --
+-- The operator's list of consumers (assetq dags), by dag id after :after_dag_id (NULL: from
+-- the first), or the one consumer :dag_id: its declaration, its queue depth and oldest queued
+-- event (database clock), its queued and running runs. The counts read the pending queue and
+-- the active runs of each consumer by index, never the history.
+SELECT d.dag_id, d.condition, d.is_paused, d.max_active_runs, d.max_events_per_run,
+       d.max_attempts, d.retry_delay_seconds, d.max_retry_delay_seconds, d.timeout_seconds,
+       d.partitioning IS NOT NULL AS partitioned,
+       q.queued_events, q.oldest_queued_at,
+       CAST(extract(epoch FROM clock_timestamp() - q.oldest_queued_at) AS double precision)
+           AS oldest_queued_age_seconds,
+       (SELECT count(*) FROM {{ns}}.dag_run r
+         WHERE r.dag_id = d.dag_id AND r.state = 'queued') AS queued_runs,
+       (SELECT count(*) FROM {{ns}}.dag_run r
+         WHERE r.dag_id = d.dag_id AND r.state = 'running') AS running_runs
+  FROM {{ns}}.dag d
+ CROSS JOIN LATERAL (SELECT count(*) AS queued_events, min(q.created_at) AS oldest_queued_at
+                       FROM {{ns}}.asset_dag_run_queue q
+                      WHERE q.target_dag_id = d.dag_id) q
+ WHERE (CAST(:dag_id AS text) IS NULL OR d.dag_id = CAST(:dag_id AS text))
+   AND (CAST(:after_dag_id AS text) IS NULL OR d.dag_id > CAST(:after_dag_id AS text))
+ ORDER BY d.dag_id
+ LIMIT :limit
+
+-- run_outputs_page --
+-- A page of the events whose source is run :run_id of :dag_id (a success's output events),
+-- by id after :after_id (NULL: from the first), among the events registered between
+-- :from_timestamp and :to_timestamp (its last attempt's start and a little after its end):
+-- no index leads by source, so the read is a range of asset_event_timestamp_idx that the
+-- attempt's own duration bounds, never the history.
+SELECT e.id AS event_id, e.asset_id, a.name AS asset_name, a.uri AS asset_uri,
+       e."timestamp" AS event_timestamp, e.extra, e.source_dag_id, e.source_task_id,
+       e.source_run_id, e.source_map_index, e.partition_key,
+       coalesce((SELECT json_agg(al.name ORDER BY al.name)
+                   FROM {{ns}}.asset_event_alias ea
+                   JOIN {{ns}}.asset_alias al ON al.id = ea.alias_id
+                  WHERE ea.asset_event_id = e.id)::text, '[]') AS aliases
+  FROM {{ns}}.asset_event e
+  JOIN {{ns}}.asset a ON a.id = e.asset_id
+ WHERE e."timestamp" >= CAST(:from_timestamp AS timestamptz)
+   AND e."timestamp" <= CAST(:to_timestamp AS timestamptz)
+   AND e.source_dag_id = :dag_id AND e.source_run_id = :run_id
+   AND (CAST(:after_id AS bigint) IS NULL OR e.id > CAST(:after_id AS bigint))
+ ORDER BY e.id
+ LIMIT :limit
+
+-- find_asset --
+-- The asset :asset names: by name, else by uri (as register_event finds it); no row if none.
+SELECT a.id AS asset_id, a.name AS asset_name, a.uri AS asset_uri
+  FROM {{ns}}.asset a
+ WHERE a.name = :asset OR a.uri = :asset
+ ORDER BY a.name = :asset DESC
+ LIMIT 1
+
+-- asset_events_page --
+-- A page of asset :asset_id's events, newest first: registered at or after :since (its
+-- timestamp, database clock) and before (:before_timestamp, :before_id) (NULL: from the
+-- newest). The window bounds the read: no index orders one asset's events, so this walks
+-- asset_event_timestamp_idx backwards (or the asset's own events, when it has few).
+SELECT e.id AS event_id, e.asset_id, a.name AS asset_name, a.uri AS asset_uri,
+       e."timestamp" AS event_timestamp, e.extra, e.source_dag_id, e.source_task_id,
+       e.source_run_id, e.source_map_index, e.partition_key,
+       coalesce((SELECT json_agg(al.name ORDER BY al.name)
+                   FROM {{ns}}.asset_event_alias ea
+                   JOIN {{ns}}.asset_alias al ON al.id = ea.alias_id
+                  WHERE ea.asset_event_id = e.id)::text, '[]') AS aliases
+  FROM {{ns}}.asset_event e
+  JOIN {{ns}}.asset a ON a.id = e.asset_id
+ WHERE e.asset_id = :asset_id
+   AND e."timestamp" >= clock_timestamp() - make_interval(secs => CAST(:since_seconds AS double precision))
+   AND (CAST(:before_timestamp AS timestamptz) IS NULL
+        OR (e."timestamp", e.id) < (CAST(:before_timestamp AS timestamptz), CAST(:before_id AS bigint)))
+ ORDER BY e."timestamp" DESC, e.id DESC
+ LIMIT :limit

@@ -9,7 +9,8 @@
 --              of its runs ends (no notifications on MySQL), nothing else;
 --   reader     SELECT on the namespace: can read every table and view, never write.
 -- Schedulers and workers may also record that they are alive (process_heartbeat and
--- process_gone); producers and readers may not.
+-- process_gone); producers and readers may not. Workers may also record the consumers they
+-- have handlers for (process_handles).
 -- Every kind also gets SELECT on the version table (assetq checks the installed revision).
 -- Producers, schedulers and workers get no right on any table: the routines run with their
 -- definer's rights (SQL SECURITY DEFINER, MySQL's default, which doctor checks), so the
@@ -92,6 +93,10 @@ BEGIN
     -- Schedulers and workers record that they are alive.
     IF p_access IN ('scheduler', 'worker') THEN
         SET v_routines = CONCAT_WS(' ', v_routines, 'process_heartbeat', 'process_gone');
+    END IF;
+    -- Workers record the consumers they have handlers for.
+    IF p_access = 'worker' THEN
+        SET v_routines = CONCAT_WS(' ', v_routines, 'process_handles');
     END IF;
     WHILE v_routines <> '' DO
         SET v_routine = SUBSTRING_INDEX(v_routines, ' ', 1);

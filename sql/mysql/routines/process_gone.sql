@@ -1,5 +1,6 @@
 -- Liveness. Deletes loop p_process_id's row: the loop stopped
--- cleanly. Idempotent (no row, nothing done). No result set.
+-- cleanly. Idempotent (no row, nothing done). No result set. Its consumers
+-- (process_handles) go with it.
 DELIMITER $$
 DROP PROCEDURE IF EXISTS {{ns}}.process_gone
 $$
@@ -9,6 +10,7 @@ CREATE PROCEDURE {{ns}}.process_gone(
 MODIFIES SQL DATA
 BEGIN
     DELETE FROM {{ns}}.process_liveness WHERE process_id = p_process_id;
+    DELETE FROM {{ns}}.process_dag WHERE process_id = p_process_id;
 END
 $$
 DELIMITER ;

@@ -31,7 +31,7 @@ BEGIN
     SET v_routines = CONCAT_WS(' ', 'register_event', 'register_events', 'schedule_pass',
                                'set_run_state', 'retry_run', 'cancel_run', 'claim_runs',
                                'claim_runs_v2', 'heartbeat_run', 'complete_run',
-                               'process_heartbeat', 'process_gone');
+                               'process_heartbeat', 'process_gone', 'process_handles');
     WHILE v_routines <> '' DO
         SET v_routine = SUBSTRING_INDEX(v_routines, ' ', 1);
         SET v_routines = SUBSTRING(v_routines, CHAR_LENGTH(v_routine) + 2);

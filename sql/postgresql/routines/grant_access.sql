@@ -6,7 +6,8 @@
 --              leases and complete them with their output events, nothing else;
 --   reader     SELECT on every table and view of the namespace: can read, never write.
 -- Schedulers and workers may also record that they are alive (process_heartbeat and
--- process_gone); producers and readers may not.
+-- process_gone); producers and readers may not. Workers may also record the consumers they
+-- have handlers for (process_handles).
 -- Every kind also gets USAGE on the schema and SELECT on the version table (assetq checks
 -- the installed revision). No kind gets any other right on a table: they act only through
 -- the routines granted to them, which run with their owner's rights (SECURITY DEFINER, in
@@ -60,6 +61,10 @@ BEGIN
         EXECUTE format('GRANT EXECUTE ON FUNCTION'
                        ' {{ns}}.process_heartbeat(text, text, text, text, bigint, text, double precision),'
                        ' {{ns}}.process_gone(text) TO %I', p_grantee);
+    END IF;
+    -- Workers record the consumers they have handlers for.
+    IF p_access = 'worker' THEN
+        EXECUTE format('GRANT EXECUTE ON FUNCTION {{ns}}.process_handles(text, jsonb) TO %I', p_grantee);
     END IF;
 END
 $$;

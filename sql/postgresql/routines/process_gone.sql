@@ -1,9 +1,10 @@
 -- Liveness. Deletes loop p_process_id's row: the loop stopped
--- cleanly. Idempotent (no row, nothing done).
+-- cleanly. Idempotent (no row, nothing done). Its consumers (process_handles) go with it.
 CREATE OR REPLACE FUNCTION {{ns}}.process_gone(p_process_id text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM {{ns}}.process_liveness l WHERE l.process_id = p_process_id;
+    DELETE FROM {{ns}}.process_dag p WHERE p.process_id = p_process_id;
 END
 $$;
 

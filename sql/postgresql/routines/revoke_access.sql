@@ -20,7 +20,8 @@ BEGIN
                    ' {{ns}}.heartbeat_run(text, text, integer, double precision),'
                    ' {{ns}}.complete_run(text, text, integer, text, text, jsonb),'
                    ' {{ns}}.process_heartbeat(text, text, text, text, bigint, text, double precision),'
-                   ' {{ns}}.process_gone(text) FROM %I',
+                   ' {{ns}}.process_gone(text),'
+                   ' {{ns}}.process_handles(text, jsonb) FROM %I',
                    p_grantee);
     EXECUTE format('REVOKE SELECT ON ALL TABLES IN SCHEMA {{ns}} FROM %I', p_grantee);
     EXECUTE format('REVOKE USAGE ON SCHEMA {{ns}} FROM %I', p_grantee);
