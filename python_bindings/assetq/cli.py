@@ -838,24 +838,30 @@ def cmd_worker(args: argparse.Namespace) -> int:
             raise advice.exception()
         on_complete = None
         if args.json:
+            printing = threading.Lock()
 
             def on_complete(claim: Any, run: Any, outcome: str) -> None:
-                print(
-                    json.dumps(
-                        {
-                            "dag_id": claim.dag_id,
-                            "run_id": claim.run_id,
-                            "partition_key": claim.partition_key,
-                            "attempt": claim.attempt,
-                            "worker": claim.worker,
-                            "outcome": outcome,
-                            "state": None if run is None else run.state,
-                            "error": None if run is None else run.error,
-                            "output_event_ids": [] if run is None else list(run.output_event_ids),
-                        }
-                    ),
-                    flush=True,
+                line = json.dumps(
+                    {
+                        "dag_id": claim.dag_id,
+                        "run_id": claim.run_id,
+                        "partition_key": claim.partition_key,
+                        "attempt": claim.attempt,
+                        "worker": claim.worker,
+                        "outcome": outcome,
+                        "state": None if run is None else run.state,
+                        # The run keeps its last failed attempt's error after a later
+                        # success (RunInfo.error); this line is about this attempt.
+                        "error": run.error if run is not None and outcome == "failed" else None,
+                        "output_event_ids": [] if run is None else list(run.output_event_ids),
+                    }
                 )
+                # The slots' threads call this at once: print writes the text and the newline
+                # in two calls, and two lines interleaved into one. One write per line, and
+                # one thread at a time.
+                with printing:
+                    sys.stdout.write(line + "\n")
+                    sys.stdout.flush()
 
         with _graceful_stop(
             stop, "assetq worker: %s received: finishing the runs in progress, claiming no more"
