@@ -57,7 +57,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlch
 from . import __version__, liveness, logs, migrate, ops
 from .dialects import dialect_of, engine_arguments
 from .errors import AssetqError, InvalidArgument, NotInstalled, SchemaTooOld, TransientError
-from .validation import check_namespace
+from .validation import DURATION_MAX, check_namespace
 
 URL_ENV = "ASSETQ_DATABASE_URL"
 LISTEN_URL_ENV = "ASSETQ_LISTEN_URL"
@@ -758,7 +758,7 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--lease",
-        type=_duration,
+        type=_lease_duration,
         default=timedelta(seconds=60),
         metavar="DURATION",
         help="lease of each claim, renewed while its handler runs (default 60s): a worker"
@@ -1145,6 +1145,17 @@ def _duration(text: str) -> timedelta:
         return timedelta(seconds=seconds)
     except OverflowError:
         raise argparse.ArgumentTypeError(f"duration too long: {text!r}") from None
+
+
+def _lease_duration(text: str) -> timedelta:
+    """--lease: a duration above 0 and at most a week (what run_worker takes), refused here
+    as a usage error like any other bad duration."""
+    value = _duration(text)
+    if not timedelta(0) < value <= timedelta(seconds=DURATION_MAX):
+        raise argparse.ArgumentTypeError(
+            f"a lease must be above 0 and at most a week (7d), got {text!r}"
+        )
+    return value
 
 
 def _purge_arguments(parser: argparse.ArgumentParser) -> None:
