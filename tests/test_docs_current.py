@@ -66,3 +66,16 @@ def test_the_grant_example_creates_every_role_it_grants_to() -> None:
     (command,) = [line for line in postgres.splitlines() if line.startswith("assetq grant ")]
     granted = set(re.findall(r"--(?:producer|scheduler|worker|reader) (\S+)", command))
     assert granted and granted <= created
+
+
+def test_the_functions_the_operations_guide_names_are_exported() -> None:
+    """Issue 26: purge_preview, uninstall_preview and repair were named here as API
+    functions, but only reachable through assetq.ops and assetq.migrate."""
+    from assetq import aio
+
+    listed = OPERATIONS.split("The functions that look at or change a schema of any revision", 1)
+    named = set(re.findall(r"`(\w+)`", listed[1].split("Outside the window", 1)[0]))
+    assert {"purge_preview", "uninstall_preview", "repair"} <= named
+    for name in named:
+        assert name in assetq.__all__ and callable(getattr(assetq, name)), name
+        assert name in aio.__all__ and callable(getattr(aio, name)), name

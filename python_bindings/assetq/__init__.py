@@ -70,19 +70,30 @@ from .errors import (
 )
 from .handles import Handle
 from .metrics import AttemptOutcome, Metrics, WaitOutcome
-from .migrate import DEFAULT_NAMESPACE, current_revision, head_revision, install, uninstall
+from .migrate import (
+    DEFAULT_NAMESPACE,
+    current_revision,
+    head_revision,
+    install,
+    repair,
+    uninstall,
+)
 from .ops import (
     Check,
     DagStatus,
     DoctorReport,
     ProcessStatus,
+    PurgePreview,
     PurgeResult,
+    UninstallPreview,
     doctor,
     grant_roles,
     processes,
     purge,
+    purge_preview,
     revoke_roles,
     status,
+    uninstall_preview,
 )
 from .partitions import Partitioned, PartitionMapping, Rollup, StaticPartitions
 from .scheduler import SchedulerStats, run_scheduler
@@ -132,6 +143,7 @@ __all__ = [
     "Partitioned",
     "PreparedStatementConflict",
     "ProcessStatus",
+    "PurgePreview",
     "PurgeResult",
     "ReadOnlyServer",
     "Ref",
@@ -146,6 +158,7 @@ __all__ = [
     "Source",
     "StaticPartitions",
     "TransientError",
+    "UninstallPreview",
     "UnknownAsset",
     "UnknownDag",
     "UnknownRevision",
@@ -177,9 +190,11 @@ __all__ = [
     "pause_dag",
     "processes",
     "purge",
+    "purge_preview",
     "queued_events",
     "register_event",
     "register_events",
+    "repair",
     "retry_run",
     "revoke_roles",
     "run_scheduler",
@@ -189,5 +204,6 @@ __all__ = [
     "set_run_state",
     "status",
     "uninstall",
+    "uninstall_preview",
     "unpause_dag",
 ]

@@ -94,9 +94,11 @@ __all__ = [
     "pause_dag",
     "processes",
     "purge",
+    "purge_preview",
     "queued_events",
     "register_event",
     "register_events",
+    "repair",
     "retry_run",
     "revoke_roles",
     "run_scheduler",
@@ -106,6 +108,7 @@ __all__ = [
     "set_run_state",
     "status",
     "uninstall",
+    "uninstall_preview",
     "unpause_dag",
 ]
 
@@ -246,11 +249,14 @@ current_revision = _in_transaction(migrate.current_revision)
 
 heartbeat = _own_transactions(api.heartbeat)
 purge = _own_transactions(ops.purge)
+purge_preview = _own_transactions(ops.purge_preview)
 doctor = _own_transactions(ops.doctor)
 grant_roles = _own_transactions(ops.grant_roles)
 revoke_roles = _own_transactions(ops.revoke_roles)
 install = _own_transactions(migrate.install)
 uninstall = _own_transactions(migrate.uninstall)
+uninstall_preview = _own_transactions(ops.uninstall_preview)
+repair = _own_transactions(migrate.repair)
 
 
 def _retryable(exc: errors.AssetqError) -> bool:

@@ -413,7 +413,7 @@ def cmd_repair(args: argparse.Namespace) -> int:
     engine = _engine(url)
     try:
         revision = _installed_revision(engine, url, namespace)
-        repaired = migrate.repair(engine, namespace)
+        repaired = migrate.repair(engine, namespace=namespace)
     finally:
         engine.dispose()
     what = ", ".join(repaired) if repaired else "nothing to repair"
