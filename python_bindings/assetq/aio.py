@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import random
 import threading
@@ -621,6 +622,12 @@ async def _listen(
                 await greenlet_spawn(close_detached, raw)
 
 
+def _is_coroutine_function(handler: object) -> bool:
+    """``async def``, also behind functools.partial or as an object's ``__call__``."""
+    call = type(handler).__call__ if callable(handler) else None
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
 async def run_worker(
     engine: AsyncEngine,
     handlers: Mapping[str, AsyncHandler],
@@ -645,7 +652,9 @@ async def run_worker(
     ``handlers`` maps a dag id to a coroutine function ``handler(claim, conn)`` awaited in the
     transaction that completes the run (``conn`` is an AsyncConnection): its writes commit
     with the run's success and the events it returns, or not at all; an exception it raises
-    fails the attempt (rolled back, the error recorded). ``concurrency`` slots (tasks) each
+    fails the attempt (rolled back, the error recorded). A handler that is not a coroutine
+    function (``async def``, also behind functools.partial or as an ``async def __call__``)
+    is refused at start (InvalidArgumentType, a TypeError, naming its consumer). ``concurrency`` slots (tasks) each
     hold one run at a time; one heartbeat task renews every held lease every
     ``heartbeat_interval`` seconds (default: a third of the lease). On PostgreSQL
     (``listen=True``) idle slots are woken by the notification of the pass that created
@@ -657,6 +666,15 @@ async def run_worker(
     """
     sync = _engine(engine, "run_worker")
     table = _handlers(handlers)
+    for dag_id, handler in table.items():
+        # Awaiting a sync handler's result fails every attempt, after the handler already ran
+        # (and wrote) outside the loop: refuse it before anything is claimed.
+        if not _is_coroutine_function(handler):
+            raise errors.InvalidArgumentType(
+                f"the handler of {dag_id!r} must be a coroutine function (async def"
+                f" handler(claim, conn)), got {getattr(handler, '__qualname__', handler)!r};"
+                " a sync handler runs under assetq.run_worker"
+            )
     name = default_worker_name() if worker is None else check_name(worker, "worker", WORKER_MAX)
     check_int(concurrency, "concurrency", 1, 256)
     lease_seconds = seconds(lease, "lease")
