@@ -11,9 +11,9 @@ can hold one transaction open while another call runs (the forced interleavings 
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest

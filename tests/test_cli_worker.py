@@ -225,8 +225,10 @@ def test_concurrent_slots_print_each_json_line_whole(db: TestDatabase, tmp_path:
         register(db, "ticks")
         assert len(assetq.schedule(db.engine)) == 1
     worker = subprocess.run(
-        [sys.executable, "-m", "assetq", "worker", "--handlers", "pairs:HANDLERS"]
-        + ["--concurrency", "2", "--max-runs", str(runs), "--json", "--poll-interval", "0.2"],
+        [
+            *(sys.executable, "-m", "assetq", "worker", "--handlers", "pairs:HANDLERS"),
+            *("--concurrency", "2", "--max-runs", str(runs), "--json", "--poll-interval", "0.2"),
+        ],
         cwd=tmp_path,
         env=_env(db),
         capture_output=True,
@@ -264,8 +266,10 @@ def test_a_successful_retry_prints_no_error(db: TestDatabase, tmp_path: Path) ->
     register(db, "orders")
     (run,) = assetq.schedule(db.engine)
     worker = subprocess.run(
-        [sys.executable, "-m", "assetq", "worker", "--handlers", "flaky:HANDLERS"]
-        + ["--max-runs", "2", "--json", "--poll-interval", "0.2"],
+        [
+            *(sys.executable, "-m", "assetq", "worker", "--handlers", "flaky:HANDLERS"),
+            *("--max-runs", "2", "--json", "--poll-interval", "0.2"),
+        ],
         cwd=tmp_path,
         env=_env(db),
         capture_output=True,
