@@ -56,7 +56,14 @@ from .api import Claim, NewEvent, RunInfo
 from .dialects import dialect_of
 from .handles import WRONG_HANDLE_CODE
 from .liveness import DEFAULT_INTERVAL, Liveness, check_interval
-from .logs import close_detached, connection_lost, first_line, log_retried, retry_level
+from .logs import (
+    attempt_fields,
+    close_detached,
+    connection_lost,
+    first_line,
+    log_retried,
+    retry_level,
+)
 from .metrics import AttemptOutcome, Metrics
 from .migrate import DEFAULT_NAMESPACE
 from .scheduler import (
@@ -70,10 +77,18 @@ from .scheduler import (
     _latencies,
     _Listener,
     _Round,
+    log_created,
     pooled_warning,
 )
 from .validation import WORKER_MAX, check_int, check_name, check_namespace, seconds
-from .worker import WorkerStats, _error_text, _handlers, default_worker_name
+from .worker import (
+    WorkerStats,
+    _error_text,
+    _handlers,
+    default_worker_name,
+    log_claimed,
+    log_completed,
+)
 
 __all__ = [
     "AsyncHandle",
@@ -486,6 +501,7 @@ async def run_scheduler(
                 for run, latency in zip(created, latencies, strict=True):
                     metrics.run_created(run, latency)
             for run in created:
+                log_created(log, "assetq scheduler (asyncio)", run)
                 stats.runs += 1
                 stats.events += len(run.event_ids)
                 if on_run is not None:
@@ -654,9 +670,10 @@ async def run_worker(
     with the run's success and the events it returns, or not at all; an exception it raises
     fails the attempt (rolled back, the error recorded). A handler that is not a coroutine
     function (``async def``, also behind functools.partial or as an ``async def __call__``)
-    is refused at start (InvalidArgumentType, a TypeError, naming its consumer). ``concurrency`` slots (tasks) each
-    hold one run at a time; one heartbeat task renews every held lease every
-    ``heartbeat_interval`` seconds (default: a third of the lease). On PostgreSQL
+    is refused at start (InvalidArgumentType, a TypeError, naming its consumer).
+    ``concurrency`` slots (tasks) each hold one run at a time; one heartbeat task renews
+    every held lease every ``heartbeat_interval`` seconds (default: a third of the lease).
+    On PostgreSQL
     (``listen=True``) idle slots are woken by the notification of the pass that created
     runs. The same guarantees as the sync worker: every attempt is held by one worker, a
     stale holder's completion is refused (``on_complete`` gets ``"lost"``).
@@ -705,6 +722,8 @@ async def run_worker(
 
     async def execute(slot_name: str, claim: Claim) -> None:
         handler: Any = table[claim.dag_id]
+        loop_slot = f"assetq worker (asyncio): {slot_name}"
+        log_claimed(log, loop_slot, claim)
         held[claim.id] = claim
         outcome: AttemptOutcome = "lost"
         info: RunInfo | None = None
@@ -718,6 +737,7 @@ async def run_worker(
                     )
                 outcome = "success"
                 stats.add(succeeded=1)
+                log_completed(log, loop_slot, claim, info)
             except errors.LeaseLost as exc:
                 log.warning(
                     "assetq worker (asyncio): %s: completion of run %s of %s (attempt %d)"
@@ -727,6 +747,7 @@ async def run_worker(
                     claim.dag_id,
                     claim.attempt,
                     exc,
+                    extra=attempt_fields(claim),
                 )
                 stats.add(lost=1)
             except Exception as exc:  # the handler's error, or the completion's
@@ -738,6 +759,7 @@ async def run_worker(
                     claim.attempt,
                     type(exc).__name__,
                     exc,
+                    extra=attempt_fields(claim),
                 )
                 try:
                     async with engine.connect() as conn, conn.begin():
@@ -746,6 +768,7 @@ async def run_worker(
                         )
                     outcome = "failed"
                     stats.add(failed=1)
+                    log_completed(log, loop_slot, claim, info)
                 except errors.LeaseLost:
                     stats.add(lost=1)
                 except (errors.AssetqError, SQLAlchemyError, OSError) as again:
@@ -759,6 +782,7 @@ async def run_worker(
                         claim.run_id,
                         claim.dag_id,
                         first_line(again),
+                        extra=attempt_fields(claim),
                     )
         finally:
             held.pop(claim.id, None)
@@ -853,6 +877,7 @@ async def run_worker(
                         claim.dag_id,
                         claim.attempt,
                         exc,
+                        extra=attempt_fields(claim),
                     )
                     held.pop(claim.id, None)
                     continue
@@ -867,6 +892,7 @@ async def run_worker(
                             claim.dag_id,
                             first_line(exc),
                             interval,
+                            extra=attempt_fields(claim),
                         )
                         failing = True
                     continue

@@ -42,7 +42,7 @@ from . import api, errors
 from .dialects import dialect_of
 from .handles import engine_of
 from .liveness import DEFAULT_INTERVAL, Liveness, check_interval
-from .logs import close_detached, connection_lost, first_line, log_retried
+from .logs import attempt_fields, close_detached, connection_lost, first_line, log_retried
 from .metrics import AttemptOutcome, Metrics
 from .migrate import DEFAULT_NAMESPACE
 from .scheduler import _error_code, pooled_session, pooled_warning
@@ -238,6 +238,7 @@ class _Heartbeat(threading.Thread):
                     claim.dag_id,
                     claim.attempt,
                     exc,
+                    extra=attempt_fields(claim),
                 )
                 self.drop(claim)
                 continue
@@ -252,6 +253,7 @@ class _Heartbeat(threading.Thread):
                         claim.dag_id,
                         first_line(exc),
                         self._interval,
+                        extra=attempt_fields(claim),
                     )
                     self._failing = True
                 continue
@@ -275,6 +277,36 @@ def _handlers(handlers: object) -> dict[str, Handler]:
             )
         checked[dag_id] = handler
     return checked
+
+
+def log_claimed(logger: logging.Logger, slot_name: str, claim: api.Claim) -> None:
+    """The INFO line of an attempt a slot starts (sync and asyncio workers), with the
+    attempt's fields (``dag_id``, ``run_id``, ``attempt``, ``worker``)."""
+    logger.info(
+        "%s claimed run %s of %s (attempt %d, lease until %s)",
+        slot_name,
+        claim.run_id,
+        claim.dag_id,
+        claim.attempt,
+        claim.lease_until,
+        extra=attempt_fields(claim),
+    )
+
+
+def log_completed(
+    logger: logging.Logger, slot_name: str, claim: api.Claim, run: api.RunInfo
+) -> None:
+    """The INFO line of an attempt whose completion was recorded: its outcome and the run's
+    state now (``queued`` again for a retry), with the attempt's fields."""
+    logger.info(
+        "%s: run %s of %s attempt %d completed: now %s",
+        slot_name,
+        claim.run_id,
+        claim.dag_id,
+        claim.attempt,
+        run.state,
+        extra=attempt_fields(claim),
+    )
 
 
 def _error_text(exc: BaseException) -> str:
@@ -376,6 +408,7 @@ def run_worker(
 
     def execute(slot_name: str, claim: api.Claim) -> None:
         handler = table[claim.dag_id]
+        log_claimed(log, f"assetq worker: {slot_name}", claim)
         heart.hold(claim)
         attempt_started = time.monotonic()
         outcome: AttemptOutcome = "lost"
@@ -389,6 +422,7 @@ def run_worker(
                     )
                 outcome = "success"
                 stats.add(succeeded=1)
+                log_completed(log, f"assetq worker: {slot_name}", claim, info)
             except errors.LeaseLost as exc:
                 log.warning(
                     "assetq worker: %s: completion of run %s of %s (attempt %d) refused, its"
@@ -398,6 +432,7 @@ def run_worker(
                     claim.dag_id,
                     claim.attempt,
                     exc,
+                    extra=attempt_fields(claim),
                 )
                 stats.add(lost=1)
             except Exception as exc:  # the handler's error, or the completion's
@@ -409,6 +444,7 @@ def run_worker(
                     claim.attempt,
                     type(exc).__name__,
                     exc,
+                    extra=attempt_fields(claim),
                 )
                 try:
                     with engine.connect() as conn, conn.begin():
@@ -417,6 +453,7 @@ def run_worker(
                         )
                     outcome = "failed"
                     stats.add(failed=1)
+                    log_completed(log, f"assetq worker: {slot_name}", claim, info)
                 except errors.LeaseLost:
                     stats.add(lost=1)
                 except (errors.AssetqError, SQLAlchemyError, OSError) as again:
@@ -430,6 +467,7 @@ def run_worker(
                         claim.run_id,
                         claim.dag_id,
                         first_line(again),
+                        extra=attempt_fields(claim),
                     )
         finally:
             heart.drop(claim)
