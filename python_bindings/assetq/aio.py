@@ -777,7 +777,8 @@ async def run_worker(
                         log,
                         again,
                         "assetq worker (asyncio): %s: could not record the failure of run %s"
-                        " of %s: %s; it is claimed again when its lease expires",
+                        " of %s: %s; when its lease expires it is claimed again, or failed if"
+                        " that was its last attempt",
                         slot_name,
                         claim.run_id,
                         claim.dag_id,

@@ -22,8 +22,8 @@ Exit codes:
 - 2: a usage error (bad option or duration, missing or unsupported URL, a driver that is
   not installed, refused confirmation);
 - 130: interrupted (a second SIGINT/SIGTERM stops ``scheduler`` in the middle of a pass,
-  which then rolls back, or ``worker`` in the middle of its runs, which are claimed again
-  when their leases expire).
+  which then rolls back, or ``worker`` in the middle of its runs: when their leases expire
+  they are claimed again if they have attempts left, else failed).
 
 To add a command, write a function ``(args) -> exit code`` whose docstring is its help text
 and add a :class:`Command` for it to ``COMMANDS``.
@@ -814,7 +814,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     Any number of workers may run at once, on any machines. A handler that raises fails the
     attempt (retried per the consumer's max_attempts). SIGTERM or SIGINT stops claiming and
     lets the runs in progress finish (exit 0); a second signal stops at once (exit 130: the
-    runs it held are claimed again when their leases expire)."""
+    runs it held are claimed again when their leases expire if they have attempts left,
+    else failed: the default max_attempts=1 fails them)."""
     from .worker import run_worker
 
     url = _require_url(args)
@@ -913,9 +914,9 @@ def _age(value: timedelta | None) -> str:
 def cmd_status(args: argparse.Namespace) -> int:
     """Show the schema revision and, per consumer: paused or not, events queued, age of the
     oldest queued event, active runs against the cap, runs a worker holds, expired leases
-    (a worker died: the run is claimed again), runs on a retry, failed runs, runs in the last
-    hour, total runs and when the last run was created. Reads the dag_queue_status view (see
-    docs/operations.md to chart it)."""
+    (a worker died: the run is claimed again, or failed on its last attempt), runs on a
+    retry, failed runs, runs in the last hour, total runs and when the last run was created.
+    Reads the dag_queue_status view (see docs/operations.md to chart it)."""
     url = _require_url(args)
     namespace = args.resolved_namespace
     engine = _engine(url)

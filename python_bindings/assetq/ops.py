@@ -65,8 +65,9 @@ class DagStatus:
     max_active_runs: int | None = None
     #: Workers (docs/workers.md): its runs a worker holds now, the earliest end of their
     #: leases, how many of those leases have expired (the worker is likely dead: the run is
-    #: claimed again as a new attempt), active runs already on a retry (a failed attempt or an
-    #: expired lease behind them), failed runs still in the history, and its max_attempts.
+    #: claimed again as a new attempt, or failed when that was its last), active runs already
+    #: on a retry (a failed attempt or an expired lease behind them), failed runs still in the
+    #: history, and its max_attempts.
     running_runs: int = 0
     oldest_lease_until: datetime | None = None
     expired_leases: int = 0

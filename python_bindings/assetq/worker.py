@@ -16,8 +16,10 @@ with payload ``runs`` on the namespace's channel, sent by the pass's own transac
 pay nothing for it). MySQL has no notifications: slots poll.
 
 Stopping is graceful: ``stop`` is looked at between runs, so a run in progress finishes and
-commits (or fails) whole; a worker that is killed instead leaves its runs to be claimed again
-when their leases expire, as new attempts with the same events.
+commits (or fails) whole; a worker that is killed instead leaves its runs held until their
+leases expire: then a run with attempts left is claimed again, as a new attempt with the same
+events, and one on its last attempt (every run, with the default ``max_attempts=1``) is
+failed by the next claim or scheduler pass.
 """
 
 from __future__ import annotations
@@ -462,7 +464,8 @@ def run_worker(
                         log,
                         again,
                         "assetq worker: %s: could not record the failure of run %s of %s: %s;"
-                        " it is claimed again when its lease expires",
+                        " when its lease expires it is claimed again, or failed if that was its"
+                        " last attempt",
                         slot_name,
                         claim.run_id,
                         claim.dag_id,
