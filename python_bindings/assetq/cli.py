@@ -1225,8 +1225,8 @@ def cmd_purge(args: argparse.Namespace) -> int:
                 f"assetq: dry run: purge would delete {_n(preview.runs, 'run')} and"
                 f" {_n(preview.events, 'event')} from before {cutoff}"
                 + (
-                    f", and {_n(preview.processes, 'liveness row')} of processes last seen"
-                    " before it"
+                    f", and {_n(preview.processes, 'liveness row')} of stale processes last"
+                    " seen before it"
                     if preview.processes
                     else ""
                 )
@@ -1244,8 +1244,8 @@ def cmd_purge(args: argparse.Namespace) -> int:
             f" {_n(result.events_examined, 'old event')} examined, those kept are still queued"
             f" or linked to a kept run; {_n(result.batches, 'batch', 'batches')}"
             + (
-                f"; {_n(result.processes_deleted, 'liveness row')} of processes last seen before"
-                " the cutoff"
+                f"; {_n(result.processes_deleted, 'liveness row')} of stale processes last seen"
+                " before the cutoff"
                 if result.processes_deleted
                 else ""
             )
