@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -302,6 +303,25 @@ def test_the_scheduler_loop_creates_the_runs(shell: Shell) -> None:
     )
     assert stats.runs == 3
     assert sorted(r.dag_id for r in created) == ["consumer_0", "consumer_1", "consumer_2"]
+
+
+# -- operations -----------------------------------------------------------------------------
+
+
+def test_the_previews_and_repair_are_public_in_both_shells(shell: Shell) -> None:
+    """Issue 26: docs/operations.md names purge_preview, uninstall_preview and repair as API
+    functions; they were reachable through assetq.ops and assetq.migrate only."""
+    namespace = shell.db.namespace
+    with shell.transaction() as handle:
+        shell.declare_dag(handle, "report", "orders")
+        shell.register_event(handle, "orders")
+    preview = shell.purge_preview(shell.engine, older_than=timedelta(0), namespace=namespace)
+    assert isinstance(preview, assetq.PurgePreview)
+    assert (preview.runs, preview.events) == (0, 0)  # the event is queued: never purged
+    removal = shell.uninstall_preview(shell.engine, namespace=namespace)
+    assert isinstance(removal, assetq.UninstallPreview)
+    assert removal.revision == assetq.head_revision() and removal.total_rows > 0
+    assert shell.repair(shell.engine, namespace=namespace) == []
 
 
 # -- runs as work ---------------------------------------------------------------------------

@@ -4,6 +4,7 @@ application: they never block it, and they leave nothing behind when they stop."
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from typing import Any
 
@@ -103,6 +104,52 @@ def test_a_handler_error_fails_the_attempt_and_the_loop_goes_on(db: TestDatabase
     stats = asyncio.run(main())
     assert outcomes == ["failed", "success"]
     assert (stats.failed, stats.succeeded) == (1, 1)
+
+
+def test_a_sync_handler_is_refused_at_start_naming_its_consumer(db: TestDatabase) -> None:
+    """Issue 26: a sync handler was accepted, then every attempt failed on awaiting what it
+    returned (after it had run, outside the loop's transaction). Refused before any claim;
+    an async handler behind functools.partial or as an object's __call__ is a coroutine
+    function and is taken."""
+    ran: list[int] = []
+
+    def sync_handler(claim: assetq.Claim, conn: Any) -> None:
+        ran.append(claim.id)
+
+    class Callable_:
+        async def __call__(self, claim: assetq.Claim, conn: AsyncConnection) -> None:
+            ran.append(claim.id)
+
+    async def handler(claim: assetq.Claim, conn: AsyncConnection, tag: str) -> None:
+        ran.append(claim.id)
+
+    async def main() -> int:
+        engine = _engine(db)
+        async with engine.begin() as conn:
+            await aio.declare_dag(conn, "report", "orders")
+            await aio.register_event(conn, "orders")
+        await aio.schedule(engine)
+        with pytest.raises(TypeError, match=r"handler of 'report' must be a coroutine function"):
+            await aio.run_worker(
+                engine, {"report": sync_handler}, max_runs=1, poll_interval=0.05
+            )
+        async with engine.connect() as conn:
+            (run,) = await aio.runs(conn, "report")
+        assert (run.state, run.attempt) == ("queued", 0)  # nothing was claimed
+        stats = await asyncio.wait_for(
+            aio.run_worker(
+                engine,
+                {"report": functools.partial(handler, tag="x"), "other": Callable_()},
+                max_runs=1,
+                poll_interval=0.05,
+            ),
+            _GUARD,
+        )
+        await engine.dispose()
+        return stats.succeeded
+
+    assert asyncio.run(main()) == 1
+    assert len(ran) == 1
 
 
 @pytest.mark.engines("postgresql")

@@ -214,3 +214,18 @@ def test_doctor_help_names_every_kind_of_check(capsys: pytest.CaptureFixture[str
     text = _help(capsys, "doctor")
     for what in ("definitions", "assetq repair", "expired leases", "cap", "standby", "binary"):
         assert what in text, what
+
+
+@pytest.mark.parametrize("text", ["0s", "0m", "8d"])
+def test_a_lease_of_nothing_or_over_a_week_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    """Issue 26: --lease 0s reached run_worker and exited 1 with "got datetime.timedelta(0)",
+    where every other bad duration is a usage error (exit 2) that says what to write."""
+    # The parser refuses it: before, the command went on to wait for the database.
+    with pytest.raises(SystemExit) as exited:
+        cli.build_parser().parse_args(["worker", "--handlers", "os:environ", "--lease", text])
+    assert exited.value.code == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"a lease must be above 0 and at most a week (7d), got {text!r}" in err
+    assert "timedelta" not in err

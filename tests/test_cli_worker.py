@@ -198,3 +198,113 @@ def test_a_handlers_module_that_cannot_be_imported_is_an_error_with_its_name(
     )
     assert done.returncode == 1
     assert "no_such_jobs" in done.stderr
+
+
+PAIRS = """
+import sys
+import threading
+import time
+
+
+class SlowStdout:
+    \"\"\"Each write waits a little first, as a pipe that a slow reader drains: two threads
+    that print at once interleave their writes unless each line is written whole.\"\"\"
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        time.sleep(0.02)
+        return self._stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+sys.stdout = SlowStdout(sys.stdout)
+together = threading.Barrier(2, timeout=10)
+
+
+def pair(claim, conn):
+    # Both slots finish their runs at the same moment, and so print at the same moment.
+    try:
+        together.wait()
+    except threading.BrokenBarrierError:
+        together.reset()
+
+
+HANDLERS = {"pair": pair}
+"""
+
+
+def test_concurrent_slots_print_each_json_line_whole(db: TestDatabase, tmp_path: Path) -> None:
+    """Issue 26: at --concurrency 2 the slots' threads printed without a lock, and a line
+    now and then held two JSON objects (print writes the text and the newline apart)."""
+    (tmp_path / "pairs.py").write_text(PAIRS)
+    declare(db, "pair", "ticks")
+    runs = 20
+    for _ in range(runs):
+        register(db, "ticks")
+        assert len(assetq.schedule(db.engine)) == 1
+    worker = subprocess.run(
+        [
+            *(sys.executable, "-m", "assetq", "worker", "--handlers", "pairs:HANDLERS"),
+            *("--concurrency", "2", "--max-runs", str(runs), "--json", "--poll-interval", "0.2"),
+        ],
+        cwd=tmp_path,
+        env=_env(db),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
+    assert worker.returncode == 0, worker.stderr
+    lines = worker.stdout.splitlines()
+    decoded = []
+    for line in lines:
+        try:
+            decoded.append(json.loads(line))
+        except json.JSONDecodeError:
+            pytest.fail(f"not one JSON object: {line!r}\n{worker.stdout}")
+    assert len(lines) == runs
+    assert sorted(entry["outcome"] for entry in decoded) == ["success"] * runs
+
+
+FLAKY = """
+def flaky(claim, conn):
+    if claim.attempt == 1:
+        raise RuntimeError("the first attempt fails")
+
+
+HANDLERS = {"flaky": flaky}
+"""
+
+
+def test_a_successful_retry_prints_no_error(db: TestDatabase, tmp_path: Path) -> None:
+    """Issue 26: the run keeps the failed attempt's error (RunInfo.error), and the success
+    line of the next attempt printed it, as if the success had failed."""
+    (tmp_path / "flaky.py").write_text(FLAKY)
+    declare(db, "flaky", "orders", max_attempts=2)
+    register(db, "orders")
+    (run,) = assetq.schedule(db.engine)
+    worker = subprocess.run(
+        [
+            *(sys.executable, "-m", "assetq", "worker", "--handlers", "flaky:HANDLERS"),
+            *("--max-runs", "2", "--json", "--poll-interval", "0.2"),
+        ],
+        cwd=tmp_path,
+        env=_env(db),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert worker.returncode == 0, worker.stderr
+    failed, succeeded = (json.loads(line) for line in worker.stdout.splitlines())
+    assert (failed["attempt"], failed["outcome"], failed["state"]) == (1, "failed", "queued")
+    assert "the first attempt fails" in failed["error"]
+    assert (succeeded["attempt"], succeeded["outcome"]) == (2, "success")
+    assert succeeded["state"] == "success"
+    assert succeeded["error"] is None
+    with db.engine.connect() as conn:  # the run itself still tells what went wrong before
+        assert "the first attempt fails" in (assetq.get_run(conn, "flaky", run.run_id).error or "")

@@ -66,3 +66,39 @@ def test_the_grant_example_creates_every_role_it_grants_to() -> None:
     (command,) = [line for line in postgres.splitlines() if line.startswith("assetq grant ")]
     granted = set(re.findall(r"--(?:producer|scheduler|worker|reader) (\S+)", command))
     assert granted and granted <= created
+
+
+def test_the_functions_the_operations_guide_names_are_exported() -> None:
+    """Issue 26: purge_preview, uninstall_preview and repair were named here as API
+    functions, but only reachable through assetq.ops and assetq.migrate."""
+    from assetq import aio
+
+    listed = OPERATIONS.split("The functions that look at or change a schema of any revision", 1)
+    named = set(re.findall(r"`(\w+)`", listed[1].split("Outside the window", 1)[0]))
+    assert {"purge_preview", "uninstall_preview", "repair"} <= named
+    for name in named:
+        assert name in assetq.__all__ and callable(getattr(assetq, name)), name
+        assert name in aio.__all__ and callable(getattr(aio, name)), name
+
+
+def _passages(text: str) -> list[str]:
+    """Paragraphs, list items and table rows: the units a claim must be whole in."""
+    return [p for block in re.split(r"\n\s*\n", text) for p in re.split(r"\n\s*(?:- |\| )", block)]
+
+
+def test_no_text_says_a_dead_workers_run_is_claimed_again_without_its_last_attempt() -> None:
+    """Issue 26: the docs said a crashed worker's run is claimed again when its lease expires,
+    while the default max_attempts=1 fails it. Wherever a text says a run is claimed again,
+    the same passage says what happens on its last attempt."""
+    texts = {"README.md": README}
+    texts |= {f"docs/{p.name}": p.read_text("utf-8") for p in (ROOT / "docs").glob("*.md")}
+    package = ROOT / "python_bindings" / "assetq"
+    texts |= {f"assetq/{p.name}": p.read_text("utf-8") for p in package.glob("*.py")}
+    unqualified = [
+        (name, " ".join(passage.split()))
+        for name, text in texts.items()
+        for passage in _passages(text)
+        if re.search(r"claim(?:ed|able) again", passage)
+        and not re.search(r"last attempt|attempts left|its last|their last", passage)
+    ]
+    assert unqualified == []

@@ -370,3 +370,30 @@ def test_purge_command(db: TestDatabase) -> None:
     assert run().returncode == 2  # --older-than is required
     bad = run("--older-than", "ten days")
     assert bad.returncode == 2 and "not a duration" in bad.stderr
+
+
+def test_purge_never_deletes_a_live_processs_liveness_row_whatever_the_cutoff(
+    db: TestDatabase,
+) -> None:
+    """Issue 26: `assetq purge --older-than 0s` deleted the rows of running schedulers and
+    workers (last seen a moment before the cutoff), and status showed none until their next
+    heartbeat. A row goes only once stale: not seen for STALE_INTERVALS of its interval."""
+    from assetq import cli, liveness
+
+    alive = liveness.Liveness(db.engine, db.namespace, "worker", 30.0, name="alive")
+    dead = liveness.Liveness(db.engine, db.namespace, "scheduler", 0.05)
+    assert alive.beat() and dead.beat()
+    # dead is stale now, alive is not; both were last seen before the cutoff of 0s (now).
+    time.sleep(0.05 * liveness.STALE_INTERVALS + 0.2)
+    preview = assetq.purge_preview(db.engine, older_than=NOW, namespace=db.namespace)
+    assert preview.processes == 1
+    url = db.url.render_as_string(hide_password=False)
+    argv = ["--url", url, "--namespace", db.namespace, "purge", "--older-than", "0s", "--json"]
+    assert cli.main(argv) == cli.EXIT_OK
+    assert db.rows("SELECT kind, name FROM {ns}.process_liveness") == [("worker", "alive")]
+    # Again through the API; and the kept row is its live self for status.
+    assert assetq.purge(db.engine, older_than=NOW, namespace=db.namespace).processes_deleted == 0
+    with db.engine.connect() as conn:
+        (shown,) = assetq.processes(conn, namespace=db.namespace)
+    assert (shown.name, shown.stale) == ("alive", False)
+    alive.gone()

@@ -8,11 +8,13 @@ trigger, in the statement that inserts their event, after locking the consumer's
 the rows it queues through (so a consumer being deleted is waited for, then skipped);
 delete_dag deletes its consumer's queue rows itself, after the lock that waits for producers in
 flight; delete_asset deletes its events' queue rows before the events; purge_events deletes
-only events without a queue row. Proven on both engines: after delete_dag (of a direct, an
-alias and two partitioned consumers, one through an alias), delete_asset (its events queued for
-several consumers, each getting them through an alias: one that named the asset is re-declared
-to, since delete_asset refuses an asset a condition names; partitioned ones included) and purge
-over a partly consumed backlog, no queue row lacks its consumer or its event, no partition row
+only events without a queue row; a plain DELETE of events takes their queue rows and their
+partition rows with it (the asset_event_unqueue trigger). Proven on both engines: after
+delete_dag (of a direct, an alias and two partitioned consumers, one through an alias),
+delete_asset (its events queued for several consumers, each getting them through an alias:
+one that named the asset is re-declared to, since delete_asset refuses an asset a condition
+names; partitioned ones included), a plain DELETE of several events, and purge over a partly
+consumed backlog, no queue row lacks its consumer or its event, no partition row
 lacks its queue row, and each routine removed exactly the rows it should, every other consumer
 and asset keeping all of theirs; and with forced interleavings (a producer and delete_dag, each
 holding its transaction open while the other runs on another connection and is seen waiting for
@@ -260,6 +262,80 @@ def test_purge_events_deletes_exactly_the_consumed_and_unlinked_events(
 
 
 # -- a producer racing delete_dag or delete_asset, each side holding its transaction open ---
+
+
+def test_a_plain_delete_of_events_takes_their_queue_and_partition_rows(
+    db: TestDatabase,
+) -> None:
+    """Issue 26: since the queue lost its foreign key to asset_event, a plain DELETE of a
+    queued event (an operator cleaning up by hand) was accepted, its queue rows stayed, and the
+    next pass created a run that linked the deleted event. A delete trigger takes them with
+    it: every queue row of the deleted events, for direct, alias and partitioned consumers,
+    with their partition rows, in one DELETE of several events; the others stay."""
+    queue = _backlog(db)
+    partition_rows = _partition_rows(db)
+    orders, hourly = _asset_id(db, "orders"), _asset_id(db, "hourly")
+    events = db.rows("SELECT id, asset_id FROM {ns}.asset_event ORDER BY id")
+    gone = [int(e.id) for e in events if e.asset_id == orders][:2]
+    gone += [int(e.id) for e in events if e.asset_id == hourly][:1]  # key 'a'
+    db.execute(
+        "DELETE FROM {ns}.asset_event WHERE id = :a OR id = :b OR id = :c",
+        a=gone[0],
+        b=gone[1],
+        c=gone[2],
+    )
+    assert _orphans(db) == {}
+    less = {
+        ("report", orders): 2,
+        ("keeper", orders): 2,
+        ("on_alias", orders): 2,
+        ("keeper", hourly): 1,
+        ("parted", hourly): 1,
+        ("parted_alias", hourly): 1,
+    }
+    assert _queue(db) == {k: n - less.get(k, 0) for k, n in queue.items()}
+    assert _partition_rows(db) == {k: n - 1 for k, n in partition_rows.items()}
+    assert sorted(assetq.schedule(db.engine), key=lambda r: r.dag_id)  # the others run
+    linked = {event for _, event in db.links()}
+    assert linked and not linked & set(gone)
+    assert linked <= _event_ids(db)
+
+
+def test_deleting_unqueued_events_reads_no_queue_beyond_an_index_probe_each(
+    db: TestDatabase,
+) -> None:
+    """What purge_events and delete_asset delete are events without queue rows: for them the
+    delete trigger probes the queue's index by event and finds nothing, with 3,000 rows of
+    another consumer queued (PostgreSQL: no scan of the queue or of the partition rows, no
+    index entry read; MySQL: no row read by a scan, a few index reads per event)."""
+    scenario.declare(db, "big", "orders")
+    _assets(db, "noise")
+    pass_reads.backlog(db, 3_000)
+    with db.engine.begin() as conn:
+        assetq.register_events(conn, [{"asset": "noise"}] * 50)  # nobody consumes them
+    noise = _asset_id(db, "noise")
+    delete = sa.text(db.sql("DELETE FROM {ns}.asset_event WHERE asset_id = :a"))
+
+    def purge_like(conn: Connection) -> int:
+        return int(conn.execute(delete, {"a": noise}).rowcount)
+
+    if db.dialect.name == "postgresql":
+        with db.engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.execute(sa.text(db.sql("VACUUM ANALYZE {ns}.asset_partition_queue")))
+        deleted, reads = pass_reads.pg_queue_reads_of(db, purge_like)
+        assert (reads["seq_scan"], reads["idx_tup_read"]) == (0, 0), reads
+    else:
+        with db.engine.connect() as conn:
+            conn.execute(sa.text("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"))
+            conn.commit()
+            deleted, reads = pass_reads.mysql_reads_of(conn, purge_like)
+        # Measured: 0 rows by a scan, 108 keys and 50 next entries for the 50 events.
+        assert reads["Handler_read_rnd_next"] <= 10, reads
+        assert reads["Handler_read_next"] + reads["Handler_read_key"] <= 4 * 50, reads
+    assert deleted == 50
+    assert len(_queue_rows(db)) == 3_000
+    assert _orphans(db) == {}
 
 
 def _held_then(

@@ -340,7 +340,7 @@ def test_doctor_by_a_reader_of_the_namespace_compares_the_definitions(db: TestDa
         check = _definitions(db, login.engine)
         if db.engine_name == "mysql":
             assert check.severity == "note" and "not compared" in check.detail, check
-            assert migrate.repair(login.engine, db.namespace) == []
+            assert migrate.repair(login.engine, namespace=db.namespace) == []
             user, host = login.grantee if isinstance(login.grantee, tuple) else (login.name, "%")
             db.execute(f"GRANT SELECT ON mysql.proc TO '{user}'@'{host}'")
             check = _definitions(db, login.engine)
@@ -372,7 +372,7 @@ def test_a_body_a_newer_package_wrote_is_left_alone_and_noted(
     assert "newer assetq package (routine register_event: 99.0)" in check.detail, check
     assert report.ok
 
-    assert migrate.repair(db.engine, db.namespace) == []
+    assert migrate.repair(db.engine, namespace=db.namespace) == []
     code, out, err = _cli_repair(db, capsys)
     assert (code, err) == (cli.EXIT_OK, ""), err
     assert out.endswith(": nothing to repair\n"), out
@@ -395,7 +395,7 @@ def test_repair_of_an_intact_namespace_says_there_is_nothing_to_repair(
 ) -> None:
     _some_data(db)
     before, counts = snapshot(db), db.counts()
-    assert migrate.repair(db.engine, db.namespace) == []
+    assert migrate.repair(db.engine, namespace=db.namespace) == []
     code, out, err = _cli_repair(db, capsys)
     assert (code, err) == (cli.EXIT_OK, ""), err
     assert out.endswith(": nothing to repair\n"), out
@@ -456,7 +456,7 @@ def test_a_trigger_recreated_wrong_is_found_and_repaired(db: TestDatabase) -> No
     assert "trigger asset_event_fan_out was changed by hand" in check.detail
     assert "assetq repair" in check.fix
 
-    assert migrate.repair(db.engine, db.namespace) == ["trigger asset_event_fan_out"]
+    assert migrate.repair(db.engine, namespace=db.namespace) == ["trigger asset_event_fan_out"]
     assert _definitions(db).severity == "ok"
     assert snapshot(db) == before
     assert db.counts() == counts
@@ -474,7 +474,7 @@ def test_a_dropped_trigger_is_pointed_at_repair_and_re_created(db: TestDatabase)
     report = assetq.doctor(db.engine, namespace=db.namespace)
     missing = next(c for c in report.checks if c.name == "trigger asset_event_fan_out")
     assert "assetq repair" in missing.fix
-    assert migrate.repair(db.engine, db.namespace) == ["trigger asset_event_fan_out"]
+    assert migrate.repair(db.engine, namespace=db.namespace) == ["trigger asset_event_fan_out"]
     assert assetq.doctor(db.engine, namespace=db.namespace).ok
 
 
@@ -485,7 +485,7 @@ def test_a_dropped_view_is_re_created(db: TestDatabase) -> None:
     report = assetq.doctor(db.engine, namespace=db.namespace)  # no crash reading the work
     missing = next(c for c in report.checks if c.name == "view dag_queue_status")
     assert missing.severity == "problem" and "assetq repair" in missing.fix, missing
-    assert migrate.repair(db.engine, db.namespace) == ["view dag_queue_status"]
+    assert migrate.repair(db.engine, namespace=db.namespace) == ["view dag_queue_status"]
     assert snapshot(db) == before and db.counts() == counts
     with db.engine.begin() as conn:
         assert [s.dag_id for s in assetq.status(conn, namespace=db.namespace)] == ["report"]
@@ -502,7 +502,7 @@ def test_a_dropped_routine_is_re_created(db: TestDatabase) -> None:
     report = assetq.doctor(db.engine, namespace=db.namespace)
     missing = next(c for c in report.checks if c.name == "routine purge_runs")
     assert missing.severity == "problem" and "assetq repair" in missing.fix, missing
-    assert migrate.repair(db.engine, db.namespace) == ["routine purge_runs"]
+    assert migrate.repair(db.engine, namespace=db.namespace) == ["routine purge_runs"]
     assert snapshot(db) == before and db.counts() == counts
     assert assetq.doctor(db.engine, namespace=db.namespace).ok
 
@@ -516,7 +516,7 @@ def test_repair_waits_for_an_install_of_the_same_namespace(db: TestDatabase) -> 
             installer, "lock_namespace", db.namespace, {"namespace": db.namespace}
         )
         assert rows[0][0] == 1
-        worker, outcome = in_thread(lambda: migrate.repair(db.engine, db.namespace))
+        worker, outcome = in_thread(lambda: migrate.repair(db.engine, namespace=db.namespace))
         worker.join(2)
         assert worker.is_alive() and outcome.value is None and outcome.error is None, outcome
         assert _definitions(db).severity == "problem"  # untouched while it waits
@@ -580,7 +580,7 @@ def test_mariadb_an_insert_and_a_call_while_repair_replaces_the_fan_out_trigger_
     monkeypatch.setattr(migrate, "DEFAULT_LOCK_TIMEOUT", 60.0)
     reader = db.engine.connect()
     reader.execute(sa.text(db.sql("SELECT count(*) FROM {ns}.asset_event")))  # stays open
-    repairing, repaired = in_thread(lambda: migrate.repair(db.engine, db.namespace))
+    repairing, repaired = in_thread(lambda: migrate.repair(db.engine, namespace=db.namespace))
     inserting, calling = _producer_connection(db, 60), _producer_connection(db, 60)
     try:
         assert _metadata_lock_waiters(db, 1) == 1  # the repair's CREATE OR REPLACE TRIGGER
@@ -655,7 +655,7 @@ def test_mysql_path_an_insert_during_the_trigger_swap_waits_and_is_fanned_out_on
             cursor.close()
 
     monkeypatch.setattr(type(MYSQL), "run_statements", interleaved)
-    assert migrate.repair(db.engine, db.namespace) == ["trigger asset_event_fan_out"]
+    assert migrate.repair(db.engine, namespace=db.namespace) == ["trigger asset_event_fan_out"]
     thread, outcome = waiting
     thread.join(60)
     assert outcome.error is None and isinstance(outcome.value, int), outcome
@@ -682,7 +682,7 @@ def test_mysql_path_a_repair_stopped_before_the_grants_were_given_back_is_finish
     with monkeypatch.context() as patch:
         patch.setattr(routines, "restore_grants", killed)
         with pytest.raises(assetq.AssetqError, match="killed"):
-            migrate.repair(db.engine, db.namespace)
+            migrate.repair(db.engine, namespace=db.namespace)
     # Re-created, without its grant, and recorded as unfinished (the sync records an object
     # before it creates it and again once it is done): doctor tells it from a finished one.
     assert _definitions(db).severity == "problem"
@@ -699,7 +699,7 @@ def test_mysql_path_a_repair_stopped_before_the_grants_were_given_back_is_finish
     )  # the grants kept in the namespace
 
     # The next repair finishes it: the unfinished object again, and the grants given back.
-    assert migrate.repair(db.engine, db.namespace) == ["routine register_event"]
+    assert migrate.repair(db.engine, namespace=db.namespace) == ["routine register_event"]
     assert _definitions(db).severity == "ok"
     _registers(db, producer)
     assert "_assetq_repair_grants" not in {r[0] for r in snapshot(db)["relations"]}
@@ -730,7 +730,7 @@ def test_mysql_path_uninstall_after_an_interrupted_repair_leaves_nothing(
     assetq.grant_roles(db.engine, producer=producer.grantee, namespace=db.namespace)
     monkeypatch.setattr(routines, "restore_grants", lambda *args: 1 / 0)
     with pytest.raises(ZeroDivisionError):
-        migrate.repair(db.engine, db.namespace)
+        migrate.repair(db.engine, namespace=db.namespace)
     assert (
         db.scalar(
             "SELECT count(*) FROM information_schema.tables"

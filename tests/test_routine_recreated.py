@@ -151,7 +151,7 @@ def test_a_pass_during_a_repair_on_mysqls_path_succeeds_once_its_routine_is_back
 
     caplog.set_level(logging.DEBUG, logger="assetq.api")
     monkeypatch.setattr(type(MYSQL), "run_statements", held)
-    assert migrate.repair(db.engine, db.namespace) == ["routine schedule_pass"]
+    assert migrate.repair(db.engine, namespace=db.namespace) == ["routine schedule_pass"]
     scheduler.join(30)
     assert len(outcome) == 1 and not isinstance(outcome[0], Exception), outcome
     (run,) = outcome[0]  # type: ignore[misc]

@@ -94,7 +94,7 @@ def test_a_body_written_by_a_newer_package_is_never_put_back(
     newer = _definitions(db)[("routine", "register_events")].definition
     caplog.set_level(logging.INFO, logger="assetq.routines")
     assetq.install(db.engine)  # this package's own file differs: still left alone
-    assert migrate.repair(db.engine, db.namespace) == []
+    assert migrate.repair(db.engine, namespace=db.namespace) == []
     assert _definitions(db)[("routine", "register_events")].definition == newer
     assert "newer than this package" in caplog.text
     report = assetq.doctor(db.engine, namespace=db.namespace)
@@ -120,7 +120,7 @@ def test_a_body_changed_by_hand_is_reported_and_repaired(db: TestDatabase) -> No
     report = assetq.doctor(db.engine, namespace=db.namespace)
     (problem,) = [c for c in report.checks if c.name == "definitions"]
     assert problem.severity == "problem" and "changed by hand" in problem.detail
-    assert migrate.repair(db.engine, db.namespace) == [f"routine {routine}"]
+    assert migrate.repair(db.engine, namespace=db.namespace) == [f"routine {routine}"]
     with db.engine.connect() as conn:
         assert routines.differences(conn, db.namespace) == []
 
@@ -225,7 +225,7 @@ def test_a_routine_created_again_reaches_the_roles_of_its_kind(db: TestDatabase)
         else:
             db.execute("DROP PROCEDURE {ns}.register_event")
             db.execute("DROP PROCEDURE {ns}.retry_run")
-        assert sorted(migrate.repair(db.engine, db.namespace)) == [
+        assert sorted(migrate.repair(db.engine, namespace=db.namespace)) == [
             "routine register_event",
             "routine retry_run",
         ]

@@ -169,7 +169,7 @@ def test_a_newer_packages_routine_never_replaces_an_applications_procedure(
     assert _state(empty_db) == before
     # Nor does a repair, which re-creates through the same path.
     with pytest.raises(assetq.InstallRefused) as refused:
-        migrate.repair(empty_db.engine, NS)
+        migrate.repair(empty_db.engine, namespace=NS)
     assert refused.value.code == "AQ122" and refused.value.conflicts == ("routine retry_run",)
     assert _state(empty_db) == before
 

@@ -28,7 +28,7 @@ import assetq
 import assetq.alembic
 from assetq import cli, dialects, migrate, ops, sqlfiles, validation
 from assetq.dialects import MYSQL
-from dbs import MYSQL_APP_DATABASE, Backend, TestDatabase
+from dbs import MYSQL_APP_DATABASE, Backend, TestDatabase, made_logins
 from schema_snapshot import snapshot
 
 PREFIX = "assetq_"
@@ -297,6 +297,54 @@ def test_a_reader_of_a_prefixed_install_reads_assetqs_tables_and_not_the_applica
 
 
 @pytest.mark.engines("mysql")
+def test_an_upgrade_gives_prefixed_accounts_what_their_kind_reaches_now(
+    app_db: TestDatabase, request: pytest.FixtureRequest
+) -> None:
+    """Issue 26: a prefixed reader's SELECT is granted table by table, so a table a newer
+    package's step adds is not covered until grant_access runs again, and a routine it adds
+    is no producer's until then. An upgrade runs grant_access again for every account that
+    holds a kind of access (routines.regrant), as `assetq grant --help` promises, but found
+    no account of a prefixed namespace: its lookup (granted_access) asked for
+    `assetq_assetq_dag`, the prefix twice, and the reader lost status. Here a revoked grant
+    stands for the table and the routine the newer package adds: the reader's SELECT on
+    process_liveness (status reads it) and the producer's EXECUTE on register_event."""
+    assetq.install(app_db.engine, namespace=NS)  # this package's head: the baseline
+    with made_logins(app_db, ("reader", "producer"), "aqpr") as logins:
+        reader, producer = logins["reader"], logins["producer"]
+        assetq.grant_roles(
+            app_db.engine, reader=reader.grantee, producer=producer.grantee, namespace=NS
+        )
+        with reader.engine.connect() as conn:
+            assert assetq.status(conn, namespace=NS) == []
+            assert assetq.processes(conn, namespace=NS) == []
+        user, host = producer.grantee, reader.grantee
+        for statement in (
+            f"REVOKE SELECT ON `{MYSQL_APP_DATABASE}`.`assetq_process_liveness`"
+            f" FROM '{host[0]}'@'{host[1]}'",
+            f"REVOKE EXECUTE ON PROCEDURE `{MYSQL_APP_DATABASE}`.`assetq_register_event`"
+            f" FROM '{user[0]}'@'{user[1]}'",
+        ):
+            _app(app_db, statement)
+        with reader.engine.connect() as conn, pytest.raises(assetq.DatabaseError, match="denied"):
+            assetq.processes(conn, namespace=NS)
+        with producer.engine.begin() as conn, pytest.raises(assetq.AssetqError, match="denied"):
+            assetq.register_event(conn, "orders", namespace=NS)
+
+        newer: tuple[str, ...] = request.getfixturevalue("test_revisions")  # its table steps
+        assert assetq.install(app_db.engine, namespace=NS) == newer[-1]
+        with app_db.engine.begin() as conn:
+            assetq.declare_dag(conn, "report", "orders", namespace=NS)
+        with producer.engine.begin() as conn:
+            assetq.register_event(conn, "orders", namespace=NS)
+        with reader.engine.connect() as conn:
+            assert [s.dag_id for s in assetq.status(conn, namespace=NS)] == ["report"]
+            assert assetq.processes(conn, namespace=NS) == []
+        shown = app_db.rows(f"SHOW GRANTS FOR '{host[0]}'@'{host[1]}'")
+        grants = "\n".join(str(r[0]) for r in shown)
+        assert f"`{MYSQL_APP_DATABASE}`.`dag`" not in grants  # still none of the application's
+
+
+@pytest.mark.engines("mysql")
 def test_autogenerate_leaves_the_prefixed_tables_alone_and_still_sees_the_applications(
     app_db: TestDatabase,
 ) -> None:
@@ -434,6 +482,20 @@ def test_with_a_prefix_every_name_of_every_mysql_script_carries_it() -> None:
         assert "'.* TO '" not in rendered and "'.* FROM '" not in rendered, relpath
         for name in ("register_event", "dag_run", "dag_max_attempts_check"):
             assert f"'{name}'" not in rendered, (relpath, name)
+
+
+def test_no_mysql_script_gives_a_name_the_prefix_twice() -> None:
+    """A literal that names an object gets the prefix from the rendering: one that spelled
+    the prefix out as well named `assetq_assetq_dag` (granted_access, issue 26)."""
+    quoted = MYSQL.quote_ns("app_db.assetq_")
+    for relpath in _mysql_scripts():
+        code = sqlfiles.without_comments(sqlfiles.read("mysql", relpath))
+        rendered = sqlfiles.render(code, quoted)
+        # assetq's own assetq_alembic_version and assetq_install_lock take it once, too.
+        twice = re.findall(
+            r"assetq_(?:', ')?assetq_(?!alembic_version|install_lock)\w*", rendered
+        )
+        assert twice == [], (relpath, twice)
 
 
 def test_a_prefixed_routine_that_is_being_recreated_is_transient() -> None:

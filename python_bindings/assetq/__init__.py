@@ -71,20 +71,31 @@ from .errors import (
 )
 from .handles import Handle
 from .metrics import AttemptOutcome, Metrics, WaitOutcome
-from .migrate import DEFAULT_NAMESPACE, current_revision, head_revision, install, uninstall
+from .migrate import (
+    DEFAULT_NAMESPACE,
+    current_revision,
+    head_revision,
+    install,
+    repair,
+    uninstall,
+)
 from .ops import (
     Check,
     DagStatus,
     DoctorReport,
     ProcessStatus,
+    PurgePreview,
     PurgeResult,
+    UninstallPreview,
     WorkerCoverage,
     doctor,
     grant_roles,
     processes,
     purge,
+    purge_preview,
     revoke_roles,
     status,
+    uninstall_preview,
     worker_coverage,
 )
 from .partitions import Partitioned, PartitionMapping, Rollup, StaticPartitions
@@ -135,6 +146,7 @@ __all__ = [
     "Partitioned",
     "PreparedStatementConflict",
     "ProcessStatus",
+    "PurgePreview",
     "PurgeResult",
     "ReadOnlyServer",
     "Ref",
@@ -149,6 +161,7 @@ __all__ = [
     "Source",
     "StaticPartitions",
     "TransientError",
+    "UninstallPreview",
     "UnknownAsset",
     "UnknownDag",
     "UnknownRevision",
@@ -182,9 +195,11 @@ __all__ = [
     "pause_dag",
     "processes",
     "purge",
+    "purge_preview",
     "queued_events",
     "register_event",
     "register_events",
+    "repair",
     "retry_run",
     "revoke_roles",
     "run_scheduler",
@@ -194,6 +209,7 @@ __all__ = [
     "set_run_state",
     "status",
     "uninstall",
+    "uninstall_preview",
     "unpause_dag",
     "worker_coverage",
 ]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import random
 import threading
@@ -55,7 +56,14 @@ from .api import Claim, NewEvent, RunInfo
 from .dialects import dialect_of
 from .handles import WRONG_HANDLE_CODE
 from .liveness import DEFAULT_INTERVAL, Liveness, check_interval
-from .logs import close_detached, connection_lost, first_line, log_retried, retry_level
+from .logs import (
+    attempt_fields,
+    close_detached,
+    connection_lost,
+    first_line,
+    log_retried,
+    retry_level,
+)
 from .metrics import AttemptOutcome, Metrics
 from .migrate import DEFAULT_NAMESPACE
 from .scheduler import (
@@ -69,6 +77,7 @@ from .scheduler import (
     _latencies,
     _Listener,
     _Round,
+    log_created,
     pooled_warning,
 )
 from .validation import WORKER_MAX, check_int, check_name, check_namespace, seconds
@@ -79,6 +88,8 @@ from .worker import (
     attempt_timeout,
     default_worker_name,
     frees_a_place,
+    log_claimed,
+    log_completed,
     timed_out_error,
 )
 
@@ -103,9 +114,11 @@ __all__ = [
     "pause_dag",
     "processes",
     "purge",
+    "purge_preview",
     "queued_events",
     "register_event",
     "register_events",
+    "repair",
     "retry_run",
     "revoke_roles",
     "run_scheduler",
@@ -115,6 +128,7 @@ __all__ = [
     "set_run_state",
     "status",
     "uninstall",
+    "uninstall_preview",
     "unpause_dag",
 ]
 
@@ -256,11 +270,14 @@ current_revision = _in_transaction(migrate.current_revision)
 
 heartbeat = _own_transactions(api.heartbeat)
 purge = _own_transactions(ops.purge)
+purge_preview = _own_transactions(ops.purge_preview)
 doctor = _own_transactions(ops.doctor)
 grant_roles = _own_transactions(ops.grant_roles)
 revoke_roles = _own_transactions(ops.revoke_roles)
 install = _own_transactions(migrate.install)
 uninstall = _own_transactions(migrate.uninstall)
+uninstall_preview = _own_transactions(ops.uninstall_preview)
+repair = _own_transactions(migrate.repair)
 
 
 def _retryable(exc: errors.AssetqError) -> bool:
@@ -491,6 +508,7 @@ async def run_scheduler(
                 for run, latency in zip(created, latencies, strict=True):
                     metrics.run_created(run, latency)
             for run in created:
+                log_created(log, "assetq scheduler (asyncio)", run)
                 stats.runs += 1
                 stats.events += len(run.event_ids)
                 if on_run is not None:
@@ -631,6 +649,12 @@ class _TimedOut(Exception):
     """An attempt's handler ran to its deadline (its message: what the attempt records)."""
 
 
+def _is_coroutine_function(handler: object) -> bool:
+    """``async def``, also behind functools.partial or as an object's ``__call__``."""
+    call = type(handler).__call__ if callable(handler) else None
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
 async def run_worker(
     engine: AsyncEngine,
     handlers: Mapping[str, AsyncHandler],
@@ -657,9 +681,12 @@ async def run_worker(
     ``handlers`` maps a dag id to a coroutine function ``handler(claim, conn)`` awaited in the
     transaction that completes the run (``conn`` is an AsyncConnection): its writes commit
     with the run's success and the events it returns, or not at all; an exception it raises
-    fails the attempt (rolled back, the error recorded). ``concurrency`` slots (tasks) each
-    hold one run at a time; one heartbeat task renews every held lease every
-    ``heartbeat_interval`` seconds (default: a third of the lease). On PostgreSQL
+    fails the attempt (rolled back, the error recorded). A handler that is not a coroutine
+    function (``async def``, also behind functools.partial or as an ``async def __call__``)
+    is refused at start (InvalidArgumentType, a TypeError, naming its consumer).
+    ``concurrency`` slots (tasks) each hold one run at a time; one heartbeat task renews
+    every held lease every ``heartbeat_interval`` seconds (default: a third of the lease).
+    On PostgreSQL
     (``listen=True``) idle slots are woken by the notification of the pass that created
     runs. The same guarantees as the sync worker: every attempt is held by one worker, a
     stale holder's completion is refused (``on_complete`` gets ``"lost"``).
@@ -674,6 +701,15 @@ async def run_worker(
     """
     sync = _engine(engine, "run_worker")
     table = _handlers(handlers)
+    for dag_id, handler in table.items():
+        # Awaiting a sync handler's result fails every attempt, after the handler already ran
+        # (and wrote) outside the loop: refuse it before anything is claimed.
+        if not _is_coroutine_function(handler):
+            raise errors.InvalidArgumentType(
+                f"the handler of {dag_id!r} must be a coroutine function (async def"
+                f" handler(claim, conn)), got {getattr(handler, '__qualname__', handler)!r};"
+                " a sync handler runs under assetq.run_worker"
+            )
     name = default_worker_name() if worker is None else check_name(worker, "worker", WORKER_MAX)
     check_int(concurrency, "concurrency", 1, 256)
     lease_seconds = seconds(lease, "lease")
@@ -707,11 +743,13 @@ async def run_worker(
 
     async def execute(slot_name: str, claim: Claim) -> None:
         handler: Any = table[claim.dag_id]
+        loop_slot = f"assetq worker (asyncio): {slot_name}"
+        log_claimed(log, loop_slot, claim)
         held[claim.id] = claim
         outcome: AttemptOutcome = "lost"
         info: RunInfo | None = None
         attempt_started = time.monotonic()
-        fields = {"dag_id": claim.dag_id, "run_id": claim.run_id}
+        fields = attempt_fields(claim)
 
         async def attempt() -> RunInfo:
             async with engine.connect() as conn, conn.begin():
@@ -745,6 +783,7 @@ async def run_worker(
                 info = task.result()
                 outcome = "success"
                 stats.add(succeeded=1)
+                log_completed(log, loop_slot, claim, info)
             except asyncio.CancelledError:
                 if not task.cancelled():  # this slot is being cancelled, not the attempt
                     task.cancel()
@@ -768,6 +807,7 @@ async def run_worker(
                     claim.dag_id,
                     claim.attempt,
                     exc,
+                    extra=attempt_fields(claim),
                 )
                 stats.add(lost=1)
             except Exception as exc:  # the handler's error, the completion's, a timeout
@@ -790,6 +830,7 @@ async def run_worker(
                         )
                     outcome = "failed"
                     stats.add(failed=1, timed_out=int(isinstance(exc, _TimedOut)))
+                    log_completed(log, loop_slot, claim, info)
                 except errors.LeaseLost:
                     stats.add(lost=1)
                 except (errors.AssetqError, SQLAlchemyError, OSError) as again:
@@ -798,11 +839,13 @@ async def run_worker(
                         log,
                         again,
                         "assetq worker (asyncio): %s: could not record the failure of run %s"
-                        " of %s: %s; it is claimed again when its lease expires",
+                        " of %s: %s; when its lease expires it is claimed again, or failed if"
+                        " that was its last attempt",
                         slot_name,
                         claim.run_id,
                         claim.dag_id,
                         first_line(again),
+                        extra=attempt_fields(claim),
                     )
         finally:
             held.pop(claim.id, None)
@@ -913,7 +956,7 @@ async def run_worker(
                         claim.dag_id,
                         claim.attempt,
                         exc,
-                        extra={"dag_id": claim.dag_id, "run_id": claim.run_id},
+                        extra=attempt_fields(claim),
                     )
                     held.pop(claim.id, None)
                     claim.cancelled.set()
@@ -932,6 +975,7 @@ async def run_worker(
                             claim.dag_id,
                             first_line(exc),
                             interval,
+                            extra=attempt_fields(claim),
                         )
                         failing = True
                     continue

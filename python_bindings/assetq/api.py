@@ -1000,14 +1000,6 @@ def schedule(
         )
         for row in rows
     ]
-    for run in runs:
-        log.info(
-            "assetq: created run %s of %s consuming %d events%s",
-            run.run_id,
-            run.dag_id,
-            len(run.event_ids),
-            "" if run.partition_key is None else f" (partition {run.partition_key!r})",
-        )
     return runs
 
 
@@ -1113,7 +1105,13 @@ def set_run_state(
     with _translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
         rows = dialect.execute(conn, "set_run_state", namespace, params)
     info = _run_info(rows[0])
-    log.info("assetq: run %s of %s is %s", run_id, dag_id, info.state)
+    log.info(
+        "assetq: run %s of %s is %s",
+        run_id,
+        dag_id,
+        info.state,
+        extra=logs.run_fields(info),
+    )
     return info
 
 
@@ -1414,15 +1412,6 @@ def claim_runs(
     claims = [_claim(row, held) for row in rows]
     if len(claims) > 1:
         claims.sort(key=lambda c: c.id)
-    for claim in claims:
-        log.info(
-            "assetq: %s claimed run %s of %s (attempt %d, lease until %s)",
-            worker,
-            claim.run_id,
-            claim.dag_id,
-            claim.attempt,
-            claim.lease_until,
-        )
     return claims
 
 
@@ -1569,16 +1558,7 @@ def complete_run(
             # SQLAlchemy's autobegin marked one it does not have (MySQL's path executes
             # through SQLAlchemy), which the caller's next conn.begin() must not find.
             connection.commit()
-    info = _run_info(rows[0])
-    log.info(
-        "assetq: run %s of %s attempt %d completed %s: now %s",
-        claim.run_id,
-        claim.dag_id,
-        claim.attempt,
-        state,
-        info.state,
-    )
-    return info
+    return _run_info(rows[0])
 
 
 def retry_run(
@@ -1598,7 +1578,13 @@ def retry_run(
     with _translated(dialect), dialect.atomic(conn):
         rows = dialect.execute(conn, "retry_run", namespace, {"dag_id": dag_id, "run_id": run_id})
     info = _run_info(rows[0])
-    log.info("assetq: run %s of %s queued again for attempt %d", run_id, dag_id, info.attempt + 1)
+    log.info(
+        "assetq: run %s of %s queued again for attempt %d",
+        run_id,
+        dag_id,
+        info.attempt + 1,
+        extra=logs.run_fields(info),
+    )
     return info
 
 

@@ -23,8 +23,8 @@ Exit codes:
 - 2: a usage error (bad option or duration, missing or unsupported URL, a driver that is
   not installed, refused confirmation);
 - 130: interrupted (a second SIGINT/SIGTERM stops ``scheduler`` in the middle of a pass,
-  which then rolls back, or ``worker`` in the middle of its runs, which are claimed again
-  when their leases expire).
+  which then rolls back, or ``worker`` in the middle of its runs: when their leases expire
+  they are claimed again if they have attempts left, else failed).
 
 To add a command, write a function ``(args) -> exit code`` whose docstring is its help text
 and add a :class:`Command` for it to ``COMMANDS``.
@@ -67,7 +67,7 @@ from .errors import (
     UnknownDag,
     UnknownRun,
 )
-from .validation import check_namespace
+from .validation import DURATION_MAX, check_namespace
 
 URL_ENV = "ASSETQ_DATABASE_URL"
 LISTEN_URL_ENV = "ASSETQ_LISTEN_URL"
@@ -423,7 +423,7 @@ def cmd_repair(args: argparse.Namespace) -> int:
     engine = _engine(url)
     try:
         revision = _installed_revision(engine, url, namespace)
-        repaired = migrate.repair(engine, namespace)
+        repaired = migrate.repair(engine, namespace=namespace)
     finally:
         engine.dispose()
     what = ", ".join(repaired) if repaired else "nothing to repair"
@@ -768,7 +768,7 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--lease",
-        type=_duration,
+        type=_lease_duration,
         default=timedelta(seconds=60),
         metavar="DURATION",
         help="lease of each claim, renewed while its handler runs (default 60s): a worker"
@@ -839,7 +839,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     Any number of workers may run at once, on any machines. A handler that raises fails the
     attempt (retried per the consumer's max_attempts). SIGTERM or SIGINT stops claiming and
     lets the runs in progress finish (exit 0); a second signal stops at once (exit 130: the
-    runs it held are claimed again when their leases expire)."""
+    runs it held are claimed again when their leases expire if they have attempts left,
+    else failed: the default max_attempts=1 fails them)."""
     from .worker import run_worker
 
     url = _require_url(args)
@@ -863,24 +864,30 @@ def cmd_worker(args: argparse.Namespace) -> int:
             raise advice.exception()
         on_complete = None
         if args.json:
+            printing = threading.Lock()
 
             def on_complete(claim: Any, run: Any, outcome: str) -> None:
-                print(
-                    json.dumps(
-                        {
-                            "dag_id": claim.dag_id,
-                            "run_id": claim.run_id,
-                            "partition_key": claim.partition_key,
-                            "attempt": claim.attempt,
-                            "worker": claim.worker,
-                            "outcome": outcome,
-                            "state": None if run is None else run.state,
-                            "error": None if run is None else run.error,
-                            "output_event_ids": [] if run is None else list(run.output_event_ids),
-                        }
-                    ),
-                    flush=True,
+                line = json.dumps(
+                    {
+                        "dag_id": claim.dag_id,
+                        "run_id": claim.run_id,
+                        "partition_key": claim.partition_key,
+                        "attempt": claim.attempt,
+                        "worker": claim.worker,
+                        "outcome": outcome,
+                        "state": None if run is None else run.state,
+                        # The run keeps its last failed attempt's error after a later
+                        # success (RunInfo.error); this line is about this attempt.
+                        "error": run.error if run is not None and outcome == "failed" else None,
+                        "output_event_ids": [] if run is None else list(run.output_event_ids),
+                    }
                 )
+                # The slots' threads call this at once: print writes the text and the newline
+                # in two calls, and two lines interleaved into one. One write per line, and
+                # one thread at a time.
+                with printing:
+                    sys.stdout.write(line + "\n")
+                    sys.stdout.flush()
 
         with _graceful_stop(
             stop, "assetq worker: %s received: finishing the runs in progress, claiming no more"
@@ -934,9 +941,9 @@ def _age(value: timedelta | None) -> str:
 def cmd_status(args: argparse.Namespace) -> int:
     """Show the schema revision and, per consumer: paused or not, events queued, age of the
     oldest queued event, active runs against the cap, runs a worker holds, expired leases
-    (a worker died: the run is claimed again), runs on a retry, failed runs, runs in the last
-    hour, total runs and when the last run was created. Reads the dag_queue_status view (see
-    docs/operations.md to chart it)."""
+    (a worker died: the run is claimed again, or failed on its last attempt), runs on a
+    retry, failed runs, runs in the last hour, total runs and when the last run was created.
+    Reads the dag_queue_status view (see docs/operations.md to chart it)."""
     url = _require_url(args)
     namespace = args.resolved_namespace
     engine = _engine(url)
@@ -1248,6 +1255,17 @@ def _duration(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(f"duration too long: {text!r}") from None
 
 
+def _lease_duration(text: str) -> timedelta:
+    """--lease: a duration above 0 and at most a week (what run_worker takes), refused here
+    as a usage error like any other bad duration."""
+    value = _duration(text)
+    if not timedelta(0) < value <= timedelta(seconds=DURATION_MAX):
+        raise argparse.ArgumentTypeError(
+            f"a lease must be above 0 and at most a week (7d), got {text!r}"
+        )
+    return value
+
+
 def _purge_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--older-than",
@@ -1314,8 +1332,8 @@ def cmd_purge(args: argparse.Namespace) -> int:
                 f"assetq: dry run: purge would delete {_n(preview.runs, 'run')} and"
                 f" {_n(preview.events, 'event')} from before {cutoff}"
                 + (
-                    f", and {_n(preview.processes, 'liveness row')} of processes last seen"
-                    " before it"
+                    f", and {_n(preview.processes, 'liveness row')} of stale processes last"
+                    " seen before it"
                     if preview.processes
                     else ""
                 )
@@ -1333,8 +1351,8 @@ def cmd_purge(args: argparse.Namespace) -> int:
             f" {_n(result.events_examined, 'old event')} examined, those kept are still queued"
             f" or linked to a kept run; {_n(result.batches, 'batch', 'batches')}"
             + (
-                f"; {_n(result.processes_deleted, 'liveness row')} of processes last seen before"
-                " the cutoff"
+                f"; {_n(result.processes_deleted, 'liveness row')} of stale processes last seen"
+                " before the cutoff"
                 if result.processes_deleted
                 else ""
             )

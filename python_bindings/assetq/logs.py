@@ -4,7 +4,8 @@ how the long-running loops log the errors they retry (a lost connection is a WAR
 assetq logs through child loggers of ``assetq`` (``assetq.scheduler``, ``assetq.worker``,
 ``assetq.migrate``, ``assetq.api``, ...): an application configures them as one, through
 ``logging.getLogger("assetq")``, or one by one. The library never installs a handler; only
-the CLI does, with :func:`cli_handler`.
+the CLI does, with :func:`cli_handler`. A line about one run comes from the loop that acted
+on it, with the run's fields (:func:`run_fields`, :func:`attempt_fields`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import json
 import logging
 import sys
 import threading
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TextIO
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
@@ -92,6 +94,35 @@ def cli_handler(log_format: LogFormat) -> logging.Handler:
     return handler
 
 
+# -- fields of a line about one run ---------------------------------------------------------
+
+
+class _RunLike(Protocol):
+    @property
+    def dag_id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+
+
+class _ClaimLike(_RunLike, Protocol):
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def worker(self) -> str: ...
+
+
+def run_fields(run: _RunLike, **more: object) -> dict[str, object]:
+    """``extra=`` of a log line about one run: ``dag_id`` and ``run_id``, then ``more``.
+    JSON logs carry them as fields of their own, so a run's lines are found by filtering,
+    not by parsing messages."""
+    return {"dag_id": run.dag_id, "run_id": run.run_id, **more}
+
+
+def attempt_fields(claim: _ClaimLike) -> dict[str, object]:
+    """:func:`run_fields` of one attempt: also ``attempt`` and ``worker``."""
+    return run_fields(claim, attempt=claim.attempt, worker=claim.worker)
+
+
 # -- what the loops log when they retry -----------------------------------------------------
 
 
@@ -123,7 +154,11 @@ def first_line(exc: BaseException) -> str:
 
 
 def log_retried(
-    logger: logging.Logger, exc: BaseException, message: str, *args: object
+    logger: logging.Logger,
+    exc: BaseException,
+    message: str,
+    *args: object,
+    extra: Mapping[str, object] | None = None,
 ) -> None:
     """Log ``message`` once for an error a loop retries after a backoff.
 
@@ -132,12 +167,12 @@ def log_retried(
     its code is an ERROR line: its message says what to do. Anything else is unexpected (a
     bug): an ERROR with its traceback."""
     if connection_lost(exc):
-        logger.warning(message, *args, stacklevel=2)
-        logger.debug("the lost connection's traceback:", exc_info=exc, stacklevel=2)
+        logger.warning(message, *args, stacklevel=2, extra=extra)
+        logger.debug("the lost connection's traceback:", exc_info=exc, stacklevel=2, extra=extra)
     elif isinstance(exc, errors.AssetqError):
-        logger.error(message, *args, stacklevel=2)
+        logger.error(message, *args, stacklevel=2, extra=extra)
     else:
-        logger.error(message, *args, exc_info=exc, stacklevel=2)
+        logger.error(message, *args, exc_info=exc, stacklevel=2, extra=extra)
 
 
 def close_detached(raw: PoolProxiedConnection) -> None:

@@ -1562,7 +1562,8 @@ def adopt_development(bind: Engine | Connection, namespace: str = DEFAULT_NAMESP
     return head
 
 
-def repair(bind: Engine | Connection, namespace: str = DEFAULT_NAMESPACE) -> list[str]:
+@keyword_namespace
+def repair(bind: Engine | Connection, *, namespace: str = DEFAULT_NAMESPACE) -> list[str]:
     """Re-create, in place, every routine, trigger and view of ``namespace`` that is missing,
     differs from this package's file for it, or was changed by hand since a package created
     it (:func:`assetq.routines.sync`, which install and upgrade run too; an object a newer
@@ -1580,7 +1581,9 @@ def repair(bind: Engine | Connection, namespace: str = DEFAULT_NAMESPACE) -> lis
     a file's name that routine_catalogue does not record is the application's: refused
     (AQ122), as by install, never replaced. A repair that stopped half-way is finished by
     running it again. A schema below this package's head is
-    upgraded instead (``assetq upgrade``), which re-creates them too."""
+    upgraded instead (``assetq upgrade``), which re-creates them too. ``bind`` as for
+    :func:`install`."""
+    bind = bind_of(bind, "repair")
     namespace = check_namespace(namespace)
     with _transaction(bind) as conn:
         dialect = dialect_for(conn)

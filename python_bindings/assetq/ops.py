@@ -65,8 +65,9 @@ class DagStatus:
     max_active_runs: int | None = None
     #: Workers (docs/workers.md): its runs a worker holds now, the earliest end of their
     #: leases, how many of those leases have expired (the worker is likely dead: the run is
-    #: claimed again as a new attempt), active runs already on a retry (a failed attempt or an
-    #: expired lease behind them), failed runs still in the history, and its max_attempts.
+    #: claimed again as a new attempt, or failed when that was its last), active runs already
+    #: on a retry (a failed attempt or an expired lease behind them), failed runs still in the
+    #: history, and its max_attempts.
     running_runs: int = 0
     oldest_lease_until: datetime | None = None
     expired_leases: int = 0
@@ -297,7 +298,8 @@ class PurgeResult:
     events_examined: int
     #: Transactions committed deleting runs and events.
     batches: int
-    #: Liveness rows of processes last seen before the cutoff (killed loops), deleted.
+    #: Liveness rows of stale processes (killed loops) last seen before the cutoff, deleted;
+    #: a live process's row is never deleted, whatever the cutoff.
     processes_deleted: int = 0
 
 
@@ -443,15 +445,16 @@ def _table(namespace: str, name: str, *columns: str) -> sa.TableClause:
 
 
 def _purge_processes(engine: Engine, namespace: str, cutoff: Any) -> int | None:
-    """Delete the liveness rows last seen before ``cutoff`` (processes killed long ago: a
-    live one is seen every interval), in one short transaction; None on a schema without
-    the liveness table."""
+    """Delete the liveness rows last seen before ``cutoff`` that are stale (not seen for
+    STALE_INTERVALS of their interval: killed processes; a live one's row stays whatever the
+    cutoff), in one short transaction; None on a schema without the liveness table."""
     dialect = dialect_of(engine)
     with _translated(dialect), engine.begin() as conn:
         if not processes_supported(migrate.current_revision(conn, namespace=namespace)):
             return None
         result = conn.execute(
-            dialect.statement("purge_processes", namespace), {"older_than": cutoff}
+            dialect.statement("purge_processes", namespace),
+            {"older_than": cutoff, "stale_intervals": STALE_INTERVALS},
         )
         return int(result.rowcount or 0)
 
@@ -476,7 +479,7 @@ class PurgePreview:
     runs: int
     #: Events from before the cutoff that nobody has queued and no kept run consumed.
     events: int
-    #: Liveness rows of processes last seen before the cutoff.
+    #: Liveness rows of stale processes last seen before the cutoff.
     processes: int = 0
 
 
@@ -519,7 +522,12 @@ def purge_preview(
             old_processes = 0
             if processes_supported(migrate.current_revision(conn, namespace=namespace)):
                 old_processes = int(
-                    dialect.execute(conn, "old_processes", namespace, {"older_than": cutoff})[0][0]
+                    dialect.execute(
+                        conn,
+                        "old_processes",
+                        namespace,
+                        {"older_than": cutoff, "stale_intervals": STALE_INTERVALS},
+                    )[0][0]
                 )
     return PurgePreview(
         cutoff=_utc(cutoff), runs=int(runs), events=int(events), processes=old_processes
@@ -1245,7 +1253,7 @@ def _liveness_checks(conn: Connection, namespace: str) -> list[Check]:
             f" than {STALE_INTERVALS} of its {p.interval_seconds:g} s intervals; it stopped"
             " without a clean stop (killed, hung, or its host is gone)",
             f"if it was not replaced, start a {p.kind} again; `assetq purge` removes rows of"
-            " processes last seen before its cutoff",
+            " stale processes last seen before its cutoff",
         )
         for p in stale
     ]

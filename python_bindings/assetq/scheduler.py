@@ -49,7 +49,7 @@ from . import api, errors
 from .dialects import Dialect, dialect_of
 from .handles import engine_of
 from .liveness import DEFAULT_INTERVAL, Liveness, check_interval
-from .logs import close_detached, connection_lost, log_retried
+from .logs import close_detached, connection_lost, log_retried, run_fields
 from .metrics import Metrics
 from .migrate import DEFAULT_NAMESPACE
 from .validation import check_int, check_namespace
@@ -512,6 +512,20 @@ def _latencies(engine: Engine, namespace: str, runs: list[api.Run]) -> list[floa
     return found + [None] * (len(runs) - len(found))
 
 
+def log_created(logger: logging.Logger, loop: str, run: api.Run) -> None:
+    """The INFO line of a run a pass of ``loop`` created, with its ``dag_id`` and ``run_id``
+    as fields (sync and asyncio loops)."""
+    logger.info(
+        "%s: created run %s of %s consuming %d events%s",
+        loop,
+        run.run_id,
+        run.dag_id,
+        len(run.event_ids),
+        "" if run.partition_key is None else f" (partition {run.partition_key!r})",
+        extra=run_fields(run),
+    )
+
+
 def run_scheduler(
     engine: Engine,
     *,
@@ -663,6 +677,7 @@ def run_scheduler(
                 for run, latency in zip(runs, _latencies(engine, namespace, runs), strict=True):
                     metrics.run_created(run, latency)
             for run in runs:
+                log_created(log, "assetq scheduler", run)
                 stats.runs += 1
                 window.runs += 1
                 stats.events += len(run.event_ids)

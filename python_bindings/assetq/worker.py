@@ -16,9 +16,10 @@ with payload ``runs`` on the namespace's channel, sent by the pass's own transac
 pay nothing for it). MySQL has no notifications: slots poll.
 
 Stopping is graceful: ``stop`` is looked at between runs, so a run in progress finishes and
-commits (or fails) whole; a worker that is killed instead leaves its runs to the next claim
-once their leases expire: a new attempt with the same events while the consumer's
-``max_attempts`` has attempts left, else the run is failed.
+commits (or fails) whole; a worker that is killed instead leaves its runs held until their
+leases expire: then a run with attempts left is claimed again, as a new attempt with the same
+events, and one on its last attempt (every run, with the default ``max_attempts=1``) is
+failed by the next claim or scheduler pass.
 
 An attempt that reaches its deadline (the consumer's ``timeout`` or the worker's) or whose run
 is cancelled (:func:`assetq.cancel_run`, seen by the next heartbeat) is let go: the claim's
@@ -49,7 +50,7 @@ from . import api, errors
 from .dialects import dialect_of
 from .handles import engine_of
 from .liveness import DEFAULT_INTERVAL, Liveness, check_interval
-from .logs import close_detached, connection_lost, first_line, log_retried
+from .logs import attempt_fields, close_detached, connection_lost, first_line, log_retried
 from .metrics import AttemptOutcome, Metrics
 from .migrate import DEFAULT_NAMESPACE
 from .scheduler import _error_code, pooled_session, pooled_warning
@@ -310,7 +311,7 @@ class _Heartbeat(threading.Thread):
                     claim.dag_id,
                     claim.attempt,
                     exc,
-                    extra={"dag_id": claim.dag_id, "run_id": claim.run_id},
+                    extra=attempt_fields(claim),
                 )
                 self.drop(claim)
                 claim.cancelled.set()
@@ -327,6 +328,7 @@ class _Heartbeat(threading.Thread):
                         claim.dag_id,
                         first_line(exc),
                         self._interval,
+                        extra=attempt_fields(claim),
                     )
                     self._failing = True
                 continue
@@ -354,6 +356,36 @@ def _handlers(handlers: object) -> dict[str, Handler]:
             )
         checked[dag_id] = handler
     return checked
+
+
+def log_claimed(logger: logging.Logger, slot_name: str, claim: api.Claim) -> None:
+    """The INFO line of an attempt a slot starts (sync and asyncio workers), with the
+    attempt's fields (``dag_id``, ``run_id``, ``attempt``, ``worker``)."""
+    logger.info(
+        "%s claimed run %s of %s (attempt %d, lease until %s)",
+        slot_name,
+        claim.run_id,
+        claim.dag_id,
+        claim.attempt,
+        claim.lease_until,
+        extra=attempt_fields(claim),
+    )
+
+
+def log_completed(
+    logger: logging.Logger, slot_name: str, claim: api.Claim, run: api.RunInfo
+) -> None:
+    """The INFO line of an attempt whose completion was recorded: its outcome and the run's
+    state now (``queued`` again for a retry), with the attempt's fields."""
+    logger.info(
+        "%s: run %s of %s attempt %d completed: now %s",
+        slot_name,
+        claim.run_id,
+        claim.dag_id,
+        claim.attempt,
+        run.state,
+        extra=attempt_fields(claim),
+    )
 
 
 def _error_text(exc: BaseException) -> str:
@@ -517,7 +549,7 @@ def run_worker(
             number = attempt_slot[claim.id]
         outcome: AttemptOutcome = "lost"
         info: api.RunInfo | None = None
-        fields = {"dag_id": claim.dag_id, "run_id": claim.run_id}
+        fields = attempt_fields(claim)
         if why == "timed out":
             error = timed_out_error(claim)
             log.warning(
@@ -568,6 +600,7 @@ def run_worker(
         """Run ``claim``'s handler and complete the attempt; False when the attempt was let go
         meanwhile (this thread's slot has a new thread: this one ends)."""
         handler = table[claim.dag_id]
+        log_claimed(log, f"assetq worker: {slot_name}", claim)
         with attempts_lock:
             attempt_state[claim.id] = "running"
             attempt_slot[claim.id] = number
@@ -575,7 +608,7 @@ def run_worker(
         attempt_started = time.monotonic()
         outcome: AttemptOutcome = "lost"
         info: api.RunInfo | None = None
-        fields = {"dag_id": claim.dag_id, "run_id": claim.run_id}
+        fields = attempt_fields(claim)
         try:
             try:
                 with engine.connect() as conn, conn.begin():
@@ -587,6 +620,7 @@ def run_worker(
                     )
                 outcome = "success"
                 stats.add(succeeded=1)
+                log_completed(log, f"assetq worker: {slot_name}", claim, info)
             except _LetGo:
                 pass
             except errors.LeaseLost as exc:
@@ -622,6 +656,7 @@ def run_worker(
                             )
                         outcome = "failed"
                         stats.add(failed=1)
+                        log_completed(log, f"assetq worker: {slot_name}", claim, info)
                     except errors.LeaseLost:
                         stats.add(lost=1)
                     except (errors.AssetqError, SQLAlchemyError, OSError) as again:
@@ -630,11 +665,13 @@ def run_worker(
                             log,
                             again,
                             "assetq worker: %s: could not record the failure of run %s of %s:"
-                            " %s; the next claim takes it when its lease expires",
+                            " %s; when its lease expires it is claimed again, or failed if that"
+                            " was its last attempt",
                             slot_name,
                             claim.run_id,
                             claim.dag_id,
                             first_line(again),
+                            extra=fields,
                         )
         finally:
             heart.drop(claim)

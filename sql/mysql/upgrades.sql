@@ -197,22 +197,23 @@ DROP VIEW IF EXISTS {{ns}}.{{name}}
 -- accounts hold which kind of access (grant_access), read from the privileges of one routine
 -- or table each kind always has, so that grant_access gives each of them again, and a
 -- routine or table that is new to the namespace reaches the accounts of its kind. A MariaDB
--- role has host ''.
-SELECT DISTINCT CASE p.Routine_name WHEN CONCAT('{{prefix}}', 'register_events') THEN 'producer'
-                                   WHEN CONCAT('{{prefix}}', 'schedule_pass') THEN 'scheduler'
+-- role has host ''. The names are plain literals: with a table prefix the rendering gives
+-- each its prefix ('dag' becomes 'assetq_dag'; sqlfiles.render), so writing the prefix here
+-- too named the table with the prefix twice, found no account, and a prefixed reader lost SELECT on the
+-- tables an upgrade added (tests/test_table_prefix.py).
+SELECT DISTINCT CASE p.Routine_name WHEN 'register_events' THEN 'producer'
+                                   WHEN 'schedule_pass' THEN 'scheduler'
                                    ELSE 'worker' END AS access,
        p.User AS grantee, p.Host AS host
   FROM mysql.procs_priv p
  WHERE p.Db = {{database}} AND FIND_IN_SET('Execute', p.Proc_priv) > 0
-   AND p.Routine_name IN (CONCAT('{{prefix}}', 'register_events'),
-                          CONCAT('{{prefix}}', 'schedule_pass'),
-                          CONCAT('{{prefix}}', 'claim_runs'))
+   AND p.Routine_name IN ('register_events', 'schedule_pass', 'claim_runs')
 UNION
 SELECT 'reader', d.User, d.Host FROM mysql.db d
  WHERE d.Db = {{database}} AND d.Select_priv = 'Y' AND '{{prefix}}' = ''
 UNION
 SELECT 'reader', t.User, t.Host FROM mysql.tables_priv t
- WHERE t.Db = {{database}} AND t.Table_name = CONCAT('{{prefix}}', 'dag')
+ WHERE t.Db = {{database}} AND t.Table_name = 'dag'
    AND FIND_IN_SET('Select', t.Table_priv) > 0
  ORDER BY 1, 2, 3
 

@@ -466,12 +466,22 @@ SELECT l.process_id, l.kind, l.name, l.host, l.pid, l.version, l.interval_second
  ORDER BY l.kind, l.host, l.pid, l.started_at, l.process_id
 
 -- purge_processes --
--- Delete the liveness rows last seen before :older_than (killed loops; a live one is seen again).
-DELETE FROM {{ns}}.process_liveness l WHERE l.last_seen_at < :older_than
+-- Delete the liveness rows last seen before :older_than (killed loops) that are stale too: not
+-- seen for :stale_intervals of their own intervals. A live loop's row is never deleted, whatever
+-- the cutoff (purge --older-than 0s took every live one, and status lost them until their next
+-- heartbeat); the test is the processes query's "stale".
+DELETE FROM {{ns}}.process_liveness l
+ WHERE l.last_seen_at < :older_than
+   AND l.last_seen_at < clock_timestamp()
+       - make_interval(secs => l.interval_seconds * CAST(:stale_intervals AS double precision))
 
 -- old_processes --
--- How many liveness rows purge_processes would delete (purge --dry-run).
-SELECT COUNT(*) AS processes FROM {{ns}}.process_liveness l WHERE l.last_seen_at < :older_than
+-- How many liveness rows purge_processes would delete (purge --dry-run): the same test.
+SELECT COUNT(*) AS processes
+  FROM {{ns}}.process_liveness l
+ WHERE l.last_seen_at < :older_than
+   AND l.last_seen_at < clock_timestamp()
+       - make_interval(secs => l.interval_seconds * CAST(:stale_intervals AS double precision))
 
 -- grant_access --
 -- Give an existing role one kind of access: producer, scheduler, worker or reader.
