@@ -739,7 +739,13 @@ def probe_claims(engine: Engine, namespace: str, probes: int) -> dict[str, list[
     """Counters of ``probes`` claims (assetq's own claim_runs statement, limit 1), each in a
     READ COMMITTED transaction rolled back after, on one connection: PostgreSQL buffers and
     index entries read in the namespace, MySQL the Handler_read_* sum."""
-    params = {"worker": "probe", "limit": 1, "lease_seconds": LEASE_SECONDS, "dag_ids": None}
+    params = {
+        "worker": "probe",
+        "limit": 1,
+        "lease_seconds": LEASE_SECONDS,
+        "dag_ids": None,
+        "timeout_seconds": None,
+    }
     out: dict[str, list[int]] = {}
     with engine.connect() as conn:
         dialect = dialect_for(conn)

@@ -177,7 +177,8 @@ def test_a_claimed_run_refuses_another_attempt_an_operator_and_a_retry(
         )
         assert refusal(db, "retry_run", run.dag_id, run.run_id) == (
             "AQ008",
-            f"run {run.run_id} of dag {run.dag_id} is running: only a failed run can be retried",
+            f"run {run.run_id} of dag {run.dag_id} is running:"
+            " only a failed or cancelled run can be retried",
             None,
         )
     else:
@@ -195,7 +196,7 @@ def test_a_claimed_run_refuses_another_attempt_an_operator_and_a_retry(
         )
         assert refusal(db, "retry_run", run.dag_id, run.run_id) == (
             "AQ008",
-            f"[AQ008] run {run.run_id!r} is running: only a failed run can be retried",
+            f"[AQ008] run {run.run_id!r} is running: only a failed or cancelled run can be retried",
             None,
         )
     # The holder is undisturbed by every refusal.

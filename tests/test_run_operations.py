@@ -212,6 +212,8 @@ def test_a_claim_sets_the_deadline_and_caps_the_lease_at_it(db: TestDatabase) ->
     assert seconds_between(plain.deadline, plain.started_at) == pytest.approx(90, abs=1e-3)
     renewed = assetq.heartbeat(db.engine, own)
     assert renewed.lease_until == own.deadline and renewed.deadline == own.deadline
+    with db.engine.connect() as conn:  # the stored run says it too
+        assert assetq.get_run(conn, own.dag_id, own.run_id).deadline == own.deadline
     make_runs(db, 1, prefix="free")
     (free,) = assetq.claim_runs(db.engine, "w", lease=600, dag_ids=["free_000"])
     assert free.deadline is None and free.started_at is not None and free.lease_until is not None

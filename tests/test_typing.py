@@ -46,7 +46,7 @@ SNIPPET = textwrap.dedent(
         state: assetq.RunState = info.state
         state = run.state
         state = claim.state
-        literal: Literal["queued", "running", "success", "failed"] = state
+        literal: Literal["queued", "running", "success", "failed", "cancelled"] = state
         if info.state == "sucess":  # refused
             pass
         completion: assetq.CompletionState = "success"
@@ -110,7 +110,7 @@ def _lines(text: str) -> set[int]:
 
 def test_a_misspelt_run_state_is_a_type_error(mypy_errors: dict[int, str]) -> None:
     (line,) = _lines('assetq.set_run_state(conn, "d", "r", "sucess")')
-    assert "Literal['queued', 'running', 'success', 'failed']" in mypy_errors[line]
+    assert "Literal['queued', 'running', 'success', 'failed', 'cancelled']" in mypy_errors[line]
 
 
 def test_only_the_marked_lines_are_refused(mypy_errors: dict[int, str]) -> None:

@@ -62,8 +62,11 @@ def test_status_json_keys_are_the_field_names(db: TestDatabase) -> None:
     with db.engine.connect() as conn:
         shown = {s.dag_id: s for s in assetq.status(conn)}
     for dag_id, consumer in consumers.items():
-        # Every field under its own name, and the deprecated "paused" beside is_paused.
-        assert set(consumer) == _names(assetq.DagStatus) | {"paused"}
+        # Every field under its own name, and the deprecated "paused" beside is_paused; the
+        # worker coverage (issue 26) under WorkerCoverage's names (expired_runs is DagStatus's
+        # expired_leases there), with its no_worker property.
+        coverage = _names(assetq.WorkerCoverage) - {"dag_id", "expired_runs"} | {"no_worker"}
+        assert set(consumer) == _names(assetq.DagStatus) | {"paused"} | coverage
         assert consumer["paused"] == consumer["is_paused"] == shown[dag_id].is_paused
     assert consumers["consumer"]["is_paused"] is True
     assert consumers["other"]["oldest_queued_age_seconds"] >= 0
@@ -113,8 +116,11 @@ def test_run_fields_are_run_info_fields_with_the_same_types() -> None:
 def test_claim_fields_are_run_info_fields_or_the_lease() -> None:
     claim, info = get_type_hints(assetq.Claim), get_type_hints(assetq.RunInfo)
     own = _names(assetq.Claim) - _names(assetq.Run)
-    assert own - _names(assetq.RunInfo) == {"lease"}
-    for name in own - {"lease"}:
+    # The claim's own: its lease, the event that tells its handler to stop, and whether its
+    # consumer is capped (the worker's cue to make the next run on MySQL).
+    claim_only = {"lease", "cancelled", "capped"}
+    assert own - _names(assetq.RunInfo) == claim_only
+    for name in own - claim_only:
         # The same type, or narrower where a claim always has a value (its worker).
         assert claim[name] == info[name] or claim[name] in get_args(info[name]), name
 

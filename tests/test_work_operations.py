@@ -193,7 +193,12 @@ def test_the_worker_role_may_do_nothing_else(db: TestDatabase, worker_login: Log
             return conn.execute(sa.text(db.sql("SELECT count(*) FROM {ns}.dag_run"))).all()
 
     _denied(db, register_as_worker)
-    _denied(db, lambda: assetq.schedule(worker_login.engine, max_attempts=1))
+    if db.engine_name == "postgresql":
+        _denied(db, lambda: assetq.schedule(worker_login.engine, max_attempts=1))
+    else:
+        # MySQL has no notifications: the worker that ends a capped consumer's run makes its
+        # next run with a pass of its own (docs/workers.md), so the access includes passes.
+        assetq.schedule(worker_login.engine, max_attempts=1)
     _denied(db, set_state_as_worker)
     _denied(db, read_as_worker)
     with db.engine.connect() as conn:

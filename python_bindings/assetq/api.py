@@ -210,6 +210,9 @@ class RunInfo:
     output_event_ids: tuple[int, ...] = ()
     #: The partition key a partitioned consumer's run is for (None: unpartitioned).
     partition_key: str | None = None
+    #: When its running attempt times out (its claim's time plus the timeout): None when it
+    #: has none, and for a run that is not running (:func:`claim_runs`).
+    deadline: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -1032,6 +1035,7 @@ def _run_info(row: Any) -> RunInfo:
         if "output_event_ids" in row._fields
         else (),
         partition_key=row.partition_key,
+        deadline=_utc_or_none(getattr(row, "deadline", None)),
     )
 
 

@@ -79,7 +79,7 @@ CALL {{ns}}.delete_asset(:asset)
 -- One run of a consumer by run id (no row when there is none).
 SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
        r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
-       r.lease_until, r.not_before, r.error, r.partition_key
+       r.lease_until, r.not_before, r.error, r.partition_key, r.deadline
   FROM {{ns}}.dag_run r
  WHERE r.dag_id = :dag_id AND r.run_id = :run_id
 
@@ -88,7 +88,7 @@ SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.cr
 -- in state :state (NULL: any). Read backwards along the (dag_id, seq) key.
 SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
        r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
-       r.lease_until, r.not_before, r.error, r.partition_key
+       r.lease_until, r.not_before, r.error, r.partition_key, r.deadline
   FROM {{ns}}.dag_run r
  WHERE r.dag_id = :dag_id
    AND (:state IS NULL OR r.state = :state)
@@ -102,7 +102,7 @@ SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.cr
 -- backwards (the driver inlines the parameters, so the NULL tests fold away).
 SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
        r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
-       r.lease_until, r.not_before, r.error, r.partition_key
+       r.lease_until, r.not_before, r.error, r.partition_key, r.deadline
   FROM {{ns}}.dag_run r
  WHERE (:state IS NULL OR r.state = :state)
    AND (:before_id IS NULL OR r.id < :before_id)

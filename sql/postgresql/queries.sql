@@ -96,7 +96,7 @@ SELECT deleted_events FROM {{ns}}.delete_asset(p_asset => :asset)
 -- One run of a consumer by run id (no row when there is none).
 SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
        r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
-       r.lease_until, r.not_before, r.error, r.partition_key
+       r.lease_until, r.not_before, r.error, r.partition_key, r.deadline
   FROM {{ns}}.dag_run r
  WHERE r.dag_id = :dag_id AND r.run_id = :run_id
 
@@ -105,7 +105,7 @@ SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.cr
 -- in state :state (NULL: any).
 SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
        r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
-       r.lease_until, r.not_before, r.error, r.partition_key
+       r.lease_until, r.not_before, r.error, r.partition_key, r.deadline
   FROM {{ns}}.dag_run r
  WHERE r.dag_id = :dag_id
    AND (CAST(:state AS text) IS NULL OR r.state = CAST(:state AS text))
@@ -118,7 +118,7 @@ SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.cr
 -- the newest), in state :state (NULL: any). With a state it reads dag_run_state_idx.
 SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.created_at,
        r.started_at, r.ended_at, r.triggering_event_id, r.event_count, r.attempt, r.worker,
-       r.lease_until, r.not_before, r.error, r.partition_key
+       r.lease_until, r.not_before, r.error, r.partition_key, r.deadline
   FROM {{ns}}.dag_run r
  WHERE (CAST(:state AS text) IS NULL OR r.state = CAST(:state AS text))
    AND (CAST(:before_id AS bigint) IS NULL OR r.id < CAST(:before_id AS bigint))
