@@ -48,6 +48,7 @@ HANDLE_KINDS = {
     "retry_run": "conn",
     "cancel_run": "conn",
     "status": "conn",
+    "worker_coverage": "conn",
     "processes": "conn",
     "current_revision": "conn",
     "schedule": "engine",
