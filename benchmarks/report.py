@@ -884,6 +884,24 @@ def wakeup_gap_section(wakeup: str | None) -> list[str]:
             " (docs/workers.md, The next run of a capped consumer, explains the wake-up):",
             "",
             wakeup.rstrip("\n"),
+            "",
+            "Where the first hop's time goes on PostgreSQL (the split column): assetq takes two"
+            " hops where procrastinate takes one. The producer's commit notifies the waiting"
+            " scheduler; woken, it reads the database's clock (the round of consumers it is"
+            " about to examine, a round trip of its own) and runs its pass, which inserts the"
+            " run (created_at) and commits with a second notification ('runs'); the worker's"
+            " listening thread wakes an idle slot's thread, which claims the run (started_at)"
+            " and calls the handler. procrastinate's deferring commit notifies its worker,"
+            " which fetches the job (its 'started' event) and runs the task. So assetq pays a"
+            " second notification, a second process's wake-up and the pass's own round trips"
+            " before its claim can start; what would close the gap is one hop: a worker that"
+            " runs the pass itself when woken by a producer's notification and claims what it"
+            " made (as the MySQL worker already runs the pass after a capped consumer's run),"
+            " or a pass that hands its runs to a waiting worker in the notification, with no"
+            " round trip before the pass. On MariaDB there is no notification: the first hop"
+            " waits for the scheduler's poll (5 s by default) and the worker's idle backoff"
+            " (50 ms doubling to 1 s); the gap after a capped consumer's run does not, as the"
+            " worker that ended it runs the pass and claims at once.",
         ]
     return [
         *heading,

@@ -284,6 +284,8 @@ class Procrastinate:
         import psycopg
         from procrastinate.schema import SchemaManager
 
+        # Its one warning: an App made in a script's main module (this one) is fine here.
+        logging.getLogger("procrastinate.blueprints").setLevel(logging.ERROR)
         self.conninfo = server.libpq()
         with psycopg.connect(self.conninfo, autocommit=True) as conn:
             conn.execute(SchemaManager.get_schema())
