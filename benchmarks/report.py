@@ -868,7 +868,54 @@ def latency_section(latency: str | None) -> list[str]:
     ]
 
 
-def markdown(report: dict[str, Any], plots: Sequence[str], latency: str | None = None) -> str:
+#: Written by benchmarks/wakeup_gap.py --output, next to the plots; included in the page.
+WAKEUP_GAP = "wakeup_gap.md"
+
+
+def wakeup_gap_section(wakeup: str | None) -> list[str]:
+    """The page's section on benchmarks/wakeup_gap.py: its --output file, or how to make it."""
+    heading = ["", "## The next run of a capped consumer, and the first hop", ""]
+    if wakeup:
+        return [
+            *heading,
+            "From benchmarks/wakeup_gap.py (issue 26, item 4), a separate run from the figures"
+            " above: `assetq scheduler` and `assetq worker` as processes started from the"
+            " command line with their defaults, and procrastinate's worker beside them"
+            " (docs/workers.md, The next run of a capped consumer, explains the wake-up):",
+            "",
+            wakeup.rstrip("\n"),
+            "",
+            "Where the first hop's time goes on PostgreSQL (the split column): assetq takes two"
+            " hops where procrastinate takes one. The producer's commit notifies the waiting"
+            " scheduler; woken, it reads the database's clock (the round of consumers it is"
+            " about to examine, a round trip of its own) and runs its pass, which inserts the"
+            " run (created_at) and commits with a second notification ('runs'); the worker's"
+            " listening thread wakes an idle slot's thread, which claims the run (started_at)"
+            " and calls the handler. procrastinate's deferring commit notifies its worker,"
+            " which fetches the job (its 'started' event) and runs the task. So assetq pays a"
+            " second notification, a second process's wake-up and the pass's own round trips"
+            " before its claim can start; what would close the gap is one hop: a worker that"
+            " runs the pass itself when woken by a producer's notification and claims what it"
+            " made (as the MySQL worker already runs the pass after a capped consumer's run),"
+            " or a pass that hands its runs to a waiting worker in the notification, with no"
+            " round trip before the pass. On MariaDB there is no notification: the first hop"
+            " waits for the scheduler's poll (5 s by default) and the worker's idle backoff"
+            " (50 ms doubling to 1 s); the gap after a capped consumer's run does not, as the"
+            " worker that ended it runs the pass and claims at once.",
+        ]
+    return [
+        *heading,
+        "Not measured for this page: `python benchmarks/wakeup_gap.py --output"
+        f" docs/{PLOTS}/{WAKEUP_GAP}` writes the figures that go here.",
+    ]
+
+
+def markdown(
+    report: dict[str, Any],
+    plots: Sequence[str],
+    latency: str | None = None,
+    wakeup: str | None = None,
+) -> str:
     machine = report["machine"]
     cfg = report["config"]
     out: list[str] = [
@@ -1064,6 +1111,7 @@ def markdown(report: dict[str, Any], plots: Sequence[str], latency: str | None =
     out += burndown_section(report)
     out += peers_section(report)
     out += latency_section(latency)
+    out += wakeup_gap_section(wakeup)
     if plots:
         out += ["", "## Plots", ""]
         out += [f"![{name[:-4]}]({PLOTS}/{name})" for name in plots]
@@ -1137,13 +1185,16 @@ def markdown(report: dict[str, Any], plots: Sequence[str], latency: str | None =
 
 def write(report: dict[str, Any], out: Path) -> None:
     """docs/benchmarks.json, docs/benchmarks/*.png and docs/benchmarks.md (which includes
-    docs/benchmarks/latency.md when benchmarks/latency.py wrote it)."""
+    docs/benchmarks/latency.md when benchmarks/latency.py wrote it, and
+    docs/benchmarks/wakeup_gap.md when benchmarks/wakeup_gap.py did)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "benchmarks.json").write_text(json.dumps(report, indent=1) + "\n", "utf-8")
     plots = _plots(report, out / PLOTS)
     latency = out / PLOTS / LATENCY
     text = latency.read_text("utf-8") if latency.exists() else None
-    (out / "benchmarks.md").write_text(markdown(report, plots, text), "utf-8")
+    gap = out / PLOTS / WAKEUP_GAP
+    gap_text = gap.read_text("utf-8") if gap.exists() else None
+    (out / "benchmarks.md").write_text(markdown(report, plots, text, gap_text), "utf-8")
 
 
 if __name__ == "__main__":  # re-draw the page and plots from the raw figures of a run
