@@ -495,8 +495,9 @@ def run_worker(
         return stop_event.is_set() or finished.is_set()
 
     wakeup = _Wakeup()
-    # Each attempt in progress: "running", then "finished" by its slot's thread, or
-    # "abandoned" by the heartbeat thread (let_go) at its deadline or when its run was lost.
+    # Each attempt in progress: "running" while its handler runs, then "completing" once the
+    # handler returned (its slot's thread ends it), or "abandoned" by the heartbeat thread
+    # (let_go) at its deadline or when its run was lost while the handler ran.
     attempts_lock = threading.Lock()
     attempt_state: dict[int, str] = {}
     attempt_slot: dict[int, int] = {}
@@ -544,7 +545,7 @@ def run_worker(
         new thread."""
         with attempts_lock:
             if attempt_state.get(claim.id) != "running":
-                return  # its slot finished it meanwhile
+                return  # its handler returned meanwhile: the slot's completion decides
             attempt_state[claim.id] = "abandoned"
             number = attempt_slot[claim.id]
         outcome: AttemptOutcome = "lost"
@@ -592,9 +593,15 @@ def run_worker(
         else None
     )
 
-    def abandoned(claim: api.Claim) -> bool:
+    def completing(claim: api.Claim) -> bool:
+        """The handler returned (or raised): from now on this slot ends the attempt itself,
+        and a deadline or a lost lease found meanwhile no longer lets it go (the completion
+        learns what happened: it commits, or LeaseLost). False when it was let go first."""
         with attempts_lock:
-            return attempt_state.get(claim.id) == "abandoned"
+            if attempt_state.get(claim.id) == "abandoned":
+                return False
+            attempt_state[claim.id] = "completing"
+            return True
 
     def execute(slot_name: str, number: int, claim: api.Claim) -> bool:
         """Run ``claim``'s handler and complete the attempt; False when the attempt was let go
@@ -613,7 +620,7 @@ def run_worker(
             try:
                 with engine.connect() as conn, conn.begin():
                     produced = handler(claim, conn)
-                    if abandoned(claim):
+                    if not completing(claim):
                         raise _LetGo
                     info = api.complete_run(
                         conn, claim, "success", events=produced, namespace=namespace
@@ -636,7 +643,7 @@ def run_worker(
                 )
                 stats.add(lost=1)
             except Exception as exc:  # the handler's error, or the completion's
-                if abandoned(claim):  # it saw claim.cancelled, most likely: already recorded
+                if not completing(claim):  # it saw claim.cancelled, likely: already recorded
                     pass
                 else:
                     log.warning(
