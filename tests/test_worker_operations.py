@@ -32,6 +32,7 @@ from work_scenario import (
     run_row,
     seconds_between,
     wait_for,
+    wait_past,
     write_effect,
 )
 
@@ -216,3 +217,36 @@ def test_a_finished_run_wakes_the_scheduler_for_the_capped_consumers_next_run(
     assert [r.seq for r in rows] == [1, 2, 3, 4, 5, 6]
     gaps = [seconds_between(b.created_at, a.ended_at) for a, b in itertools.pairwise(rows)]
     assert all(0 <= gap < 30 for gap in gaps), (gaps, done)
+
+
+@pytest.mark.engines("postgresql")
+def test_a_dead_holders_run_failed_by_a_claim_wakes_the_scheduler_for_the_next_run(
+    db: TestDatabase,
+) -> None:
+    """The capped consumer's run is held by a worker that dies on its last attempt. The claim
+    that fails it (its lease expired) frees the consumer's place and wakes the waiting
+    scheduler, whose pass makes the next run: the poll is 120 s away, the test's deadline 60."""
+    declare(db, "capped", "orders", max_active_runs=1, max_events_per_run=1)
+    stop = threading.Event()
+    scheduler = threading.Thread(
+        target=assetq.run_scheduler,
+        kwargs={"engine": db.engine, "poll_interval": 120, "stop_event": stop},
+        daemon=True,
+    )
+    scheduler.start()
+    try:
+        register(db, "orders", "orders")  # the waiting scheduler is notified: the first run
+        (dead,) = wait_for(
+            "the first run", lambda: assetq.claim_runs(db.engine, "dead", lease=0.2) or None
+        )
+        assert dead.lease_until is not None
+        wait_past(db, dead.lease_until)
+        assert assetq.claim_runs(db.engine, "next") == []  # fails the dead run: last attempt
+        assert run_row(db, "capped", dead.run_id)["state"] == "failed"
+        (second,) = wait_for(
+            "the next run", lambda: assetq.claim_runs(db.engine, "next") or None, deadline=60
+        )
+        assert second.run_id != dead.run_id
+    finally:
+        stop.set()
+        scheduler.join(30)

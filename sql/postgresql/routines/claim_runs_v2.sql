@@ -65,6 +65,7 @@ DECLARE
     v_running bigint[];
     v_gone    bigint[];
     v_late    record;
+    v_ended   text[];
 BEGIN
     IF p_worker IS NULL OR p_worker = '' OR length(p_worker) > 250 THEN
         RAISE EXCEPTION 'worker must be a name of 1 to 250 characters, got %', quote_nullable(left(p_worker, 60))
@@ -131,8 +132,13 @@ BEGIN
                   FROM {{ns}}.dag d
                  WHERE r.id = ANY (v_running) AND r.id <> ALL (v_gone) AND d.dag_id = r.dag_id
                    AND r.attempt >= d.max_attempts
-                RETURNING r.id)
-            SELECT v_gone || coalesce(array_agg(f.id), '{}') INTO v_gone FROM f;
+                RETURNING r.id, r.dag_id)
+            SELECT v_gone || coalesce(array_agg(f.id), '{}'), array_agg(DISTINCT f.dag_id)
+              INTO v_gone, v_ended
+              FROM f;
+            -- A failed run frees its capped consumer's place (fail_attempt does it for the
+            -- timed-out ones).
+            PERFORM {{ns}}.run_ended(x) FROM unnest(v_ended) AS x;
             IF cardinality(v_gone) > 0 THEN
                 v_failed := cardinality(v_gone);
                 v_ids := ARRAY(SELECT i FROM unnest(v_ids) AS i WHERE i <> ALL (v_gone));
