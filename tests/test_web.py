@@ -8,6 +8,7 @@ cancelling it.
 from __future__ import annotations
 
 import html
+import json
 import logging
 import shutil
 import socket
@@ -508,3 +509,43 @@ def test_in_a_browser_click_through_to_a_running_run_and_cancel_it(
         assert scene.state(scene.running.run_id) == "queued"
     finally:
         browser.quit()
+
+
+def test_assetq_web_serves_the_console(scene: Scene) -> None:
+    """The command as a user runs it: `python -m assetq web --url ... --port P` answers on
+    127.0.0.1, read-only by default, and stops on SIGTERM."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    port = _free_port()
+    url = scene.db.url.render_as_string(hide_password=False)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "assetq", "web", "--url", url, "--namespace",
+         scene.db.namespace, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api", timeout=5) as answer:
+                    found = json.loads(answer.read())
+                break
+            except OSError:
+                assert server.poll() is None, server.communicate()
+                assert time.monotonic() < deadline, "assetq web did not answer"
+                time.sleep(0.1)
+        assert {c["dag_id"] for c in found["consumers"]} == {"report", "publish", "xss"}
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/dags/report", timeout=5) as page:
+            assert "<form" not in page.read().decode()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        out, err = server.communicate(timeout=20)
+    assert server.returncode == 0, err
+    assert f"http://127.0.0.1:{port}/ (read-only)" in out.decode()

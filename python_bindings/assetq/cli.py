@@ -1940,6 +1940,34 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def _web_server_class() -> Any:
+    import uvicorn
+
+    class WebServer(uvicorn.Server):
+        """uvicorn's server, stopped like the scheduler and the worker: SIGTERM or SIGINT
+        lets the requests in progress finish and exits 0 (uvicorn raises the signal again
+        after its shutdown, which ends the process with it); a second one stops at once."""
+
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            def handler(signum: int, frame: FrameType | None) -> None:
+                if self.should_exit:
+                    self.force_exit = True
+                self.should_exit = True
+
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+            try:
+                yield
+            finally:
+                for sig, old in previous.items():
+                    signal.signal(sig, old)
+
+    return WebServer
+
+
 def cmd_web(args: argparse.Namespace) -> int:
     """Serve the operator's console (docs/web.md): consumers, runs, assets and workers as
     pages, each also as JSON under /api/. Read-only unless --actions. Listens on
@@ -1974,7 +2002,11 @@ def cmd_web(args: argparse.Namespace) -> int:
         )
         mode = "actions on" if args.actions else "read-only"
         print(f"assetq web: http://{args.host}:{args.port}/ ({mode})", flush=True)
-        uvicorn.run(console, host=args.host, port=args.port, log_level="warning")
+        config = uvicorn.Config(console, host=args.host, port=args.port, log_level="warning")
+        server = _web_server_class()(config)
+        server.run()
+        if not server.started:
+            return EXIT_ERROR  # uvicorn said why (the port is taken, say)
     finally:
         engine.dispose()
     return EXIT_OK
