@@ -34,6 +34,7 @@ COMMAND_LINES = {
     "dags": ["dags"],
     "dag": ["dag", "pause", "report"],
     "events": ["events", "--asset", "orders"],
+    "web": ["web"],
 }
 
 

@@ -217,3 +217,22 @@ def test_unpacked_wheel_runs_the_command_line(unpacked: Path, tmp_path: Path) ->
     )
     assert done.returncode == 0, done.stderr
     assert "install" in done.stdout
+
+
+def test_wheel_ships_the_consoles_templates_and_static_files(wheel: Path) -> None:
+    """assetq.web renders from files inside the package (no CDN, nothing to build): every
+    template and static file of the checkout is in the wheel, byte for byte."""
+    archive = zipfile.ZipFile(wheel)
+    names = set(archive.namelist())
+    web = ROOT / "python_bindings" / "assetq" / "web"
+    shipped = {
+        "assetq/web/" + p.relative_to(web).as_posix(): p
+        for folder in ("templates", "static")
+        for p in (web / folder).rglob("*")
+        if p.is_file()
+    }
+    assert any(n.endswith(".html") for n in shipped) and any(n.endswith(".css") for n in shipped)
+    assert "assetq/web/__init__.py" in names
+    assert not set(shipped) - names, sorted(set(shipped) - names)
+    for name, path in shipped.items():
+        assert archive.read(name) == path.read_bytes(), name

@@ -4,7 +4,7 @@
 
 Commands: ``install``, ``upgrade``, ``repair``, ``uninstall``, ``sql``, ``scheduler``, ``worker``,
 ``status``, ``doctor``, ``purge``, ``grant``, ``demo``, ``runs``, ``run``, ``dags``, ``dag``,
-``events``; ``assetq COMMAND --help`` tells more.
+``events``, ``web``; ``assetq COMMAND --help`` tells more.
 The database URL comes from ``--url`` or the environment variable ``ASSETQ_DATABASE_URL``
 (``postgresql://...`` and ``mysql://...`` get the drivers assetq ships with: psycopg 3 and
 PyMySQL). The namespace comes from ``--namespace`` or ``ASSETQ_NAMESPACE``. Both options are
@@ -1892,6 +1892,126 @@ def cmd_events(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- web ------------------------------------------------------------------------------------
+
+WEB_PASSWORD_ENV = "ASSETQ_WEB_PASSWORD"
+
+
+def _web_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; any other needs --auth)",
+    )
+    parser.add_argument(
+        "--port", type=_positive, default=8085, help="port to listen on (default 8085)"
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--read-only",
+        dest="actions",
+        action="store_false",
+        help="pages only: no retry, cancel, pause or unpause (the default)",
+    )
+    mode.add_argument(
+        "--actions",
+        dest="actions",
+        action="store_true",
+        help="offer retry and cancel of runs and pause/unpause of consumers (POST with a CSRF"
+        " token, through the public API, logged with the client's address)",
+    )
+    parser.set_defaults(actions=False)
+    parser.add_argument(
+        "--auth",
+        action="store_true",
+        help=f"ask for HTTP basic authentication, the password from ${WEB_PASSWORD_ENV}"
+        " (any user name; it is logged with each action)",
+    )
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _web_server_class() -> Any:
+    import uvicorn
+
+    class WebServer(uvicorn.Server):
+        """uvicorn's server, stopped like the scheduler and the worker: SIGTERM or SIGINT
+        lets the requests in progress finish and exits 0 (uvicorn raises the signal again
+        after its shutdown, which ends the process with it); a second one stops at once."""
+
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            def handler(signum: int, frame: FrameType | None) -> None:
+                if self.should_exit:
+                    self.force_exit = True
+                self.should_exit = True
+
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+            try:
+                yield
+            finally:
+                for sig, old in previous.items():
+                    signal.signal(sig, old)
+
+    return WebServer
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    """Serve the operator's console (docs/web.md): consumers, runs, assets and workers as
+    pages, each also as JSON under /api/. Read-only unless --actions. Listens on
+    127.0.0.1:8085; another address is refused without --auth (HTTP basic, the password from
+    $ASSETQ_WEB_PASSWORD). Needs the web extra: pip install 'assetq[web]'. Stops on SIGINT or
+    SIGTERM."""
+    password = None
+    if args.auth:
+        password = os.environ.get(WEB_PASSWORD_ENV)
+        if not password:
+            raise UsageError(f"--auth needs the password in ${WEB_PASSWORD_ENV}")
+    elif not _loopback(args.host):
+        raise UsageError(
+            f"refusing to listen on {args.host} without --auth: anyone who reaches it would see"
+            f" the console; set ${WEB_PASSWORD_ENV} and pass --auth (or listen on 127.0.0.1)"
+        )
+    try:
+        import uvicorn
+
+        from . import web
+    except ImportError as exc:
+        raise UsageError(
+            f"the console needs the web extra ({exc}): pip install 'assetq[web]'"
+        ) from None
+    engine = _connected(args)
+    try:
+        console = web.app(
+            engine,
+            namespace=args.resolved_namespace,
+            read_only=not args.actions,
+            password=password,
+        )
+        mode = "actions on" if args.actions else "read-only"
+        print(f"assetq web: http://{args.host}:{args.port}/ ({mode})", flush=True)
+        config = uvicorn.Config(console, host=args.host, port=args.port, log_level="warning")
+        server = _web_server_class()(config)
+        server.run()
+        if not server.started:
+            return EXIT_ERROR  # uvicorn said why (the port is taken, say)
+    finally:
+        engine.dispose()
+    return EXIT_OK
+
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         "demo",
@@ -1965,6 +2085,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("dags", "list the consumers with their queues and runs", cmd_dags, _dags_arguments),
     Command("dag", "pause or unpause a consumer (dag pause|unpause DAG)", cmd_dag, _dag_arguments),
     Command("events", "list an asset's recent events (--asset)", cmd_events, _events_arguments),
+    Command("web", "serve the operator's console (pages and JSON)", cmd_web, _web_arguments),
 )
 
 

@@ -520,3 +520,37 @@ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */
         OR (e.`timestamp` = :before_timestamp AND e.id < :before_id))
  ORDER BY e.`timestamp` DESC, e.id DESC
  LIMIT :limit
+
+-- web_assets_page --
+-- The console's asset list (assetq.web, /assets): the assets by name after :after_name (NULL:
+-- from the first), at most :limit, each with how many consumers name it (counted on the
+-- reference table's primary key, which starts with the asset).
+SELECT a.id AS asset_id, a.name AS asset_name, a.uri AS asset_uri,
+       (SELECT COUNT(*) FROM {{ns}}.dag_schedule_asset_reference r
+         WHERE r.asset_id = a.id) AS consumers
+  FROM {{ns}}.asset a
+ WHERE :after_name IS NULL OR a.name > :after_name
+ ORDER BY a.name
+ LIMIT :limit
+
+-- web_asset_consumers --
+-- The consumers whose condition names asset :asset_id (assetq.web, /assets/<name>), by dag id
+-- after :after_dag_id (NULL: from the first), at most :limit, read by the reference table's
+-- primary key (asset_id, dag_id).
+SELECT r.dag_id, d.is_paused
+  FROM {{ns}}.dag_schedule_asset_reference r
+  JOIN {{ns}}.dag d ON d.dag_id = r.dag_id
+ WHERE r.asset_id = :asset_id
+   AND (:after_dag_id IS NULL OR r.dag_id > :after_dag_id)
+ ORDER BY r.dag_id
+ LIMIT :limit
+
+-- web_process_dags --
+-- The consumers each process of the liveness table has handlers for (assetq.web, /workers),
+-- by process and dag id, at most :limit rows: as many as the live workers declare, never the
+-- history.
+SELECT p.process_id, p.dag_id
+  FROM {{ns}}.process_dag p
+  JOIN {{ns}}.process_liveness l ON l.process_id = p.process_id
+ ORDER BY p.process_id, p.dag_id
+ LIMIT :limit

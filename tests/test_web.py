@@ -1,0 +1,551 @@
+"""The operator's console (issue 27, docs/web.md): every page and its /api twin, on both
+engines; what it shows is escaped; actions only with a CSRF token and never in read-only, and
+nothing written when refused; the statements a page sends do not grow with the history; and
+a real browser (Debian's headless Chromium, driven by selenium) clicking through to a run and
+cancelling it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import sqlalchemy as sa
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from starlette.testclient import TestClient
+
+import assetq
+import assetq.web
+from assetq import cli, liveness
+from dbs import TestDatabase, made_logins
+from scenario import declare, register
+
+XSS = "<script>alert(1)</script>"
+
+
+@dataclass
+class Scene:
+    db: TestDatabase
+    failed: assetq.RunInfo
+    succeeded: assetq.RunInfo
+    running: assetq.Claim
+    queued: assetq.Run
+
+    def state(self, run_id: str) -> str:
+        return str(self.db.scalar("SELECT state FROM {ns}.dag_run WHERE run_id = :r", r=run_id))
+
+    def paused(self, dag_id: str) -> bool:
+        return bool(self.db.scalar("SELECT is_paused FROM {ns}.dag WHERE dag_id = :d", d=dag_id))
+
+    def client(self, *, read_only: bool = False, **options: Any) -> TestClient:
+        console = assetq.web.app(
+            self.db.engine, namespace=self.db.namespace, read_only=read_only, **options
+        )
+        return TestClient(console, follow_redirects=False)
+
+
+@pytest.fixture
+def scene(db: TestDatabase) -> Iterator[Scene]:
+    """report (on orders, 3 attempts): a failed run whose error holds HTML, a successful one
+    with an output event, one a worker holds, one queued; publish on report's output; xss on
+    an asset named like a script; a worker that runs report, alive."""
+    declare(db, "report", "orders", max_attempts=1)
+    declare(db, "publish", "report_done")
+    declare(db, "xss", XSS)
+    register(db, XSS)
+    runs: list[assetq.Run] = []
+    for _ in range(4):
+        register(db, "orders")
+        runs += [
+            r for r in assetq.schedule(db.engine, namespace=db.namespace) if r.dag_id == "report"
+        ]
+    ns = db.namespace
+    (claim,) = assetq.claim_runs(db.engine, "w-1", dag_ids=["report"], namespace=ns)
+    failed = assetq.complete_run(
+        db.engine, claim, "failed", error=f"ValueError: {XSS}\n  at line 3", namespace=ns
+    )
+    (claim,) = assetq.claim_runs(db.engine, "w-2", dag_ids=["report"], namespace=ns)
+    succeeded = assetq.complete_run(
+        db.engine,
+        claim,
+        "success",
+        events=[assetq.NewEvent("report_done", extra={"rows": 7})],
+        namespace=ns,
+    )
+    (running,) = assetq.claim_runs(db.engine, "w-3", dag_ids=["report"], namespace=ns)
+    assetq.schedule(db.engine, namespace=ns)  # publish's run, of report's output
+    alive = liveness.Liveness(db.engine, ns, "worker", 30.0, name="w-3", handles=["report"])
+    alive.beat()
+    try:
+        yield Scene(db, failed, succeeded, running, runs[3])
+    finally:
+        alive.gone()
+
+
+def _pages(scene: Scene) -> dict[str, str]:
+    report = "/dags/report"
+    return {
+        "/": "/api",
+        report: "/api" + report,
+        f"{report}/runs/{scene.failed.run_id}": f"/api{report}/runs/{scene.failed.run_id}",
+        "/assets": "/api/assets",
+        "/assets/orders": "/api/assets/orders",
+        "/workers": "/api/workers",
+    }
+
+
+# -- pages and their JSON ----------------------------------------------------------------------
+
+
+def test_every_page_renders_and_its_api_twin_answers(scene: Scene) -> None:
+    client = scene.client(read_only=True)
+    for page, api in _pages(scene).items():
+        shown = client.get(page)
+        assert shown.status_code == 200, (page, shown.text)
+        assert shown.headers["content-type"].startswith("text/html"), page
+        answer = client.get(api)
+        assert answer.status_code == 200, (api, answer.text)
+        assert answer.headers["content-type"] == "application/json", api
+    css = client.get("/static/style.css")
+    assert css.status_code == 200 and "font" in css.text
+
+
+def test_the_overview_shows_each_consumer_with_its_queue_runs_and_workers(scene: Scene) -> None:
+    client = scene.client(read_only=True)
+    found = client.get("/api").json()
+    consumers = {c["dag_id"]: c for c in found["consumers"]}
+    assert set(consumers) == {"report", "publish", "xss"}
+    report = consumers["report"]
+    assert report["condition_text"] == "orders"
+    assert report["is_paused"] is False and report["max_attempts"] == 1
+    assert (report["queued_runs"], report["running_runs"], report["failed_runs"]) == (1, 1, 1)
+    assert report["active_runs"] == 2 and report["last_run_at"] is not None
+    assert report["no_worker"] is False  # w-3 is alive and runs report
+    # publish's run (from report's output) waits, and no worker has a handler for it.
+    assert consumers["publish"]["queued_runs"] == 1 and consumers["publish"]["no_worker"]
+    assert found["totals"]["consumers"] == 3 and found["totals"]["failed_runs"] == 1
+    assert found["workers_alive"] == 1 and found["schedulers_alive"] == 0
+    page = client.get("/").text
+    assert 'href="/dags/report"' in page and "no worker" in page
+
+
+def test_a_consumer_page_pages_its_runs_by_key_and_filters_by_state(scene: Scene) -> None:
+    client = scene.client(read_only=True)
+    found = client.get("/api/dags/report").json()
+    assert found["dag"]["dag_id"] == "report" and found["dag"]["condition_text"] == "orders"
+    assert [r["run_id"] for r in found["runs"]] == [
+        scene.queued.run_id,
+        scene.running.run_id,
+        scene.succeeded.run_id,
+        scene.failed.run_id,
+    ]
+    failed = client.get("/api/dags/report", params={"state": "failed"}).json()
+    assert [r["run_id"] for r in failed["runs"]] == [scene.failed.run_id]
+    older = client.get("/api/dags/report", params={"before": scene.running.seq}).json()
+    assert [r["run_id"] for r in older["runs"]] == [scene.succeeded.run_id, scene.failed.run_id]
+    assert client.get("/api/dags/report", params={"state": "lost"}).status_code == 400
+    # xss's event waits in its queue (its condition is met, but no pass ran since).
+    register(scene.db, XSS)
+    queued = client.get("/api/dags/xss").json()["queued_events"]
+    assert [e["asset"] for e in queued] == [XSS]
+
+
+def test_a_run_page_has_what_run_show_has(scene: Scene) -> None:
+    client = scene.client(read_only=True)
+    found = client.get(f"/api/dags/report/runs/{scene.succeeded.run_id}").json()
+    assert found["run"]["state"] == "success" and found["run"]["worker"].startswith("w-2")
+    assert found["run"]["attempt"] == 1 and found["max_attempts"] == 1
+    assert [e["asset"] for e in found["consumed_events"]] == ["orders"]
+    assert [(e["asset"], e["extra"]) for e in found["outputs"]] == [("report_done", {"rows": 7})]
+    failed = client.get(f"/api/dags/report/runs/{scene.failed.run_id}").json()
+    assert failed["run"]["error"].startswith(f"ValueError: {XSS}")
+
+
+def test_the_asset_pages_show_events_and_consumers(scene: Scene) -> None:
+    client = scene.client(read_only=True)
+    names = [a["name"] for a in client.get("/api/assets").json()["assets"]]
+    assert names == sorted([XSS, "orders", "report_done"])
+    orders = client.get("/api/assets/orders").json()
+    assert orders["asset"]["name"] == "orders" and len(orders["events"]) == 4
+    assert [c["dag_id"] for c in orders["consumers"]] == ["report"]
+    paged = client.get("/api/assets/orders", params={"before": _cursor(orders["events"][1])})
+    assert [e["id"] for e in paged.json()["events"]] == [e["id"] for e in orders["events"][2:]]
+
+
+def _cursor(event: dict[str, Any]) -> str:
+    return f"{event['timestamp']}~{event['id']}"
+
+
+def test_the_workers_page_shows_each_worker_with_its_consumers(scene: Scene) -> None:
+    client = scene.client(read_only=True)
+    (worker,) = client.get("/api/workers").json()["processes"]
+    assert worker["kind"] == "worker" and worker["name"] == "w-3"
+    assert worker["dag_ids"] == ["report"] and worker["stale"] is False
+    assert 'href="/dags/report"' in client.get("/workers").text
+
+
+def test_unknown_dags_runs_and_assets_are_404_with_the_error(scene: Scene) -> None:
+    client = scene.client(read_only=True)
+    for path in ("/dags/nothing", "/dags/report/runs/nothing", "/assets/nothing"):
+        assert client.get(path).status_code == 404, path
+        answer = client.get("/api" + path)
+        assert answer.status_code == 404 and "unknown" in answer.json()["error"], path
+
+
+def test_the_pages_need_only_a_readers_rights(scene: Scene) -> None:
+    db = scene.db
+    with made_logins(db, ["reader"], "aqweb") as logins:
+        login = logins["reader"]
+        assetq.grant_roles(db.engine, reader=[login.grantee], namespace=db.namespace)
+        try:
+            console = assetq.web.app(login.engine, namespace=db.namespace)
+            with TestClient(console) as client:
+                for page, api in _pages(scene).items():
+                    assert client.get(page).status_code == 200, page
+                    assert client.get(api).status_code == 200, api
+        finally:
+            assetq.revoke_roles(db.engine, [login.grantee], namespace=db.namespace)
+
+
+def test_a_mounted_console_links_under_its_mount_path(scene: Scene) -> None:
+    console = assetq.web.app(scene.db.engine, namespace=scene.db.namespace)
+    host = Starlette(routes=[Mount("/ops/assetq", app=console)])
+    with TestClient(host) as client:
+        page = client.get("/ops/assetq/")
+        assert page.status_code == 200
+        assert 'href="/ops/assetq/dags/report"' in page.text
+        assert 'href="/ops/assetq/static/style.css"' in page.text
+        assert client.get("/ops/assetq/static/style.css").status_code == 200
+
+
+# -- escaping ----------------------------------------------------------------------------------
+
+
+def test_asset_names_and_errors_are_shown_as_text(scene: Scene) -> None:
+    client = scene.client()
+    escaped = html.escape(XSS, quote=False)
+    for path in (
+        "/",
+        "/assets",
+        f"/assets/{XSS}",
+        "/dags/xss",
+        f"/dags/report/runs/{scene.failed.run_id}",
+        "/dags/report",
+    ):
+        page = client.get(path)
+        assert page.status_code == 200, (path, page.text)
+        assert XSS not in page.text, path
+        assert escaped in page.text, path
+
+
+# -- actions -----------------------------------------------------------------------------------
+
+
+def _token(client: TestClient) -> str:
+    token = client.app.state.csrf_token  # type: ignore[attr-defined]
+    assert isinstance(token, str) and len(token) == 64
+    return token
+
+
+def test_an_action_without_the_csrf_token_is_refused_and_writes_nothing(scene: Scene) -> None:
+    client = scene.client()
+    cancel = f"/dags/report/runs/{scene.running.run_id}/cancel"
+    retry = f"/dags/report/runs/{scene.failed.run_id}/retry"
+    for data in ({}, {"csrf_token": "0" * 64}):
+        assert client.post(cancel, data=data).status_code == 403
+        assert client.post(retry, data=data).status_code == 403
+        assert client.post("/dags/report/pause", data=data).status_code == 403
+    assert scene.state(scene.running.run_id) == "running"
+    assert scene.state(scene.failed.run_id) == "failed"
+    assert not scene.paused("report")
+
+
+def test_cancel_with_the_token_cancels_through_the_api_and_is_logged(
+    scene: Scene, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = scene.client()
+    page = client.get(f"/dags/report/runs/{scene.running.run_id}").text
+    token = _token(client)
+    assert f'value="{token}"' in page and "/cancel" in page
+    with caplog.at_level(logging.INFO, logger="assetq.web"):
+        done = client.post(
+            f"/dags/report/runs/{scene.running.run_id}/cancel",
+            data={"csrf_token": token, "reason": "bad input"},
+        )
+    assert done.status_code == 303
+    assert done.headers["location"] == f"/dags/report/runs/{quote(scene.running.run_id, safe='')}"
+    assert scene.state(scene.running.run_id) == "cancelled"
+    shown = client.get(f"/api/dags/report/runs/{scene.running.run_id}").json()["run"]
+    assert shown["error"] == "cancelled: bad input"
+    (line,) = [r for r in caplog.records if r.name == "assetq.web"]
+    assert "cancel" in line.getMessage() and "testclient" in line.getMessage()
+
+
+def test_retry_pause_and_unpause_with_the_token(scene: Scene) -> None:
+    client = scene.client()
+    token = {"csrf_token": _token(client)}
+    retried = client.post(f"/dags/report/runs/{scene.failed.run_id}/retry", data=token)
+    assert retried.status_code == 303 and scene.state(scene.failed.run_id) == "queued"
+    assert client.post("/dags/report/pause", data=token).status_code == 303
+    assert scene.paused("report")
+    assert client.get("/api/dags/report").json()["dag"]["is_paused"] is True
+    assert client.post("/dags/report/unpause", data=token).status_code == 303
+    assert not scene.paused("report")
+
+
+def test_an_action_the_api_refuses_is_shown_and_writes_nothing(scene: Scene) -> None:
+    client = scene.client()
+    token = {"csrf_token": _token(client)}
+    refused = client.post(f"/dags/report/runs/{scene.succeeded.run_id}/retry", data=token)
+    assert refused.status_code == 409 and "success" in refused.text
+    assert scene.state(scene.succeeded.run_id) == "success"
+    assert client.post("/dags/nothing/pause", data=token).status_code == 404
+    assert client.post("/dags/report/explode", data=token).status_code == 404
+
+
+def test_read_only_shows_no_action_and_refuses_every_post(scene: Scene) -> None:
+    client = scene.client(read_only=True)
+    token = {"csrf_token": _token(client)}
+    for path in (
+        "/dags/report",
+        f"/dags/report/runs/{scene.running.run_id}",
+        f"/dags/report/runs/{scene.failed.run_id}",
+    ):
+        page = client.get(path).text
+        assert "<form" not in page and token["csrf_token"] not in page, path
+    assert (
+        client.post(f"/dags/report/runs/{scene.running.run_id}/cancel", data=token).status_code
+        == 403
+    )
+    assert (
+        client.post(f"/dags/report/runs/{scene.failed.run_id}/retry", data=token).status_code == 403
+    )
+    assert client.post("/dags/report/pause", data=token).status_code == 403
+    assert scene.state(scene.running.run_id) == "running"
+    assert scene.state(scene.failed.run_id) == "failed"
+    assert not scene.paused("report")
+
+
+def test_the_app_is_read_only_unless_asked(scene: Scene) -> None:
+    console = assetq.web.app(scene.db.engine, namespace=scene.db.namespace)
+    with TestClient(console) as client:
+        assert "<form" not in client.get(f"/dags/report/runs/{scene.running.run_id}").text
+
+
+def test_a_password_asks_for_http_basic_authentication(scene: Scene) -> None:
+    client = scene.client(password="s3cret")
+    assert client.get("/").status_code == 401
+    assert client.get("/api").headers["www-authenticate"].startswith("Basic")
+    assert client.get("/", auth=("ops", "wrong")).status_code == 401
+    assert client.get("/", auth=("ops", "s3cret")).status_code == 200
+
+
+# -- bounded statements ------------------------------------------------------------------------
+
+
+def _statements(db: TestDatabase, client: TestClient, path: str) -> int:
+    count = 0
+
+    def counted(*_: Any) -> None:
+        nonlocal count
+        count += 1
+
+    sa.event.listen(db.engine, "before_cursor_execute", counted)
+    try:
+        assert client.get(path).status_code == 200, path
+    finally:
+        sa.event.remove(db.engine, "before_cursor_execute", counted)
+    return count
+
+
+def _grow(db: TestDatabase, runs: int) -> None:
+    """``runs`` more runs of many (one event each) and as many events queued for backlog."""
+    for _ in range(runs):
+        register(db, "many")
+        assetq.schedule(db.engine, namespace=db.namespace)
+    with db.engine.begin() as conn:
+        assetq.register_events(conn, [assetq.NewEvent("waiting") for _ in range(runs)])
+
+
+def test_the_statements_a_page_sends_do_not_grow_with_the_history(db: TestDatabase) -> None:
+    declare(db, "many", "many", max_events_per_run=1)
+    declare(db, "backlog", "waiting")
+    _grow(db, 10)
+    with db.engine.connect() as conn:
+        (run,) = assetq.runs(conn, "many", limit=1, namespace=db.namespace)
+    console = assetq.web.app(db.engine, namespace=db.namespace)
+    client = TestClient(console)
+    pages = [
+        "/",
+        "/dags/many",
+        "/dags/backlog",
+        f"/dags/many/runs/{run.run_id}",
+        "/assets",
+        "/assets/many",
+        "/assets/waiting",
+        "/workers",
+    ]
+    for page in pages:  # the first call of a process checks the schema once
+        client.get(page)
+    before = {page: _statements(db, client, page) for page in pages}
+    _grow(db, 190)
+    after = {page: _statements(db, client, page) for page in pages}
+    assert after == before
+    assert db.scalar("SELECT COUNT(*) FROM {ns}.dag_run WHERE dag_id = 'many'") == 200
+    assert len(client.get("/api/dags/backlog").json()["queued_events"]) == 50
+    assert all(count <= 8 for count in after.values()), after
+
+
+# -- the command line --------------------------------------------------------------------------
+
+
+def test_web_refuses_another_address_without_auth(capsys: pytest.CaptureFixture[str]) -> None:
+    url = "postgresql://nobody@127.0.0.1:1/nothing"
+    assert cli.main(["web", "--url", url, "--host", "0.0.0.0"]) == cli.EXIT_USAGE
+    assert "without --auth" in capsys.readouterr().err
+
+
+def test_web_auth_needs_the_password_in_the_environment(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(cli.WEB_PASSWORD_ENV, raising=False)
+    url = "postgresql://nobody@127.0.0.1:1/nothing"
+    assert cli.main(["web", "--url", url, "--host", "0.0.0.0", "--auth"]) == cli.EXIT_USAGE
+    assert cli.WEB_PASSWORD_ENV in capsys.readouterr().err
+
+
+# -- a real browser ----------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def served(scene: Scene) -> Iterator[str]:
+    """The console with actions, served by uvicorn on a free port of 127.0.0.1."""
+    import uvicorn
+
+    console = assetq.web.app(scene.db.engine, namespace=scene.db.namespace, read_only=False)
+    port = _free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(console, host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def _browser() -> Any:
+    chromium = shutil.which("chromium")
+    driver = shutil.which("chromedriver")
+    if chromium is None or driver is None:
+        pytest.skip(
+            "no chromium or chromedriver on this machine: apt-get install chromium"
+            " chromium-driver (.ci/run does)"
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(executable_path=driver), options=options)
+
+
+def test_in_a_browser_click_through_to_a_running_run_and_cancel_it(
+    scene: Scene, served: str
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser = _browser()
+    try:
+        browser.get(served + "/")
+        assert "Consumers" in browser.title
+        browser.find_element(By.LINK_TEXT, "report").click()
+        assert browser.find_element(By.ID, "dag-state").text == "active"
+        browser.find_element(By.LINK_TEXT, scene.running.run_id).click()
+        assert browser.find_element(By.ID, "run-state").text == "running"
+        browser.find_element(By.NAME, "reason").send_keys("from the browser")
+        browser.find_element(By.CSS_SELECTOR, "button[value=cancel]").click()
+        WebDriverWait(browser, 10).until(expected_conditions.alert_is_present())
+        browser.switch_to.alert.accept()  # the page asks to confirm
+        WebDriverWait(browser, 10).until(
+            lambda b: b.find_element(By.ID, "run-state").text == "cancelled"
+        )
+        assert "cancelled: from the browser" in browser.find_element(By.ID, "run-error").text
+        assert scene.state(scene.running.run_id) == "cancelled"
+        # Retry it from the same page: queued again.
+        browser.find_element(By.CSS_SELECTOR, "button[value=retry]").click()
+        WebDriverWait(browser, 10).until(expected_conditions.alert_is_present())
+        browser.switch_to.alert.accept()
+        WebDriverWait(browser, 10).until(
+            lambda b: b.find_element(By.ID, "run-state").text == "queued"
+        )
+        assert scene.state(scene.running.run_id) == "queued"
+    finally:
+        browser.quit()
+
+
+def test_assetq_web_serves_the_console(scene: Scene) -> None:
+    """The command as a user runs it: `python -m assetq web --url ... --port P` answers on
+    127.0.0.1, read-only by default, and stops on SIGTERM."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    port = _free_port()
+    url = scene.db.url.render_as_string(hide_password=False)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "assetq", "web", "--url", url, "--namespace",
+         scene.db.namespace, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api", timeout=5) as answer:
+                    found = json.loads(answer.read())
+                break
+            except OSError:
+                assert server.poll() is None, server.communicate()
+                assert time.monotonic() < deadline, "assetq web did not answer"
+                time.sleep(0.1)
+        assert {c["dag_id"] for c in found["consumers"]} == {"report", "publish", "xss"}
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/dags/report", timeout=5) as page:
+            assert "<form" not in page.read().decode()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        out, err = server.communicate(timeout=20)
+    assert server.returncode == 0, err
+    assert f"http://127.0.0.1:{port}/ (read-only)" in out.decode()
