@@ -37,6 +37,7 @@ COMMAND_LINES = {
     "dags": ["dags"],
     "dag pause": ["dag", "pause", "report"],
     "events": ["events", "--asset", "orders"],
+    "web": ["web"],
 }
 
 
