@@ -236,3 +236,6 @@ def test_wheel_ships_the_consoles_templates_and_static_files(wheel: Path) -> Non
     assert not set(shipped) - names, sorted(set(shipped) - names)
     for name, path in shipped.items():
         assert archive.read(name) == path.read_bytes(), name
+    # The pages' one script, htmx, is vendored with its license (no CDN, no Node).
+    assert archive.read("assetq/web/static/htmx.min.js").startswith(b"var htmx=")
+    assert b"Zero-Clause BSD" in archive.read("assetq/web/static/htmx.LICENSE.txt")

@@ -7,15 +7,18 @@ cancelling it.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import logging
+import re
 import shutil
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 from urllib.parse import quote
 
@@ -138,6 +141,52 @@ def test_the_overview_shows_each_consumer_with_its_queue_runs_and_workers(scene:
     assert found["workers_alive"] == 1 and found["schedulers_alive"] == 0
     page = client.get("/").text
     assert 'href="/dags/report"' in page and "no worker" in page
+
+
+def test_htmx_is_served_from_the_package_and_nothing_from_elsewhere(scene: Scene) -> None:
+    client = scene.client(read_only=True)
+    served = client.get("/static/htmx.min.js")
+    assert served.status_code == 200
+    assert "javascript" in served.headers["content-type"]
+    vendored = resources.files("assetq.web") / "static" / "htmx.min.js"
+    assert served.content == vendored.read_bytes() and served.text.startswith("var htmx=")
+    license_ = client.get("/static/htmx.LICENSE.txt")
+    assert license_.status_code == 200 and "Zero-Clause BSD" in license_.text
+    for page in _pages(scene):
+        text = client.get(page).text
+        assert '<script src="/static/htmx.min.js" defer></script>' in text, page
+        # No CDN: every script and stylesheet is the console's own.
+        assert not re.search(r"""(src|href)=["'](https?:)?//""", text), page
+
+
+def test_the_overview_and_a_run_page_refresh_their_live_part(scene: Scene) -> None:
+    client = scene.client(read_only=True, refresh_seconds=2)
+    overview = client.get("/", params={"after": "a"}).text
+    assert 'hx-get="/partials/consumers?after=a" hx-trigger="every 2s"' in overview
+    run_page = f"/dags/report/runs/{scene.running.run_id}"
+    quoted = f"/dags/report/runs/{quote(scene.running.run_id, safe='')}"
+    assert f'hx-get="/partials{quoted}" hx-trigger="every 2s"' in client.get(run_page).text
+    # The consumers' partial: the table alone, as it is now.
+    table = client.get("/partials/consumers")
+    assert table.status_code == 200 and table.headers["content-type"].startswith("text/html")
+    assert '<table id="consumers">' in table.text and "<html" not in table.text
+    assert 'href="/dags/report"' in table.text and "1 workers alive" in table.text
+    assert 'href="/dags/report"' not in client.get("/partials/consumers?after=report").text
+    # The run's partial follows the run: cancelled by someone else, it says so.
+    live = client.get(f"/partials{run_page}")
+    assert live.status_code == 200 and "<html" not in live.text
+    assert '<dd id="run-state" class="state running">running</dd>' in live.text
+    with scene.db.engine.begin() as conn:
+        assetq.cancel_run(
+            conn, "report", scene.running.run_id, "elsewhere", namespace=scene.db.namespace
+        )
+    live = client.get(f"/partials{run_page}").text
+    assert '<dd id="run-state" class="state cancelled">cancelled</dd>' in live
+    assert "cancelled: elsewhere" in live
+    missing = client.get("/partials/dags/report/runs/nothing")
+    assert missing.status_code == 404 and "unknown" in missing.text and "<html" not in missing.text
+    with pytest.raises(ValueError):
+        assetq.web.app(scene.db.engine, namespace=scene.db.namespace, refresh_seconds=0)
 
 
 def test_a_consumer_page_pages_its_runs_by_key_and_filters_by_state(scene: Scene) -> None:
@@ -395,6 +444,8 @@ def test_the_statements_a_page_sends_do_not_grow_with_the_history(db: TestDataba
         "/assets/many",
         "/assets/waiting",
         "/workers",
+        "/partials/consumers",
+        f"/partials/dags/many/runs/{run.run_id}",
     ]
     for page in pages:  # the first call of a process checks the schema once
         client.get(page)
@@ -434,12 +485,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def served(scene: Scene) -> Iterator[str]:
-    """The console with actions, served by uvicorn on a free port of 127.0.0.1."""
+@contextlib.contextmanager
+def _serving(console: Starlette) -> Iterator[str]:
+    """``console`` served by uvicorn on a free port of 127.0.0.1."""
     import uvicorn
 
-    console = assetq.web.app(scene.db.engine, namespace=scene.db.namespace, read_only=False)
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(console, host="127.0.0.1", port=port, log_level="warning")
@@ -455,6 +505,14 @@ def served(scene: Scene) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+@pytest.fixture
+def served(scene: Scene) -> Iterator[str]:
+    """The console with actions, served by uvicorn on a free port of 127.0.0.1."""
+    console = assetq.web.app(scene.db.engine, namespace=scene.db.namespace, read_only=False)
+    with _serving(console) as url:
+        yield url
 
 
 def _browser() -> Any:
@@ -507,6 +565,39 @@ def test_in_a_browser_click_through_to_a_running_run_and_cancel_it(
             lambda b: b.find_element(By.ID, "run-state").text == "queued"
         )
         assert scene.state(scene.running.run_id) == "queued"
+    finally:
+        browser.quit()
+
+
+def test_in_a_browser_the_pages_refresh_themselves_with_the_vendored_htmx(scene: Scene) -> None:
+    """No reload (a mark left in the window survives): the run page shows the run cancelled
+    elsewhere, the overview a consumer declared since, within a few refreshes."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    console = assetq.web.app(scene.db.engine, namespace=scene.db.namespace, refresh_seconds=0.5)
+    browser = _browser()
+    try:
+        with _serving(console) as url:
+            browser.get(f"{url}/dags/report/runs/{scene.running.run_id}")
+            state = "return document.getElementById('run-state').textContent"
+            assert browser.execute_script(state) == "running"
+            assert browser.execute_script("return typeof htmx") == "object"
+            browser.execute_script("window.assetqMark = 1")
+            with scene.db.engine.begin() as conn:
+                assetq.cancel_run(
+                    conn, "report", scene.running.run_id, None, namespace=scene.db.namespace
+                )
+            WebDriverWait(browser, 15).until(lambda b: b.execute_script(state) == "cancelled")
+            assert browser.execute_script("return window.assetqMark") == 1
+            browser.get(f"{url}/")
+            browser.execute_script("window.assetqMark = 2")
+            declare(scene.db, "later", "orders")
+            WebDriverWait(browser, 15).until(
+                lambda b: b.execute_script(
+                    "return document.querySelector('#consumers a[href=\"/dags/later\"]') !== null"
+                )
+            )
+            assert browser.execute_script("return window.assetqMark") == 2
     finally:
         browser.quit()
 

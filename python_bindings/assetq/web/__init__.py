@@ -5,6 +5,10 @@ JSON under ``/api/...`` with the same fields.
     console = assetq.web.app(engine, namespace="assetq")          # read-only
     console = assetq.web.app(engine, read_only=False)             # with retry/cancel/pause
 
+The overview's consumer table and a run page refresh themselves: htmx (vendored in
+``static/htmx.min.js`` with its license, no CDN) asks for the part of the page that changes,
+``/partials/...``, every ``refresh_seconds``.
+
 Mount it in an application (``Mount("/assetq", app=console)``) or serve it with
 ``assetq web``. Needs the ``web`` extra (``pip install 'assetq[web]'``).
 
@@ -59,6 +63,9 @@ _HERE = resources.files(__name__)
 
 #: The form field that carries the CSRF token.
 CSRF_FIELD = "csrf_token"
+
+#: How often, by default, the live parts of the pages ask for themselves again.
+REFRESH_SECONDS = 5.0
 
 _NOT_FOUND = (UnknownDag, UnknownRun, UnknownAsset)
 
@@ -124,14 +131,19 @@ def app(
     *,
     password: str | None = None,
     secret: bytes | None = None,
+    refresh_seconds: float = REFRESH_SECONDS,
 ) -> Starlette:
     """The console for ``namespace`` of ``engine``, as a Starlette app.
 
     ``read_only`` (the default) serves the pages only: the action forms are not shown and
     every POST is refused with 403. ``password`` asks every request for HTTP basic
     authentication with that password. ``secret`` keys the CSRF token (default: random,
-    made once per app, so a token is good for this app's lifetime only)."""
+    made once per app, so a token is good for this app's lifetime only). ``refresh_seconds``
+    is how often the live parts of the pages (the overview's consumers, a run) ask for
+    themselves again."""
     namespace = check_namespace(namespace)
+    if not refresh_seconds > 0:
+        raise ValueError(f"refresh_seconds must be positive, got {refresh_seconds!r}")
     env = _environment()
     key = secret if secret is not None else secrets.token_bytes(32)
     token = hmac.new(key, b"assetq.web csrf", hashlib.sha256).hexdigest()
@@ -157,6 +169,8 @@ def app(
             "csrf_field": CSRF_FIELD,
             "csrf_token": token,
             "namespace": namespace,
+            "query": f"?{request.url.query}" if request.url.query else "",
+            "refresh": f"{refresh_seconds:g}s",
         }
         html = env.get_template(template).render(context)
         return HTMLResponse(html, status_code=status)
@@ -183,6 +197,19 @@ def app(
             return JSONResponse(found)
 
         return as_html, as_json
+
+    def partial(template: str, load: Callable[[Request], Awaitable[dict[str, Any]]]) -> Endpoint:
+        """The live part of a page, alone (what htmx swaps in): the same dict, the same
+        template the page includes."""
+
+        async def as_fragment(request: Request) -> Response:
+            try:
+                found = await load(request)
+            except (AssetqError, ValueError) as exc:
+                return render(request, "_error.html", _problem(exc), _status(exc))
+            return render(request, template, found)
+
+        return as_fragment
 
     def _int(request: Request, name: str) -> int | None:
         value = request.query_params.get(name)
@@ -236,6 +263,12 @@ def app(
         api_path = "/api" if path == "/" else "/api" + path
         routes.append(Route(path, html, methods=["GET"]))
         routes.append(Route(api_path, json_, methods=["GET"]))
+
+    for path, template, load in (
+        ("/partials/consumers", "_consumers.html", load_overview),
+        ("/partials/dags/{dag_id}/runs/{run_id}", "_run.html", load_run),
+    ):
+        routes.append(Route(path, partial(template, load), methods=["GET"]))
 
     async def action(request: Request) -> Response:
         """POST .../retry, .../cancel, /dags/<dag>/pause, .../unpause."""
