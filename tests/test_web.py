@@ -189,6 +189,49 @@ def test_the_overview_and_a_run_page_refresh_their_live_part(scene: Scene) -> No
         assetq.web.app(scene.db.engine, namespace=scene.db.namespace, refresh_seconds=0)
 
 
+def _age(db: TestDatabase, table: str, column: str, row_id: int, minutes: int) -> None:
+    """Make row ``row_id`` of ``table`` ``minutes`` older."""
+    if db.engine_name == "postgresql":
+        shift = f'"{column}" = "{column}" - make_interval(mins => {minutes})'
+    else:
+        shift = f"`{column}` = `{column}` - INTERVAL {minutes} MINUTE"
+    db.execute(f"UPDATE {{ns}}.{table} SET {shift} WHERE id = :i", i=row_id)
+
+
+def test_the_overview_counts_events_and_runs_per_minute_of_the_last_hour(
+    db: TestDatabase,
+) -> None:
+    declare(db, "tick", "tick", max_events_per_run=1)
+    made = []
+    for _ in range(3):  # 3 runs, of one event each
+        made += register(db, "tick")
+        made += assetq.schedule(db.engine, namespace=db.namespace)
+    events = [e for e in made if isinstance(e, assetq.Event)]
+    runs = [r for r in made if isinstance(r, assetq.Run)]
+    with db.engine.begin() as conn:
+        assetq.declare_asset(conn, "other")
+    events += register(db, "other", "other", "other", "other")  # no consumer: no run
+    assert (len(events), len(runs)) == (7, 3)
+    _age(db, "asset_event", "timestamp", events[0].id, 5)  # 5 minutes ago
+    _age(db, "asset_event", "timestamp", events[1].id, 120)  # before the hour: not shown
+    run_id = db.scalar("SELECT id FROM {ns}.dag_run WHERE run_id = :r", r=runs[0].run_id)
+    _age(db, "dag_run", "created_at", int(run_id), 30)
+    client = TestClient(assetq.web.app(db.engine, namespace=db.namespace))
+    found = client.get("/api").json()["activity"]
+    assert found["minutes"] == 60
+    assert (found["events_last_hour"], found["runs_last_hour"]) == (6, 3)
+    per_event, per_run = found["events_per_minute"], found["runs_per_minute"]
+    assert len(per_event) == len(per_run) == 60
+    # Index 59 is the last minute; the test registered everything well within it.
+    assert per_event[59] == 5 and per_event[59 - 5] == 1 and sum(per_event) == 6
+    assert per_run[59] == 2 and per_run[59 - 30] == 1 and sum(per_run) == 3
+    page = client.get("/").text
+    assert "events per minute, last hour: 6 in all, at most 5 a minute" in page
+    assert "runs per minute, last hour: 3 in all, at most 2 a minute" in page
+    assert page.count("<rect ") == 4  # a bar per minute that had any
+    assert "<rect " in client.get("/partials/consumers").text  # the chart refreshes too
+
+
 def test_a_consumer_page_pages_its_runs_by_key_and_filters_by_state(scene: Scene) -> None:
     client = scene.client(read_only=True)
     found = client.get("/api/dags/report").json()

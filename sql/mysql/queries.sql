@@ -554,3 +554,24 @@ SELECT p.process_id, p.dag_id
   JOIN {{ns}}.process_liveness l ON l.process_id = p.process_id
  ORDER BY p.process_id, p.dag_id
  LIMIT :limit
+
+-- web_activity_per_minute --
+-- The events registered and the runs created in the last hour, per minute (assetq.web, /): one
+-- row per series ('events', 'runs') and minutes_ago (0: the last 60 seconds, up to 59) that has
+-- any. The hour bounds both reads, whatever the history: events are a range of
+-- asset_event_timestamp_idx (`timestamp`, id), runs a range of dag_run_created_idx (created_at);
+-- what they read grows with the last hour's rate only. UTC_TIMESTAMP(6) is the statement's
+-- start, one value for the whole statement.
+SELECT 'events' AS series,
+       CAST(LEAST(59, GREATEST(0, FLOOR(TIMESTAMPDIFF(MICROSECOND, e.`timestamp`, UTC_TIMESTAMP(6)) / 60000000))) AS SIGNED) AS minutes_ago,
+       COUNT(*) AS n
+  FROM {{ns}}.asset_event e
+ WHERE e.`timestamp` > UTC_TIMESTAMP(6) - INTERVAL 1 HOUR
+ GROUP BY minutes_ago
+UNION ALL
+SELECT 'runs' AS series,
+       CAST(LEAST(59, GREATEST(0, FLOOR(TIMESTAMPDIFF(MICROSECOND, r.created_at, UTC_TIMESTAMP(6)) / 60000000))) AS SIGNED) AS minutes_ago,
+       COUNT(*) AS n
+  FROM {{ns}}.dag_run r
+ WHERE r.created_at > UTC_TIMESTAMP(6) - INTERVAL 1 HOUR
+ GROUP BY minutes_ago

@@ -664,3 +664,24 @@ SELECT p.process_id, p.dag_id
   JOIN {{ns}}.process_liveness l ON l.process_id = p.process_id
  ORDER BY p.process_id, p.dag_id
  LIMIT :limit
+
+-- web_activity_per_minute --
+-- The events registered and the runs created in the last hour, per minute (assetq.web, /): one
+-- row per series ('events', 'runs') and minutes_ago (0: the last 60 seconds, up to 59) that has
+-- any. The hour bounds both reads, whatever the history: events are a range of
+-- asset_event_timestamp_idx ("timestamp", id), runs a range of dag_run_created_idx (created_at);
+-- what they read grows with the last hour's rate only. statement_timestamp() is stable (unlike
+-- clock_timestamp()), so the planner can bound the index range with it.
+SELECT 'events' AS series,
+       CAST(LEAST(59, GREATEST(0, floor(extract(epoch FROM statement_timestamp() - e."timestamp") / 60))) AS integer) AS minutes_ago,
+       count(*) AS n
+  FROM {{ns}}.asset_event e
+ WHERE e."timestamp" > statement_timestamp() - interval '1 hour'
+ GROUP BY 2
+UNION ALL
+SELECT 'runs' AS series,
+       CAST(LEAST(59, GREATEST(0, floor(extract(epoch FROM statement_timestamp() - r.created_at) / 60))) AS integer) AS minutes_ago,
+       count(*) AS n
+  FROM {{ns}}.dag_run r
+ WHERE r.created_at > statement_timestamp() - interval '1 hour'
+ GROUP BY 2

@@ -82,16 +82,43 @@ def _event_cursor(event: api.EventRecord) -> str:
     return f"{event.timestamp.isoformat()}~{event.id}"
 
 
+#: The activity chart's span: the last hour, a bar a minute.
+ACTIVITY_MINUTES = 60
+
+
+def activity(conn: sa.Connection, namespace: str) -> dict[str, Any]:
+    """Events registered and runs created per minute over the last hour, oldest minute first
+    (index 59: the last 60 seconds), by the database's clock: one statement, two index
+    ranges bounded by the hour (``web_activity_per_minute``)."""
+    rows = dialect_for(conn).execute(conn, "web_activity_per_minute", namespace)
+    series: dict[str, list[int]] = {
+        "events": [0] * ACTIVITY_MINUTES,
+        "runs": [0] * ACTIVITY_MINUTES,
+    }
+    for r in rows:
+        ago = min(max(int(r.minutes_ago), 0), ACTIVITY_MINUTES - 1)
+        series[str(r.series)][ACTIVITY_MINUTES - 1 - ago] += int(r.n)
+    return {
+        "minutes": ACTIVITY_MINUTES,
+        "events_per_minute": series["events"],
+        "runs_per_minute": series["runs"],
+        "events_last_hour": sum(series["events"]),
+        "runs_last_hour": sum(series["runs"]),
+    }
+
+
 def overview(
     conn: sa.Connection, namespace: str, *, after: str | None = None, limit: int = PAGE
 ) -> dict[str, Any]:
     """``/``: a page of consumers by dag id (after ``after``), each with its condition,
     paused, caps, queue, runs, last run and whether any live worker can run it; totals over
-    every consumer (the dag_queue_status view, as `assetq status`); the live processes."""
+    every consumer (the dag_queue_status view, as `assetq status`); the live processes; the
+    events and runs per minute of the last hour (:func:`activity`)."""
     page = ops.dags(conn, after=after, limit=limit, namespace=namespace)
     status = {s.dag_id: s for s in ops.status(conn, namespace=namespace)}
     coverage = {c.dag_id: c for c in ops.worker_coverage(conn, namespace=namespace)}
     processes = ops.processes(conn, namespace=namespace)
+    per_minute = activity(conn, namespace)
     consumers = []
     for d in page:
         s = status.get(d.dag_id)
@@ -134,6 +161,7 @@ def overview(
         "schedulers_alive": sum(1 for p in alive if p.kind == "scheduler"),
         "workers_alive": sum(1 for p in alive if p.kind == "worker"),
         "stale_processes": len(processes) - len(alive),
+        "activity": per_minute,
     }
 
 
