@@ -275,6 +275,38 @@ def test_the_asset_pages_show_events_and_consumers(scene: Scene) -> None:
     assert [e["id"] for e in paged.json()["events"]] == [e["id"] for e in orders["events"][2:]]
 
 
+def test_an_asset_page_finds_an_event_by_idempotency_key_and_shows_its_aliases(
+    scene: Scene,
+) -> None:
+    db = scene.db
+    with db.engine.begin() as conn:
+        keyed = assetq.register_event(
+            conn, "orders", idempotency_key="batch-42", aliases=["orders_feed", "all_orders"]
+        )
+        other = assetq.register_event(conn, "orders", idempotency_key="batch-43")
+    # Older than the page's seven days: the unique index still finds it by key.
+    _age(db, "asset_event", "timestamp", keyed.id, 30 * 24 * 60)
+    client = scene.client(read_only=True)
+    found = client.get("/api/assets/orders", params={"key": "batch-42"}).json()
+    assert [e["id"] for e in found["events"]] == [keyed.id] and found["key"] == "batch-42"
+    assert found["events"][0]["aliases"] == ["all_orders", "orders_feed"]
+    assert found["events_next_before"] is None
+    assert keyed.id not in [e["id"] for e in client.get("/api/assets/orders").json()["events"]]
+    assert [e["id"] for e in client.get("/api/assets/orders?key=batch-43").json()["events"]] == [
+        other.id
+    ]
+    assert client.get("/api/assets/orders", params={"key": "nothing"}).json()["events"] == []
+    # The key is the asset's own: another asset's page does not find it.
+    assert client.get("/api/assets/report_done", params={"key": "batch-42"}).json()["events"] == []
+    assert found["aliases"] == ["all_orders", "orders_feed"]
+    assert client.get("/api/assets/report_done").json()["aliases"] == []
+    page = client.get("/assets/orders", params={"key": "batch-42"}).text
+    assert '<input type="search" name="key" value="batch-42"' in page
+    assert "<li>orders_feed</li>" in page and f"<td>{keyed.id}</td>" in page
+    shown = client.get("/assets/orders", params={"key": XSS}).text
+    assert XSS not in shown and html.escape(XSS, quote=False) in shown
+
+
 def _cursor(event: dict[str, Any]) -> str:
     return f"{event['timestamp']}~{event['id']}"
 
@@ -486,6 +518,7 @@ def test_the_statements_a_page_sends_do_not_grow_with_the_history(db: TestDataba
         "/assets",
         "/assets/many",
         "/assets/waiting",
+        "/assets/many?key=nothing",
         "/workers",
         "/partials/consumers",
         f"/partials/dags/many/runs/{run.run_id}",

@@ -575,3 +575,31 @@ SELECT 'runs' AS series,
   FROM {{ns}}.dag_run r
  WHERE r.created_at > UTC_TIMESTAMP(6) - INTERVAL 1 HOUR
  GROUP BY minutes_ago
+
+-- web_asset_event_by_key --
+-- The event of asset :asset_id registered with idempotency key :idempotency_key, if any
+-- (assetq.web, /assets/<name>?key=): at most one row, read by the unique index
+-- asset_event_idempotency_key (asset_id, idempotency_key). Columns: as asset_events_page.
+SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */
+       e.id AS event_id, e.asset_id, a.name AS asset_name, a.uri AS asset_uri,
+       e.`timestamp` AS event_timestamp, e.extra, e.source_dag_id, e.source_task_id,
+       e.source_run_id, e.source_map_index, e.partition_key,
+       COALESCE((SELECT CONCAT('[', GROUP_CONCAT(JSON_QUOTE(al.name) ORDER BY al.name SEPARATOR ','), ']')
+                   FROM {{ns}}.asset_event_alias ea
+                   JOIN {{ns}}.asset_alias al ON al.id = ea.alias_id
+                  WHERE ea.asset_event_id = e.id), '[]') AS aliases
+  FROM {{ns}}.asset_event e
+  JOIN {{ns}}.asset a ON a.id = e.asset_id
+ WHERE e.asset_id = :asset_id
+   AND e.idempotency_key = :idempotency_key
+
+-- web_asset_aliases --
+-- The aliases asset :asset_id was registered through (assetq.web, /assets/<name>), by name, at
+-- most :limit: the asset's rows of asset_alias_asset, read by asset_alias_asset_asset_idx, as
+-- many as its aliases whatever the history.
+SELECT al.name AS alias_name
+  FROM {{ns}}.asset_alias_asset aa
+  JOIN {{ns}}.asset_alias al ON al.id = aa.alias_id
+ WHERE aa.asset_id = :asset_id
+ ORDER BY al.name
+ LIMIT :limit

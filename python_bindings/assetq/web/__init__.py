@@ -245,6 +245,7 @@ def app(
             data.asset,
             request.path_params["name"],
             before=request.query_params.get("before") or None,
+            key=request.query_params.get("key") or None,
         )
 
     async def load_workers(request: Request) -> dict[str, Any]:

@@ -260,30 +260,44 @@ def asset(
     name: str,
     *,
     before: str | None = None,
+    key: str | None = None,
     limit: int = PAGE,
 ) -> dict[str, Any]:
     """``/assets/<name>``: the asset (by name, else uri), a page of its events of the last
-    seven days (newest first, before the cursor ``before``), its consumers (first ``limit``
-    by dag id)."""
+    seven days (newest first, before the cursor ``before``) or, with ``key``, the one event
+    registered with that idempotency key (any age: the unique index finds it); its consumers
+    (first ``limit`` by dag id) and the aliases it was registered through (first ``limit``
+    by name)."""
     dialect = dialect_for(conn)
     found = dialect.execute(conn, "find_asset", namespace, {"asset": name})
     if not found:
         raise UnknownAsset(f"unknown asset {name!r}: no asset has that name or uri", code="AQ001")
     asset_id = int(found[0].asset_id)
-    cursor = _cursor(before)
-    rows = dialect.execute(
-        conn,
-        "asset_events_page",
-        namespace,
-        {
-            "asset_id": asset_id,
-            "since_seconds": ASSET_EVENTS_WINDOW_SECONDS,
-            "before_timestamp": None if cursor is None else api._db_time(dialect, cursor[0]),
-            "before_id": None if cursor is None else cursor[1],
-            "limit": limit,
-        },
-    )
+    if key is not None:
+        rows = dialect.execute(
+            conn,
+            "web_asset_event_by_key",
+            namespace,
+            {"asset_id": asset_id, "idempotency_key": key},
+        )
+    else:
+        cursor = _cursor(before)
+        rows = dialect.execute(
+            conn,
+            "asset_events_page",
+            namespace,
+            {
+                "asset_id": asset_id,
+                "since_seconds": ASSET_EVENTS_WINDOW_SECONDS,
+                "before_timestamp": None if cursor is None else api._db_time(dialect, cursor[0]),
+                "before_id": None if cursor is None else cursor[1],
+                "limit": limit,
+            },
+        )
     events = [api._event_record(row) for row in rows]
+    aliases = dialect.execute(
+        conn, "web_asset_aliases", namespace, {"asset_id": asset_id, "limit": limit}
+    )
     consumers = dialect.execute(
         conn,
         "web_asset_consumers",
@@ -296,9 +310,13 @@ def asset(
             "name": str(found[0].asset_name),
             "uri": found[0].asset_uri,
         },
+        "key": key,
         "events": [event_dict(e) for e in events],
-        "events_window_seconds": ASSET_EVENTS_WINDOW_SECONDS,
-        "events_next_before": _event_cursor(events[-1]) if len(events) == limit else None,
+        "events_window_seconds": None if key is not None else ASSET_EVENTS_WINDOW_SECONDS,
+        "events_next_before": (
+            _event_cursor(events[-1]) if key is None and len(events) == limit else None
+        ),
+        "aliases": [str(r.alias_name) for r in aliases],
         "consumers": [{"dag_id": str(r.dag_id), "is_paused": bool(r.is_paused)} for r in consumers],
     }
 
