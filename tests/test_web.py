@@ -253,6 +253,36 @@ def test_a_consumer_page_pages_its_runs_by_key_and_filters_by_state(scene: Scene
     assert [e["asset"] for e in queued] == [XSS]
 
 
+def test_a_consumer_page_shows_its_condition_as_a_tree(scene: Scene) -> None:
+    db = scene.db
+    nested = assetq.all_of(
+        "orders", assetq.any_of(XSS, assetq.alias("feeds"), assetq.asset_uri("s3://b/k"))
+    )
+    declare(db, "tree", nested)
+    client = scene.client(read_only=True)
+    stored = client.get("/api/dags/tree").json()["dag"]["condition"]
+    assert stored == {
+        "all_of": [
+            {"asset": "orders"},
+            {"any_of": [{"asset": XSS}, {"alias": "feeds"}, {"uri": "s3://b/k"}]},
+        ]
+    }
+    page = client.get("/dags/tree").text
+    tree = page[page.index('<ul class="condition" id="condition-tree">') :]
+    tree = re.sub(r"\s+", " ", tree[: tree.index("</dd>")])
+    assert XSS not in page and html.escape(XSS, quote=False) in tree
+    # all of (orders, any of (<script>, alias feeds, asset uri s3://b/k)), nested in that order
+    assert re.search(
+        r'<span class="op">all of</span> <ul> <li><span class="kind">asset</span>'
+        r' <a href="/assets/orders">orders</a></li> <li><span class="op">any of</span> <ul>'
+        r' <li><span class="kind">asset</span> <a href="/assets/%3Cscript%3E[^"]*">&lt;script&gt;'
+        r'.*</a></li> <li><span class="kind">alias</span> feeds</li>'
+        r' <li><span class="kind">asset uri</span> <a href="/assets/s3%3A%2F%2Fb%2Fk">s3://b/k</a>'
+        r"</li> </ul> </li> </ul> </li>",
+        tree,
+    ), tree
+
+
 def test_a_run_page_has_what_run_show_has(scene: Scene) -> None:
     client = scene.client(read_only=True)
     found = client.get(f"/api/dags/report/runs/{scene.succeeded.run_id}").json()
