@@ -87,9 +87,9 @@ from .worker import (
     _handlers,
     attempt_timeout,
     default_worker_name,
-    frees_a_place,
     log_claimed,
     log_completed,
+    runs_next_pass,
     timed_out_error,
 )
 
@@ -850,7 +850,7 @@ async def run_worker(
         finally:
             held.pop(claim.id, None)
             attempts.pop(claim.id, None)
-        if not dialect.supports_notify and frees_a_place(claim, info):
+        if runs_next_pass(dialect, claim, info):
             # MySQL: the pass that creates the capped consumer's next run (PostgreSQL's
             # run_ended notifies a scheduler instead).
             try:

@@ -1628,6 +1628,6 @@ def cancel_run(
         run_id,
         dag_id,
         f" ({reason})" if reason else "",
-        extra={"dag_id": dag_id, "run_id": run_id},
+        extra=logs.run_fields(info),
     )
     return info

@@ -47,7 +47,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from . import api, errors
-from .dialects import dialect_of
+from .dialects import Dialect, dialect_of
 from .handles import engine_of
 from .liveness import DEFAULT_INTERVAL, Liveness, check_interval
 from .logs import attempt_fields, close_detached, connection_lost, first_line, log_retried
@@ -201,10 +201,17 @@ class _Listener(threading.Thread):
 FINAL_STATES = frozenset({"success", "failed", "cancelled"})
 
 
-def frees_a_place(claim: api.Claim, info: api.RunInfo | None) -> bool:
-    """Did this attempt end ``claim``'s run, of a consumer that caps its active runs? Then,
-    on MySQL (no notifications), the worker runs the pass that creates the next run."""
-    return claim.capped and info is not None and info.state in FINAL_STATES
+def runs_next_pass(dialect: Dialect, claim: api.Claim, info: api.RunInfo | None) -> bool:
+    """Does the worker run a scheduler pass now, after this attempt (both shells ask)? When
+    it ended ``claim``'s run, of a consumer that caps its active runs, on an engine with no
+    notifications (MySQL): the pass creates that consumer's next run at once. PostgreSQL's
+    run_ended notifies a waiting scheduler instead."""
+    return (
+        not dialect.supports_notify
+        and claim.capped
+        and info is not None
+        and info.state in FINAL_STATES
+    )
 
 
 def attempt_timeout(claim: api.Claim) -> float | None:
@@ -287,10 +294,14 @@ class _Heartbeat(threading.Thread):
         with self._lock:
             due = [self._held[i] for i, end in self._deadlines.items() if end <= now]
         for claim in due:
-            self.drop(claim)
-            claim.cancelled.set()
-            if self._let_go is not None:
-                self._let_go(claim, "timed out")
+            self._release(claim, "timed out")
+
+    def _release(self, claim: api.Claim, why: str) -> None:
+        """Stop holding ``claim``, tell its handler (claim.cancelled), and let its attempt go."""
+        self.drop(claim)
+        claim.cancelled.set()
+        if self._let_go is not None:
+            self._let_go(claim, why)
 
     def beat(self, *, only_due: bool = False) -> None:
         with self._lock:
@@ -313,10 +324,7 @@ class _Heartbeat(threading.Thread):
                     exc,
                     extra=attempt_fields(claim),
                 )
-                self.drop(claim)
-                claim.cancelled.set()
-                if self._let_go is not None:
-                    self._let_go(claim, "lost")
+                self._release(claim, "lost")
                 continue
             except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
                 if not self._failing:
@@ -336,6 +344,19 @@ class _Heartbeat(threading.Thread):
             with self._lock:
                 if claim.id in self._held:
                     self._held[claim.id] = renewed
+
+
+@dataclass
+class _Attempt:
+    """An attempt a slot is running: the slot's number, when it started (monotonic), and its
+    state: "running" while its handler runs, "completing" once the handler returned (the
+    slot's thread ends it), or "abandoned" by the heartbeat thread (let_go) at its deadline
+    or when its run was lost while the handler ran. Changed under run_worker's attempts
+    lock."""
+
+    slot: int
+    started: float
+    state: str = "running"
 
 
 class _LetGo(Exception):
@@ -495,12 +516,8 @@ def run_worker(
         return stop_event.is_set() or finished.is_set()
 
     wakeup = _Wakeup()
-    # Each attempt in progress: "running" while its handler runs, then "completing" once the
-    # handler returned (its slot's thread ends it), or "abandoned" by the heartbeat thread
-    # (let_go) at its deadline or when its run was lost while the handler ran.
-    attempts_lock = threading.Lock()
-    attempt_state: dict[int, str] = {}
-    attempt_slot: dict[int, int] = {}
+    attempts_lock = threading.Lock()  # guards attempts and each _Attempt's state
+    attempts: dict[int, _Attempt] = {}
     slot_threads: dict[int, threading.Thread] = {}
 
     pass_failed = threading.Event()  # a worker's pass failed once: logged at WARNING once
@@ -508,7 +525,7 @@ def run_worker(
     def next_run_of(claim: api.Claim, info: api.RunInfo | None) -> None:
         """MySQL: the run of a capped consumer ended; run the pass that creates its next run
         now, instead of leaving it to a scheduler's poll (PostgreSQL's run_ended notifies)."""
-        if dialect.supports_notify or not frees_a_place(claim, info):
+        if not runs_next_pass(dialect, claim, info):
             return
         try:
             api.schedule(engine, namespace=namespace, max_attempts=2)
@@ -544,10 +561,10 @@ def run_worker(
         lost or cancelled), record a timeout as the attempt's failure, and give its slot a
         new thread."""
         with attempts_lock:
-            if attempt_state.get(claim.id) != "running":
+            attempt = attempts.get(claim.id)
+            if attempt is None or attempt.state != "running":
                 return  # its handler returned meanwhile: the slot's completion decides
-            attempt_state[claim.id] = "abandoned"
-            number = attempt_slot[claim.id]
+            attempt.state = "abandoned"
         outcome: AttemptOutcome = "lost"
         info: api.RunInfo | None = None
         fields = attempt_fields(claim)
@@ -579,12 +596,13 @@ def run_worker(
                     claim.run_id,
                     claim.dag_id,
                     first_line(exc),
+                    extra=fields,
                 )
         else:
             stats.add(lost=1, abandoned=1)
         if not stopping():
-            spawn(number)
-        report(claim, info, outcome, 0.0)
+            spawn(attempt.slot)
+        report(claim, info, outcome, time.monotonic() - attempt.started)
 
     heart = _Heartbeat(engine, namespace, interval, quit_, let_go)
     listener = (
@@ -598,9 +616,10 @@ def run_worker(
         and a deadline or a lost lease found meanwhile no longer lets it go (the completion
         learns what happened: it commits, or LeaseLost). False when it was let go first."""
         with attempts_lock:
-            if attempt_state.get(claim.id) == "abandoned":
+            attempt = attempts[claim.id]
+            if attempt.state == "abandoned":
                 return False
-            attempt_state[claim.id] = "completing"
+            attempt.state = "completing"
             return True
 
     def execute(slot_name: str, number: int, claim: api.Claim) -> bool:
@@ -608,11 +627,10 @@ def run_worker(
         meanwhile (this thread's slot has a new thread: this one ends)."""
         handler = table[claim.dag_id]
         log_claimed(log, f"assetq worker: {slot_name}", claim)
+        attempt = _Attempt(slot=number, started=time.monotonic())
         with attempts_lock:
-            attempt_state[claim.id] = "running"
-            attempt_slot[claim.id] = number
+            attempts[claim.id] = attempt
         heart.hold(claim)
-        attempt_started = time.monotonic()
         outcome: AttemptOutcome = "lost"
         info: api.RunInfo | None = None
         fields = attempt_fields(claim)
@@ -683,9 +701,9 @@ def run_worker(
         finally:
             heart.drop(claim)
             with attempts_lock:
-                state = attempt_state.pop(claim.id, None)
-                attempt_slot.pop(claim.id, None)
-        if state == "abandoned":
+                attempts.pop(claim.id, None)
+        # Popped under the lock: let_go can no longer change its state.
+        if attempt.state == "abandoned":
             log.info(
                 "assetq worker: %s: the handler of run %s of %s (attempt %d), let go, returned"
                 " after %.1f s; its thread ends",
@@ -693,11 +711,11 @@ def run_worker(
                 claim.run_id,
                 claim.dag_id,
                 claim.attempt,
-                time.monotonic() - attempt_started,
+                time.monotonic() - attempt.started,
                 extra=fields,
             )
             return False
-        report(claim, info, outcome, time.monotonic() - attempt_started)
+        report(claim, info, outcome, time.monotonic() - attempt.started)
         return True
 
     failures: list[BaseException] = []
