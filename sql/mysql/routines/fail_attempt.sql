@@ -16,6 +16,7 @@ CREATE PROCEDURE {{ns}}.fail_attempt(
 )
 MODIFIES SQL DATA
 BEGIN
+    DECLARE v_dag_id  VARCHAR(250) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
     DECLARE v_attempt INT;
     DECLARE v_max     INT;
     DECLARE v_delay   DOUBLE;
@@ -23,11 +24,11 @@ BEGIN
 
     -- The consumer's retry options: a plain read, never the dag row's lock (a declare_dag in
     -- flight holds it); the run's lock is enough.
-    SELECT r.attempt INTO v_attempt FROM {{ns}}.dag_run r WHERE r.id = p_id;
+    SELECT r.dag_id, r.attempt INTO v_dag_id, v_attempt FROM {{ns}}.dag_run r WHERE r.id = p_id;
     SELECT d.max_attempts, d.retry_delay_seconds, d.max_retry_delay_seconds
       INTO v_max, v_delay, v_cap
       FROM {{ns}}.dag d
-     WHERE d.dag_id = (SELECT r.dag_id FROM {{ns}}.dag_run r WHERE r.id = p_id);
+     WHERE d.dag_id = v_dag_id;
     IF v_attempt < v_max THEN
         IF v_cap IS NOT NULL THEN
             SET v_delay = LEAST(v_delay * POW(2, LEAST(v_attempt - 1, 60)), v_cap);

@@ -153,11 +153,12 @@ BEGIN
             -- The deadline: no timeout makes it NULL, and least() ignores a NULL: the lease.
             UPDATE {{ns}}.dag_run r
                SET state = 'running', attempt = r.attempt + 1, worker = p_worker,
-                   deadline = v_now + make_interval(secs => coalesce(d.timeout_seconds, p_timeout_seconds)),
-                   lease_until = least(v_until, v_now + make_interval(secs => coalesce(d.timeout_seconds, p_timeout_seconds))),
-                   not_before = least(v_until, v_now + make_interval(secs => coalesce(d.timeout_seconds, p_timeout_seconds))),
-                   started_at = v_now, updated_at = v_now
+                   deadline = t.deadline, lease_until = least(v_until, t.deadline),
+                   not_before = least(v_until, t.deadline), started_at = v_now, updated_at = v_now
               FROM {{ns}}.dag d
+             CROSS JOIN LATERAL (
+                   SELECT v_now + make_interval(secs => coalesce(d.timeout_seconds, p_timeout_seconds))
+                          AS deadline) t
              WHERE r.id = ANY (v_ids) AND d.dag_id = r.dag_id
             RETURNING r.id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at,
                       r.triggering_event_id, r.state, r.attempt, r.worker, r.lease_until,

@@ -9,14 +9,15 @@ CREATE OR REPLACE FUNCTION {{ns}}.fail_attempt(p_id bigint, p_error text, p_now 
 RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
+    v_dag_id  text;
     v_attempt integer;
     v_max     integer;
     v_delay   double precision;
     v_cap     double precision;
 BEGIN
     -- The consumer's retry options: a plain read, the run's lock is enough.
-    SELECT r.attempt, d.max_attempts, d.retry_delay_seconds, d.max_retry_delay_seconds
-      INTO v_attempt, v_max, v_delay, v_cap
+    SELECT r.dag_id, r.attempt, d.max_attempts, d.retry_delay_seconds, d.max_retry_delay_seconds
+      INTO v_dag_id, v_attempt, v_max, v_delay, v_cap
       FROM {{ns}}.dag_run r
       JOIN {{ns}}.dag d ON d.dag_id = r.dag_id
      WHERE r.id = p_id;
@@ -34,7 +35,7 @@ BEGIN
        SET state = 'failed', ended_at = p_now, updated_at = p_now, lease_until = NULL,
            deadline = NULL, not_before = NULL, error = left(p_error, 4000)
      WHERE r.id = p_id;
-    PERFORM {{ns}}.run_ended((SELECT r.dag_id FROM {{ns}}.dag_run r WHERE r.id = p_id));
+    PERFORM {{ns}}.run_ended(v_dag_id);
     RETURN 'failed';
 END
 $$;
