@@ -209,11 +209,13 @@ def test_schedulers_on_every_node_with_a_node_killed_still_consume_each_event_on
     ]
     # Spawned before any thread of this test starts: a fork would copy held locks.
     context = multiprocessing.get_context("spawn")
-    stop = context.Event()
+    # One stop event each: a process killed while it waits on a shared multiprocessing
+    # Event leaves the Event's condition inconsistent, and setting it then hung the test.
+    stops = [context.Event() for _ in urls]
     results = context.Queue()
     schedulers = [
         context.Process(target=_scheduler_process, args=(url, stop, results), daemon=True)
-        for url in urls
+        for url, stop in zip(urls, stops, strict=True)
     ]
     total = per_node * len(engines)
     try:
@@ -234,7 +236,8 @@ def test_schedulers_on_every_node_with_a_node_killed_still_consume_each_event_on
             producer.join(timeout=300)
         # The schedulers consume everything themselves (the deadline only catches a hang).
         _wait_until_consumed(engines[0], deadline=time.monotonic() + 120)
-        stop.set()
+        for stop in stops[:2]:  # the survivors'
+            stop.set()
         for scheduler in schedulers:
             scheduler.join(timeout=60)
         assert [p.is_alive() for p in producers] == [False] * len(producers)
@@ -259,7 +262,9 @@ def test_schedulers_on_every_node_with_a_node_killed_still_consume_each_event_on
             stats,
         )
     finally:
-        stop.set()
+        for stop, scheduler in zip(stops, schedulers, strict=True):
+            if scheduler.is_alive():  # never the killed one's (see above)
+                stop.set()
         for scheduler in schedulers:
             if scheduler.is_alive():
                 scheduler.kill()
