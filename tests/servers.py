@@ -338,6 +338,55 @@ class ReplicatedPostgres:
                 shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+def _initdb(node: PgNode) -> None:
+    """initdb ``node``'s data directory: trust authentication, UTF8, C locale, no sync."""
+    subprocess.run(
+        _run_as_server_user(
+            [
+                _pg_binary("initdb"),
+                "-D",
+                str(node.datadir),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ]
+        ),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+
+
+@contextlib.contextmanager
+def lone_postgres(*settings: str) -> Iterator[PgNode]:
+    """A throw-away PostgreSQL server on a free loopback port (small: 16 MB of shared
+    buffers, 20 connections), with ``settings`` added to its postgresql.conf; stopped and
+    removed afterwards."""
+    workdir = _workdir("assetq-pg-lone-")
+    node = PgNode("lone", free_port(), workdir / "lone")
+    try:
+        _initdb(node)
+        lines = [
+            "listen_addresses = '127.0.0.1'",
+            "shared_buffers = 16MB",
+            "max_connections = 20",
+            "log_min_messages = warning",
+            *settings,
+        ]
+        with (node.datadir / "postgresql.conf").open("a") as conf:
+            conf.write("\n".join(lines) + "\n")
+        node.start()
+        yield node
+    finally:
+        node.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def start_replicated_postgres(*, synchronous: bool = True) -> ReplicatedPostgres:
     """initdb a primary (small: 16 MB of shared buffers, 30 connections, no fsync: its data
     only has to outlive processes, not the machine), pg_basebackup a standby from it, start
@@ -348,26 +397,7 @@ def start_replicated_postgres(*, synchronous: bool = True) -> ReplicatedPostgres
     standby = PgNode("standby", free_port(), workdir / "standby")
     pair = ReplicatedPostgres(primary, standby, workdir, synchronous)
     try:
-        subprocess.run(
-            _run_as_server_user(
-                [
-                    _pg_binary("initdb"),
-                    "-D",
-                    str(primary.datadir),
-                    "-U",
-                    "postgres",
-                    "--auth=trust",
-                    "--no-sync",
-                    "-E",
-                    "UTF8",
-                    "--locale=C",
-                ]
-            ),
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=120,
-        )
+        _initdb(primary)
         settings = [
             "listen_addresses = '127.0.0.1'",
             "shared_buffers = 16MB",

@@ -3,7 +3,7 @@
 MySQL proper has no CREATE OR REPLACE PROCEDURE: a sync (assetq install, upgrade or repair,
 assetq.routines) that re-creates a routine drops it and creates it again from its file
 (routines.replaces_atomically is False there), and a call in between fails with error 1305
-("PROCEDURE assetq.schedule_pass does not exist"). So does any call after someone dropped it
+("PROCEDURE assetq.schedule_pass_v2 does not exist"). So does any call after someone dropped it
 by hand. That is RoutineUnavailable, a TransientError: the API's own transactions retry it
 with their backoff, a call in the caller's transaction raises it for the caller to retry.
 The interleaving is forced: the routine is dropped before the call starts and created again,
@@ -52,8 +52,8 @@ def test_a_pass_while_its_routine_is_re_created_succeeds_once_it_is_back(
     with db.engine.begin() as conn:
         assetq.declare_dag(conn, "report", "orders")
         event = assetq.register_event(conn, "orders")
-    create = _create_statement(db, "schedule_pass")
-    db.execute("DROP PROCEDURE {ns}.schedule_pass")
+    create = _create_statement(db, "schedule_pass_v2")
+    db.execute("DROP PROCEDURE {ns}.schedule_pass_v2")
     outcome: list[object] = []
 
     def scheduler() -> None:
@@ -121,9 +121,10 @@ def _scheduled(db: TestDatabase) -> object:
 def test_a_pass_during_a_repair_on_mysqls_path_succeeds_once_its_routine_is_back(
     db: TestDatabase, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """schedule_pass recorded from another file (as after a package upgrade that changed
-    it): the repair drops it and creates it again, and a pass started between the two meets
-    1305, backs off, and makes its run once the routine is back."""
+    """schedule_pass_v2 (the routine a pass calls) recorded from another file (as after a
+    package upgrade that changed it): the repair drops it and creates it again, and a pass
+    started between the two meets 1305, backs off, and makes its run once the routine is
+    back."""
     _mysql(db)
     monkeypatch.setattr(routines, "replaces_atomically", lambda conn: False)
     with db.engine.begin() as conn:
@@ -131,7 +132,7 @@ def test_a_pass_during_a_repair_on_mysqls_path_succeeds_once_its_routine_is_back
         event = assetq.register_event(conn, "orders")
     db.execute(
         "UPDATE {ns}.routine_catalogue SET checksum = 'another file'"
-        " WHERE kind = 'routine' AND name = 'schedule_pass'"
+        " WHERE kind = 'routine' AND name = 'schedule_pass_v2'"
     )
     outcome: list[object] = []
     scheduler = threading.Thread(
@@ -140,18 +141,18 @@ def test_a_pass_during_a_repair_on_mysqls_path_succeeds_once_its_routine_is_back
     original: Callable[..., None] = type(MYSQL).run_statements
 
     def held(self: Any, conn: Connection, statements: Sequence[str]) -> None:
-        """The repair's statements one by one; after DROP PROCEDURE schedule_pass, the pass
+        """The repair's statements one by one; after DROP PROCEDURE schedule_pass_v2, the pass
         runs until it has met the missing routine, then the CREATE follows."""
         for statement in statements:
             original(self, conn, [statement])
-            if statement.startswith("DROP PROCEDURE") and "schedule_pass" in statement:
+            if statement.startswith("DROP PROCEDURE") and "schedule_pass_v2" in statement:
                 scheduler.start()
                 assert _met_the_missing_routine(caplog), caplog.text
                 assert scheduler.is_alive() and outcome == []
 
     caplog.set_level(logging.DEBUG, logger="assetq.api")
     monkeypatch.setattr(type(MYSQL), "run_statements", held)
-    assert migrate.repair(db.engine, namespace=db.namespace) == ["routine schedule_pass"]
+    assert migrate.repair(db.engine, namespace=db.namespace) == ["routine schedule_pass_v2"]
     scheduler.join(30)
     assert len(outcome) == 1 and not isinstance(outcome[0], Exception), outcome
     (run,) = outcome[0]  # type: ignore[misc]

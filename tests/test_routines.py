@@ -61,18 +61,18 @@ def test_a_changed_body_is_re_created_alone_and_recorded(
 ) -> None:
     before, definitions = _applied_at(db), _definitions(db)
     caplog.set_level(logging.INFO, logger="assetq.routines")
-    with shipped(monkeypatch, {db.engine_name: ["schedule_pass"]}) as files:
+    with shipped(monkeypatch, {db.engine_name: ["schedule_pass_v2"]}) as files:
         assetq.install(db.engine)
     after, now = _applied_at(db), _definitions(db)
     changed = [k for k in after if after[k] != before[k]]
-    assert changed == ["routine schedule_pass"]
-    assert MARK in now[("routine", "schedule_pass")].definition
-    assert {k: d for k, d in now.items() if k != ("routine", "schedule_pass")} == {
-        k: d for k, d in definitions.items() if k != ("routine", "schedule_pass")
+    assert changed == ["routine schedule_pass_v2"]
+    assert MARK in now[("routine", "schedule_pass_v2")].definition
+    assert {k: d for k, d in now.items() if k != ("routine", "schedule_pass_v2")} == {
+        k: d for k, d in definitions.items() if k != ("routine", "schedule_pass_v2")
     }
-    (new,) = [f for f in files[db.engine_name] if f.name == "schedule_pass"]
-    assert _catalogue(db)[("routine", "schedule_pass")].checksum == new.checksum
-    assert "routine schedule_pass" in caplog.text and "(changed)" in caplog.text
+    (new,) = [f for f in files[db.engine_name] if f.name == "schedule_pass_v2"]
+    assert _catalogue(db)[("routine", "schedule_pass_v2")].checksum == new.checksum
+    assert "routine schedule_pass_v2" in caplog.text and "(changed)" in caplog.text
     # And it works: a pass through the new body.
     with db.engine.begin() as conn:
         assetq.declare_dag(conn, "report", "orders")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -44,9 +45,12 @@ _AGED = (
 )
 
 
-def _run_past_its_deadline(db: TestDatabase, claim: assetq.Claim) -> None:
-    assert claim.deadline is not None
+def _run_past_its_deadline(db: TestDatabase, claim: assetq.Claim) -> assetq.Claim:
+    """The claim's attempt an hour older, in the row and in the claim returned: its
+    started_at is the claim's fencing token (lock_claim), moved with the row."""
+    assert claim.deadline is not None and claim.started_at is not None
     db.execute(_AGED, id=claim.id)
+    return replace(claim, started_at=claim.started_at - timedelta(hours=1))
 
 
 def _state(db: TestDatabase, claim: assetq.Run) -> tuple[str, int, str | None]:
@@ -228,7 +232,7 @@ def test_past_its_deadline_a_live_holder_is_fenced_but_may_record_the_failure(
     create_effect_table(db)
     one_run(db, max_attempts=2, timeout=30)
     (claim,) = assetq.claim_runs(db.engine, "holder")
-    _run_past_its_deadline(db, claim)
+    claim = _run_past_its_deadline(db, claim)
     with pytest.raises(assetq.LeaseLost, match="timed out"):
         assetq.heartbeat(db.engine, claim)
     counts = db.counts()
@@ -253,7 +257,7 @@ def test_a_dead_holders_timed_out_attempt_is_ended_by_the_next_claim(
     ever returns, is fenced."""
     one_run(db, max_attempts=max_attempts, timeout=30, retry_delay=120)
     (claim,) = assetq.claim_runs(db.engine, "dead", lease=600)
-    _run_past_its_deadline(db, claim)
+    claim = _run_past_its_deadline(db, claim)
     assert assetq.claim_runs(db.engine, "next") == []
     state, attempt, error = _state(db, claim)
     assert (state, attempt, error) == (

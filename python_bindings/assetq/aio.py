@@ -74,11 +74,11 @@ from .scheduler import (
     SchedulerStats,
     _error_code,
     _ErrorLog,
-    _latencies,
     _Listener,
     _Round,
     log_created,
     pooled_warning,
+    run_latencies,
 )
 from .validation import WORKER_MAX, check_int, check_name, check_namespace, seconds
 from .worker import (
@@ -349,10 +349,11 @@ async def claim_runs(
     namespace: str = DEFAULT_NAMESPACE,
     max_attempts: int = 8,
     timeout: timedelta | float | None = None,
+    schedule: bool = False,
 ) -> list[Claim]:
     """Async version of :func:`assetq.claim_runs`: each attempt of the run is claimed by
     exactly one worker; transient errors retried up to ``max_attempts`` times (the backoff
-    awaited)."""
+    awaited). ``schedule=True``: a pass over ``dag_ids`` first, in the same statement."""
     sync = _engine(engine, "claim_runs")
     return await _retrying(
         "claim",
@@ -366,6 +367,7 @@ async def claim_runs(
             namespace=namespace,
             max_attempts=1,
             timeout=timeout,
+            schedule=schedule,
         ),
         sync,
     )
@@ -504,7 +506,7 @@ async def run_scheduler(
                     len(created),
                     sum(len(run.event_ids) for run in created),
                 )
-                latencies = await greenlet_spawn(_latencies, sync, namespace, created)
+                latencies = await greenlet_spawn(run_latencies, sync, namespace, created)
                 for run, latency in zip(created, latencies, strict=True):
                     metrics.run_created(run, latency)
             for run in created:
@@ -565,16 +567,25 @@ _IDLE_FIRST = 0.05
 
 
 class _Wakeup:
-    """Idle slots wait here; the listener (PostgreSQL) wakes them all when runs are created."""
+    """Idle slots wait here; the listener (PostgreSQL) wakes them all when runs are created,
+    and when a producer's events were queued (then the first slot to claim runs a pass of
+    its own first: :meth:`take_queued`)."""
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
         self.generation = 0
+        self._queued = False
 
-    def wake(self) -> None:
+    def wake(self, queued: bool = False) -> None:
         self.generation += 1
+        self._queued = self._queued or queued
         self._event.set()
         self._event = asyncio.Event()
+
+    def take_queued(self) -> bool:
+        """True once after each ``wake(queued=True)`` (see the sync worker's)."""
+        queued, self._queued = self._queued, False
+        return queued
 
     async def wait(self, generation: int, timeout: float, stop: asyncio.Event) -> bool:
         """Wait up to ``timeout`` for a wake-up after ``generation`` (or ``stop``)."""
@@ -594,7 +605,7 @@ async def _listen(
     engine: AsyncEngine, namespace: str, wakeup: _Wakeup, quit_: asyncio.Event, retry: float
 ) -> None:
     """LISTEN on the namespace's channel (PostgreSQL, psycopg async) and wake idle slots on
-    each ``runs`` notification. Only on a connection that is its server session (its
+    each ``runs`` and ``queued`` notification. Only on a connection that is its server session (its
     handshake's process id is the one that answers): through a pooler LISTEN would stay on
     a server connection other clients get (I11), so the slots poll."""
     dialect = dialect_of(engine.sync_engine)
@@ -621,8 +632,8 @@ async def _listen(
                 failed = False
             while not quit_.is_set():
                 async for note in driver.notifies(timeout=0.25):
-                    if note.payload == "runs":
-                        wakeup.wake()
+                    if note.payload in ("runs", "queued"):
+                        wakeup.wake(queued=note.payload == "queued")
         except Exception as exc:  # psycopg's own errors come from here
             if not failed:
                 log_retried(
@@ -860,6 +871,9 @@ async def run_worker(
                     "assetq worker (asyncio): the pass after run %s failed: %s", claim.run_id, exc
                 )
         if metrics is not None:
+            if claim.made:  # this slot's own pass made the run (after the handler: off its path)
+                (latency,) = await greenlet_spawn(run_latencies, sync, namespace, [claim])
+                metrics.run_created(claim, latency)
             metrics.worker_completed(claim, outcome, info, time.monotonic() - attempt_started)
             if outcome == "failed" and info is not None and info.state == "queued":
                 metrics.worker_retry(claim, info)
@@ -886,6 +900,7 @@ async def run_worker(
                     dag_ids=dag_ids,
                     namespace=namespace,
                     timeout=timeout_seconds,
+                    schedule=wakeup.take_queued(),
                 )
             except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
                 if budget[0] is not None:

@@ -172,6 +172,9 @@ class Claim(Run):
     #: Whether the consumer caps its active runs (``max_active_runs``): this run's end lets
     #: its next run be created (a scheduler is woken; on MySQL the worker runs that pass).
     capped: bool = False
+    #: Whether the claim's own pass made the run (``claim_runs(schedule=True)``), rather
+    #: than a scheduler's pass before it: the worker reports it as created (metrics).
+    made: bool = False
 
 
 @dataclass(frozen=True)
@@ -1317,6 +1320,18 @@ def _db_time(dialect: Dialect, value: datetime) -> datetime:
     return value
 
 
+def _dialect_of_either(handle: Engine | Connection | None) -> Dialect:
+    assert handle is not None
+    return dialect_of(handle) if isinstance(handle, Engine) else dialect_for(handle)
+
+
+def _claim_time(dialect: Dialect, claim: Claim) -> datetime | None:
+    """The claim's fencing token: when it started its attempt, as the database recorded it
+    (heartbeat_run_v2 and complete_run_v2 refuse a call whose claim is not the run's current
+    one, a run made again with the same id and attempt included). None: the attempt alone."""
+    return None if claim.started_at is None else _db_time(dialect, claim.started_at)
+
+
 # -- runs as work (docs/workers.md) -------------------------------------------------------
 
 #: The states :func:`complete_run` finishes an attempt with (a subset of :data:`RunState`).
@@ -1344,6 +1359,7 @@ def _claim(row: Any, lease: timedelta) -> Claim:
         partition_key=row.partition_key,
         deadline=_utc_or_none(getattr(row, "deadline", None)),
         capped=bool(getattr(row, "capped", False)),
+        made=bool(getattr(row, "made", False)),
     )
 
 
@@ -1353,6 +1369,12 @@ def _check_claim(claim: object) -> Claim:
             f"claim must be an assetq.Claim from claim_runs, got {type(claim).__name__}"
         )
     return claim
+
+
+#: How long a worker's pass (claim_runs with schedule=True) waits for a consumer another
+#: pass holds: a pass takes milliseconds; a lock held longer (a declaration in a long
+#: transaction) is skipped after this, as a scheduler's pass skips it.
+SCHEDULE_WAIT_SECONDS = 0.25
 
 
 def claim_runs(
@@ -1365,6 +1387,7 @@ def claim_runs(
     namespace: str = DEFAULT_NAMESPACE,
     max_attempts: int = 8,
     timeout: timedelta | float | None = None,
+    schedule: bool = False,
 ) -> list[Claim]:
     """Claim up to ``limit`` (1 to 1,000) runs for ``worker`` and return them, running.
 
@@ -1388,6 +1411,13 @@ def claim_runs(
     that declare none. Its lease never runs past the deadline; after it, the attempt's
     success and heartbeats are refused (LeaseLost), and the next claim that finds it ends it
     as failed (``timed out after 30s``), retried by ``max_attempts`` like any failure.
+
+    ``schedule=True``: first a scheduler pass over the consumers ``dag_ids`` (or all), in the
+    same statement, so the runs it makes are claimed at once: what a worker woken by a
+    producer's notification does (PostgreSQL), one hop from the producer's commit to the
+    claim instead of two (a scheduler's pass, its notification, then the claim). A consumer
+    another pass holds is waited for, up to 0.25 s, and then the run that pass made is
+    claimed.
     """
     engine = _engine_or_autocommit(engine, "claim_runs")
     worker = check_name(worker, "worker", WORKER_MAX)
@@ -1409,8 +1439,14 @@ def claim_runs(
         "dag_ids": dag_ids_json,
         "timeout_seconds": None if timeout is None else seconds(timeout, "timeout"),
     }
+    if not isinstance(schedule, bool):
+        raise errors.InvalidArgumentType(f"schedule must be a bool, got {type(schedule).__name__}")
+    query = "claim_runs"
+    if schedule:
+        query = "schedule_and_claim"
+        params["wait_seconds"] = SCHEDULE_WAIT_SECONDS
     rows = read_committed_transaction(
-        engine, "claim_runs", namespace, params, "claim", max_attempts, one_statement=True
+        engine, query, namespace, params, "claim", max_attempts, one_statement=True
     )
     held = timedelta(seconds=lease_seconds)
     claims = [_claim(row, held) for row in rows]
@@ -1444,6 +1480,7 @@ def heartbeat(
         "run_id": claim.run_id,
         "attempt": claim.attempt,
         "lease_seconds": lease_seconds,
+        "started_at": _claim_time(_dialect_of_either(engine), claim),
     }
     rows = read_committed_transaction(
         engine, "heartbeat_run", namespace, params, "heartbeat", 3, one_statement=True
@@ -1539,6 +1576,7 @@ def complete_run(
         "state": state,
         "error": error,
         "events": payload,
+        "started_at": _claim_time(_dialect_of_either(engine or connection), claim),
     }
     if engine is not None:
         rows = read_committed_transaction(

@@ -289,7 +289,7 @@ def _message(exc: DBAPIError) -> str:
 
 #: The calls a worker makes for every run: sent straight through the driver's cursor when
 #: nothing listens to the connection's statements (see _PostgreSQL.execute).
-_DRIVER_QUERIES = frozenset({"claim_runs", "heartbeat_run", "complete_run"})
+_DRIVER_QUERIES = frozenset({"claim_runs", "schedule_and_claim", "heartbeat_run", "complete_run"})
 #: Named queries as the driver takes them (SQLAlchemy's compilation of the same text), and
 #: their result columns once seen, by (query, quoted namespace[, SQLAlchemy paramstyle]).
 _driver_sql_cache: dict[tuple[str, str, str], str] = {}

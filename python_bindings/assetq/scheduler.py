@@ -479,7 +479,7 @@ class _ErrorLog:
         self._last = None
 
 
-def _latencies(engine: Engine, namespace: str, runs: list[api.Run]) -> list[float | None]:
+def run_latencies(engine: Engine, namespace: str, runs: list[api.Run]) -> list[float | None]:
     """Per run, its created_at minus the timestamp of the oldest event it consumed, in
     seconds; None when that cannot be read (events purged meanwhile, a lost connection:
     metrics never fail a pass that committed)."""
@@ -674,7 +674,7 @@ def run_scheduler(
                     len(runs),
                     sum(len(run.event_ids) for run in runs),
                 )
-                for run, latency in zip(runs, _latencies(engine, namespace, runs), strict=True):
+                for run, latency in zip(runs, run_latencies(engine, namespace, runs), strict=True):
                     metrics.run_created(run, latency)
             for run in runs:
                 log_created(log, "assetq scheduler", run)

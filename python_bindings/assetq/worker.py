@@ -13,7 +13,11 @@ delay decide whether the run is tried again.
 Idle slots wait with a backoff that grows from 50 ms to ``poll_interval``. On PostgreSQL a
 listening connection ends the wait as soon as a scheduler pass creates runs (a notification
 with payload ``runs`` on the namespace's channel, sent by the pass's own transaction: producers
-pay nothing for it). MySQL has no notifications: slots poll.
+pay nothing for it), and as soon as a producer's events are queued while a scheduler waits
+(payload ``queued``, the scheduler's own wake-up): then the first slot free claims with a pass
+of the worker's own consumers first, in the same statement (``claim_runs(schedule=True)``),
+one hop from the producer's commit to the handler instead of two. MySQL has no
+notifications: slots poll.
 
 Stopping is graceful: ``stop`` is looked at between runs, so a run in progress finishes and
 commits (or fails) whole; a worker that is killed instead leaves its runs held until their
@@ -53,7 +57,7 @@ from .liveness import DEFAULT_INTERVAL, Liveness, check_interval
 from .logs import attempt_fields, close_detached, connection_lost, first_line, log_retried
 from .metrics import AttemptOutcome, Metrics
 from .migrate import DEFAULT_NAMESPACE
-from .scheduler import _error_code, pooled_session, pooled_warning
+from .scheduler import _error_code, pooled_session, pooled_warning, run_latencies
 from .validation import WORKER_MAX, check_dag_id, check_int, check_name, check_namespace, seconds
 
 log = logging.getLogger("assetq.worker")
@@ -105,21 +109,32 @@ def default_worker_name() -> str:
 
 
 class _Wakeup:
-    """Idle slots wait here; the listener (PostgreSQL) wakes them all when runs are created."""
+    """Idle slots wait here; the listener (PostgreSQL) wakes them all when runs are created,
+    and when a producer's events were queued (then the first slot to claim runs a pass of
+    its own first: :meth:`take_queued`)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._generation = 0
+        self._queued = False
 
     @property
     def generation(self) -> int:
         with self._cond:
             return self._generation
 
-    def wake(self) -> None:
+    def wake(self, queued: bool = False) -> None:
         with self._cond:
             self._generation += 1
+            self._queued = self._queued or queued
             self._cond.notify_all()
+
+    def take_queued(self) -> bool:
+        """True once after each ``wake(queued=True)``: the slot that takes it claims with a
+        pass of its own first (claim_runs' ``schedule``), one hop from the producer's commit."""
+        with self._cond:
+            queued, self._queued = self._queued, False
+            return queued
 
     def wait(self, generation: int, timeout: float, stop: threading.Event) -> bool:
         """Wait up to ``timeout`` seconds for a wake-up after ``generation``; True if one came."""
@@ -135,7 +150,9 @@ class _Wakeup:
 
 class _Listener(threading.Thread):
     """A connection of its own (detached from the pool, autocommit) that LISTENs on the
-    namespace's channel and wakes idle slots on each ``runs`` notification. Reconnects after
+    namespace's channel and wakes idle slots on each ``runs`` notification (a pass made
+    runs) and ``queued`` one (a producer's events: the first slot claims with a pass of its
+    own, :meth:`_Wakeup.take_queued`). Reconnects after
     ``retry`` seconds when the connection breaks; slots poll meanwhile."""
 
     def __init__(
@@ -174,9 +191,9 @@ class _Listener(threading.Thread):
                     failed = False
                 while not self._stop_event.is_set():
                     for note in driver.notifies(timeout=_STOP_CHECK):
-                        if note.payload == "runs":
+                        if note.payload in ("runs", "queued"):
                             self.woken += 1
-                            self._wakeup.wake()
+                            self._wakeup.wake(queued=note.payload == "queued")
             except Exception as exc:  # psycopg's own errors come from here
                 if not failed:
                     log_retried(
@@ -550,6 +567,9 @@ def run_worker(
     ) -> None:
         next_run_of(claim, info)
         if metrics is not None:
+            if claim.made:  # this slot's own pass made the run (after the handler: off its path)
+                (latency,) = run_latencies(engine, namespace, [claim])
+                metrics.run_created(claim, latency)
             metrics.worker_completed(claim, outcome, info, took)
             if outcome == "failed" and info is not None and info.state == "queued":
                 metrics.worker_retry(claim, info)
@@ -748,6 +768,7 @@ def run_worker(
                         dag_ids=dag_ids,
                         namespace=namespace,
                         timeout=timeout_seconds,
+                        schedule=wakeup.take_queued(),
                     )
                 except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
                     if budget is not None:

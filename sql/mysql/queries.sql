@@ -61,7 +61,7 @@ SET TRANSACTION ISOLATION LEVEL READ COMMITTED
 
 -- schedule_pass --
 -- One scheduler pass over at most :limit consumers; returns the runs it created.
-CALL {{ns}}.schedule_pass(:limit)
+CALL {{ns}}.schedule_pass_v2(:limit, NULL, 0)
 
 -- set_run_state --
 -- Move a run to another state; returns the run (the get_run columns).
@@ -115,14 +115,21 @@ SELECT r.id AS dag_run_id, r.dag_id, r.run_id, r.seq, r.state, r.run_after, r.cr
 -- JSON array of dag ids or NULL.
 CALL {{ns}}.claim_runs_v2(:worker, :limit, :lease_seconds, :dag_ids, :timeout_seconds)
 
+-- schedule_and_claim --
+-- A pass over the consumers :dag_ids, waiting up to :wait_seconds for one another pass
+-- holds, then claim_runs, in one call (own READ COMMITTED transaction).
+CALL {{ns}}.schedule_and_claim(:worker, :limit, :lease_seconds, :dag_ids, :timeout_seconds,
+                               :wait_seconds)
+
 -- heartbeat_run --
--- Renew the lease of a run held at :attempt; returns the new end of the lease.
-CALL {{ns}}.heartbeat_run(:dag_id, :run_id, :attempt, :lease_seconds)
+-- Renew the lease of a run held at :attempt by the claim made at :started_at; returns the
+-- new end of the lease.
+CALL {{ns}}.heartbeat_run_v2(:dag_id, :run_id, :attempt, :lease_seconds, :started_at)
 
 -- complete_run --
--- Finish attempt :attempt of a run as :state (success with output :events, or failed with
--- :error) in the caller's transaction; returns the run.
-CALL {{ns}}.complete_run(:dag_id, :run_id, :attempt, :state, :error, :events)
+-- Finish attempt :attempt of a run, claimed at :started_at, as :state (success with output
+-- :events, or failed with :error) in the caller's transaction; returns the run.
+CALL {{ns}}.complete_run_v2(:dag_id, :run_id, :attempt, :state, :error, :events, :started_at)
 
 -- retry_run --
 -- Put a failed run back in the queue as its next attempt; returns the run.

@@ -75,7 +75,7 @@ SET TRANSACTION ISOLATION LEVEL READ COMMITTED
 -- One scheduler pass over at most :limit consumers; returns the runs it created.
 SELECT dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids, triggering_event_id,
        state, partition_key
-  FROM {{ns}}.schedule_pass(p_limit => :limit)
+  FROM {{ns}}.schedule_pass_v2(p_limit => CAST(:limit AS integer))
 
 -- set_run_state --
 -- Move a run to another state; returns the run (the get_run columns).
@@ -137,28 +137,44 @@ SELECT dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids, trigge
         p_dag_ids => CAST(:dag_ids AS jsonb),
         p_timeout_seconds => CAST(:timeout_seconds AS double precision))
 
+-- schedule_and_claim --
+-- A pass over the consumers :dag_ids, waiting up to :wait_seconds for one another pass
+-- holds, then claim_runs, in one statement (own transaction).
+SELECT dag_run_id, dag_id, run_id, seq, run_after, created_at, event_ids, triggering_event_id,
+       state, attempt, worker, lease_until, started_at, partition_key, deadline, capped, made
+  FROM {{ns}}.schedule_and_claim(
+        p_worker => :worker,
+        p_limit => CAST(:limit AS integer),
+        p_lease_seconds => CAST(:lease_seconds AS double precision),
+        p_dag_ids => CAST(:dag_ids AS jsonb),
+        p_timeout_seconds => CAST(:timeout_seconds AS double precision),
+        p_wait_seconds => CAST(:wait_seconds AS double precision))
+
 -- heartbeat_run --
--- Renew the lease of a run held at :attempt; returns the new end of the lease.
+-- Renew the lease of a run held at :attempt by the claim made at :started_at; returns the
+-- new end of the lease.
 SELECT lease_until
-  FROM {{ns}}.heartbeat_run(
+  FROM {{ns}}.heartbeat_run_v2(
         p_dag_id => :dag_id,
         p_run_id => :run_id,
         p_attempt => CAST(:attempt AS integer),
-        p_lease_seconds => CAST(:lease_seconds AS double precision))
+        p_lease_seconds => CAST(:lease_seconds AS double precision),
+        p_started_at => CAST(:started_at AS timestamptz))
 
 -- complete_run --
--- Finish attempt :attempt of a run as :state (success with output :events, or failed with
--- :error) in the caller's transaction; returns the run.
+-- Finish attempt :attempt of a run, claimed at :started_at, as :state (success with output
+-- :events, or failed with :error) in the caller's transaction; returns the run.
 SELECT dag_run_id, dag_id, run_id, seq, state, run_after, created_at, started_at, ended_at,
        triggering_event_id, event_count, attempt, worker, lease_until, not_before, error,
        output_event_ids, partition_key
-  FROM {{ns}}.complete_run(
+  FROM {{ns}}.complete_run_v2(
         p_dag_id => :dag_id,
         p_run_id => :run_id,
         p_attempt => CAST(:attempt AS integer),
         p_state => :state,
         p_error => :error,
-        p_events => CAST(:events AS jsonb))
+        p_events => CAST(:events AS jsonb),
+        p_started_at => CAST(:started_at AS timestamptz))
 
 -- retry_run --
 -- Put a failed run back in the queue as its next attempt; returns the run.
@@ -539,7 +555,8 @@ SELECT name, setting AS value
 SELECT current_user AS account,
        has_function_privilege('{{ns}}.register_event(text, jsonb, text, text, text, integer, text)',
                               'EXECUTE') AS can_register,
-       has_function_privilege('{{ns}}.schedule_pass(integer)', 'EXECUTE') AS can_schedule,
+       has_function_privilege('{{ns}}.schedule_pass_v2(integer, jsonb, double precision)',
+                              'EXECUTE') AS can_schedule,
        has_table_privilege('{{ns}}.dag_queue_status', 'SELECT') AS can_read_status
 
 -- deployment_settings --

@@ -1,12 +1,14 @@
 -- Least privilege. Four kinds of access, granted to existing accounts by grant_access:
 --   producer   EXECUTE on register_event and register_events: can register events only;
---   scheduler  EXECUTE on schedule_pass, set_run_state, retry_run and cancel_run: can run
+--   scheduler  EXECUTE on schedule_pass(_v2), set_run_state, retry_run and cancel_run: can run
 --              scheduler passes, move the runs they created through their states, retry
 --              failed runs and cancel runs, nothing else;
---   worker     EXECUTE on claim_runs(_v2), heartbeat_run, complete_run and schedule_pass:
---              can claim runs, renew their leases and complete them, with their output
---              events, and run the pass that creates a capped consumer's next run when one
---              of its runs ends (no notifications on MySQL), nothing else;
+--   worker     EXECUTE on claim_runs(_v2), schedule_and_claim, heartbeat_run(_v2),
+--              complete_run(_v2) and schedule_pass(_v2): can claim runs (after a pass of
+--              their own consumers: schedule_and_claim), renew their leases and complete
+--              them, with their output events, and run the pass that creates a capped
+--              consumer's next run when one of its runs ends (no notifications on MySQL),
+--              nothing else;
 --   reader     SELECT on the namespace: can read every table and view, never write.
 -- Schedulers and workers may also record that they are alive (process_heartbeat and
 -- process_gone); producers and readers may not. Workers may also record the consumers they
@@ -79,12 +81,14 @@ BEGIN
     IF p_access = 'producer' THEN
         SET v_routines = CONCAT_WS(' ', 'register_event', 'register_events');
     ELSEIF p_access = 'scheduler' THEN
-        SET v_routines = CONCAT_WS(' ', 'schedule_pass', 'set_run_state', 'retry_run', 'cancel_run');
+        SET v_routines = CONCAT_WS(' ', 'schedule_pass', 'schedule_pass_v2', 'set_run_state', 'retry_run',
+                                   'cancel_run');
     ELSEIF p_access = 'worker' THEN
-        -- schedule_pass too: with no notifications here, the worker that ends a run of a
+        -- schedule_pass(_v2) too: with no notifications here, the worker that ends a run of a
         -- capped consumer runs the pass that creates its next run (assetq.run_worker).
-        SET v_routines = CONCAT_WS(' ', 'claim_runs', 'claim_runs_v2', 'heartbeat_run', 'complete_run',
-                                   'schedule_pass');
+        SET v_routines = CONCAT_WS(' ', 'claim_runs', 'claim_runs_v2', 'schedule_and_claim', 'heartbeat_run',
+                                   'heartbeat_run_v2', 'complete_run', 'complete_run_v2', 'schedule_pass',
+                                   'schedule_pass_v2');
     ELSE
         SET @assetq_grant = CONCAT('GRANT SELECT ON ', v_ns, '.* TO ', v_account);
         PREPARE assetq_grant FROM @assetq_grant;

@@ -29,8 +29,9 @@ BEGIN
     SET v_ns = CONCAT('`', DATABASE(), '`');
     -- Every kind's routines (see grant_access), one REVOKE each.
     SET v_routines = CONCAT_WS(' ', 'register_event', 'register_events', 'schedule_pass',
-                               'set_run_state', 'retry_run', 'cancel_run', 'claim_runs',
-                               'claim_runs_v2', 'heartbeat_run', 'complete_run',
+                               'schedule_pass_v2', 'set_run_state', 'retry_run', 'cancel_run',
+                               'claim_runs', 'claim_runs_v2', 'schedule_and_claim', 'heartbeat_run',
+                               'heartbeat_run_v2', 'complete_run', 'complete_run_v2',
                                'process_heartbeat', 'process_gone', 'process_handles');
     WHILE v_routines <> '' DO
         SET v_routine = SUBSTRING_INDEX(v_routines, ' ', 1);

@@ -84,12 +84,7 @@ BEGIN
         RAISE EXCEPTION 'timeout must be above 0 and at most 604800 seconds, got %', p_timeout_seconds
             USING ERRCODE = 'AQ002';
     END IF;
-    IF p_dag_ids IS NOT NULL
-       AND (jsonb_typeof(p_dag_ids) <> 'array'
-            OR EXISTS (SELECT 1 FROM jsonb_array_elements(p_dag_ids) x WHERE jsonb_typeof(x) <> 'string'))
-    THEN
-        RAISE EXCEPTION 'dag_ids must be a JSON array of dag ids or NULL' USING ERRCODE = 'AQ002';
-    END IF;
+    PERFORM {{ns}}.check_dag_ids(p_dag_ids);
     v_now := clock_timestamp();
     v_until := v_now + make_interval(secs => p_lease_seconds);
     LOOP

@@ -1,9 +1,10 @@
 -- Least privilege. Four kinds of access, granted to existing roles by grant_access:
 --   producer   register_event and register_events: can register events, nothing else;
---   scheduler  schedule_pass, set_run_state, retry_run and cancel_run: can run scheduler
+--   scheduler  schedule_pass(_v2), set_run_state, retry_run and cancel_run: can run scheduler
 --              passes, move run states, retry failed runs and cancel runs, nothing else;
---   worker     claim_runs(_v2), heartbeat_run and complete_run: can claim runs, renew their
---              leases and complete them with their output events, nothing else;
+--   worker     claim_runs(_v2), schedule_and_claim, heartbeat_run(_v2) and complete_run(_v2):
+--              can claim runs (after a pass of their own consumers: schedule_and_claim),
+--              renew their leases and complete them with their output events, nothing else;
 --   reader     SELECT on every table and view of the namespace: can read, never write.
 -- Schedulers and workers may also record that they are alive (process_heartbeat and
 -- process_gone); producers and readers may not. Workers may also record the consumers they
@@ -44,6 +45,7 @@ BEGIN
                        ' {{ns}}.register_events(jsonb) TO %I', p_grantee);
     ELSIF p_access = 'scheduler' THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION {{ns}}.schedule_pass(integer),'
+                       ' {{ns}}.schedule_pass_v2(integer, jsonb, double precision),'
                        ' {{ns}}.set_run_state(text, text, text),'
                        ' {{ns}}.retry_run(text, text),'
                        ' {{ns}}.cancel_run(text, text, text) TO %I', p_grantee);
@@ -51,8 +53,11 @@ BEGIN
         EXECUTE format('GRANT EXECUTE ON FUNCTION'
                        ' {{ns}}.claim_runs(text, integer, double precision, jsonb),'
                        ' {{ns}}.claim_runs_v2(text, integer, double precision, jsonb, double precision),'
+                       ' {{ns}}.schedule_and_claim(text, integer, double precision, jsonb, double precision, double precision),'
                        ' {{ns}}.heartbeat_run(text, text, integer, double precision),'
-                       ' {{ns}}.complete_run(text, text, integer, text, text, jsonb) TO %I', p_grantee);
+                       ' {{ns}}.heartbeat_run_v2(text, text, integer, double precision, timestamptz),'
+                       ' {{ns}}.complete_run(text, text, integer, text, text, jsonb),'
+                       ' {{ns}}.complete_run_v2(text, text, integer, text, text, jsonb, timestamptz) TO %I', p_grantee);
     ELSE
         EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA {{ns}} TO %I', p_grantee);
     END IF;
