@@ -17,9 +17,11 @@ made it: the wake-up's hop) and to ``started_at`` of run k+1 (its claim). The ba
 total is from its commit to the last run's ``ended_at``.
 
 The first hop (PostgreSQL): from a producer's COMMIT returning to the handler's first line:
-assetq (``register_event`` of an asset whose consumer ``hop`` has no cap; the scheduler's
-pass makes the run, the worker claims it) against procrastinate's defer-to-start (``defer``
-of a task; its worker fetches the job). Probes alternate between the two systems, one at a
+assetq (``register_event`` of an asset whose consumer ``hop`` has no cap; on PostgreSQL the
+worker, woken by the producer's notification, makes the run with a pass of its own and claims
+it in the same statement, the scheduler giving it a head start; on MariaDB the scheduler's
+pass makes it and the worker claims it) against procrastinate's defer-to-start (``defer`` of
+a task; its worker fetches the job). Probes alternate between the two systems, one at a
 time, 50-150 ms apart, so each finds its system idle but for the load. Both instants are
 ``time.time()`` (a handler's first line sends it to this process over UDP, before anything
 else). The split of assetq's hop reads the run's ``created_at`` (the pass) and
@@ -991,10 +993,12 @@ def render(
                 if any(r.engine == "postgresql" for r in results)
                 else " procrastinate runs on PostgreSQL only."
             )
-            + " The split: medians of commit -> the run's created_at (the scheduler woken, its"
-            " pass) -> its started_at (the pass's commit and 'runs' notification, the worker"
-            " woken, its claim) -> the handler's first line; procrastinate's job: commit ->"
-            " its 'started' event (the worker woken, its fetch) -> the handler.",
+            + " The split: medians of commit -> the run's created_at (the worker woken by the"
+            " producer's notification, its pass: PostgreSQL's one hop) -> its started_at (the"
+            " claim, in the same statement) -> the handler's first line (the commit, the"
+            " handler's call); procrastinate's job: commit -> its 'started' event (the worker"
+            " woken, its fetch) -> the handler. The scheduler's own runs (after its head start,"
+            " those no worker took; on MariaDB, all) are in the process counts below.",
             "",
             *hop_table(results),
             "",

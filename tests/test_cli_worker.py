@@ -36,7 +36,9 @@ def report(claim, conn):
         {{"r": claim.run_id, "n": len(claim.event_ids)}},
     )
     if (HERE / "block").exists():
-        (HERE / "started").write_text(claim.run_id)
+        # Written whole, then renamed: the test polls for the file and reads it at once.
+        (HERE / "started.tmp").write_text(claim.run_id)
+        (HERE / "started.tmp").rename(HERE / "started")
         deadline = time.monotonic() + 60
         while not (HERE / "release").exists() and time.monotonic() < deadline:
             time.sleep(0.02)

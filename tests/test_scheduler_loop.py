@@ -8,6 +8,7 @@ NOTIFY wake-up, compares "seconds" against a 30-second poll interval.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -571,3 +572,62 @@ def test_while_another_scheduler_waits_for_wake_ups_an_idle_one_is_woken_too(
     assert run.event_ids == (event.id,)
     assert stats.wakeups >= 1
     assert stats.arms == 0  # the other session held the lock throughout
+
+
+#: High half of the key of the lock a listening worker holds shared (workers_listen_mark).
+WORKERS = 0x61737477
+
+
+@contextlib.contextmanager
+def _a_worker_listens(db: TestDatabase) -> Iterator[None]:
+    """A session holding the workers' lock, as a listening worker's connection does."""
+    with db.engine.connect() as conn:
+        conn.execute(sa.text(db.dialect.query("workers_listen_mark", db.namespace)))
+        conn.commit()
+        assert _locks(db, WORKERS, granted=True, shared=True) == 1
+        yield
+        conn.invalidate()  # the session lock goes with the session
+
+
+@pytest.mark.engines("postgresql")
+def test_woken_by_producers_while_a_worker_listens_the_loop_gives_it_a_head_start(
+    db: TestDatabase, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The loop, woken by a producer's commit while a worker listens, waits its head start
+    before passing: the worker's claim with a pass, made meanwhile, makes and claims the run
+    (Claim.made), and the loop's pass after it finds nothing. The head start is 10 s here and
+    the loop is stopped during it: nothing depends on how fast anything is."""
+    _declare(db, "report", "orders")
+    caplog.set_level(logging.DEBUG, logger="assetq.scheduler")
+    with _a_worker_listens(db):
+        loop = _Loop(db, poll_interval=120, worker_head_start=10)
+        _until(lambda: loop.passes >= 2 and _wakeup_lock(db, granted=True) == 1, "the wait")
+        (event,) = _register(db, "orders")
+        _until(lambda: _logged(caplog, "a head start of 10 s"), "the head start")
+        (claim,) = assetq.claim_runs(db.engine, "w1", dag_ids=["report"], schedule=True)
+        stats = loop.finish()
+    assert claim.made and claim.event_ids == (event.id,)
+    assert (stats.head_starts, stats.runs) == (1, 0)
+    assert loop.runs.empty()
+
+
+@pytest.mark.engines("postgresql")
+def test_with_no_worker_listening_the_loop_passes_at_once(
+    db: TestDatabase, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No worker listens: the wake-up is passed at once, with a head start of 10 s set."""
+    _declare(db, "report", "orders")
+    caplog.set_level(logging.DEBUG, logger="assetq.scheduler")
+    loop = _Loop(db, poll_interval=120, worker_head_start=10)
+    _until(lambda: loop.passes >= 2 and _wakeup_lock(db, granted=True) == 1, "the wait")
+    (event,) = _register(db, "orders")
+    run = loop.runs.get(timeout=60)
+    stats = loop.finish()
+    assert run.event_ids == (event.id,)
+    assert stats.head_starts == 0 and not _logged(caplog, "a head start")
+
+
+def test_a_head_start_out_of_range_is_refused(db: TestDatabase) -> None:
+    for bad in (-0.1, 10.5, True, "1"):
+        with pytest.raises(assetq.InvalidArgument, match="worker_head_start"):
+            assetq.run_scheduler(db.engine, max_passes=1, worker_head_start=bad)  # type: ignore[arg-type]

@@ -116,9 +116,10 @@ def test_run_fields_are_run_info_fields_with_the_same_types() -> None:
 def test_claim_fields_are_run_info_fields_or_the_lease() -> None:
     claim, info = get_type_hints(assetq.Claim), get_type_hints(assetq.RunInfo)
     own = _names(assetq.Claim) - _names(assetq.Run)
-    # The claim's own: its lease, the event that tells its handler to stop, and whether its
-    # consumer is capped (the worker's cue to make the next run on MySQL).
-    claim_only = {"lease", "cancelled", "capped"}
+    # The claim's own: its lease, the event that tells its handler to stop, whether its
+    # consumer is capped (the worker's cue to make the next run on MySQL), and whether the
+    # claim's own pass made the run (claim_runs(schedule=True)).
+    claim_only = {"lease", "cancelled", "capped", "made"}
     assert own - _names(assetq.RunInfo) == claim_only
     for name in own - claim_only:
         # The same type, or narrower where a claim always has a value (its worker).

@@ -71,11 +71,13 @@ from .scheduler import (
     PASS,
     POLL,
     WOKEN,
+    WORKER_HEAD_START,
     SchedulerStats,
     _error_code,
     _ErrorLog,
     _Listener,
     _Round,
+    check_head_start,
     log_created,
     pooled_warning,
     run_latencies,
@@ -402,6 +404,7 @@ async def run_scheduler(
     max_attempts: int = 8,
     liveness_interval: float | None = DEFAULT_INTERVAL,
     metrics: Metrics | None = None,
+    worker_head_start: float = WORKER_HEAD_START,
 ) -> SchedulerStats:
     """Async version of :func:`assetq.run_scheduler`: scheduler passes until ``stop_event``
     is set (or ``max_passes`` passes were made), as a task of the running loop.
@@ -419,7 +422,8 @@ async def run_scheduler(
     finishes. Safe to run with any number of other schedulers, sync or async.
     ``liveness_interval``: its row in the liveness table, as the sync loop's. ``metrics``:
     an :class:`assetq.Metrics`, told what the sync loop tells it (passes, failed passes, runs
-    with their event->run latency, idle waits woken or polled).
+    with their event->run latency, idle waits woken or polled). ``worker_head_start``: as the
+    sync loop's.
     """
     sync = _engine(engine, "run_scheduler")
     check_int(limit, "limit", 1, 1_000_000)
@@ -427,6 +431,7 @@ async def run_scheduler(
     if max_passes is not None:
         check_int(max_passes, "max_passes", 0, 2**62)
     poll = seconds(poll_interval, "poll_interval")
+    head_start = check_head_start(worker_head_start)
     initial = seconds(backoff_initial, "backoff_initial")
     cap = seconds(backoff_max, "backoff_max")
     namespace = check_namespace(namespace)
@@ -536,6 +541,11 @@ async def run_scheduler(
                         await _wait(stop, poll)
                 if outcome == WOKEN:
                     stats.wakeups += 1
+                    try:
+                        if await asyncio.to_thread(listener.head_start, head_start, thread_stop):
+                            stats.head_starts += 1
+                    except Exception as exc:  # the connection broke: poll until it is back
+                        listener.lost(exc)
                 elif outcome == ARMED:
                     stats.arms += 1
                 if metrics is not None and not stop.is_set() and outcome in (WOKEN, POLL):
@@ -626,6 +636,9 @@ async def _listen(
                     retry,
                 )
                 return
+            # Schedulers woken by producers give listening workers a head start. Before
+            # LISTEN, the session's last statement while it waits.
+            await driver.execute(dialect.query("workers_listen_mark", namespace))
             await driver.execute(dialect.query("listen", namespace))
             if failed:
                 log.info("assetq worker (asyncio): listening for new runs again")

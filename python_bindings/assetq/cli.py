@@ -531,6 +531,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _head_start(text: str) -> float:
+    """--worker-head-start: 0 to 10 seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 10:
+        raise argparse.ArgumentTypeError(f"must be 0 to 10 seconds, got {text}")
+    return value
+
+
 def _liveness_seconds(text: str) -> float | None:
     """--liveness-interval: seconds, 0 for none."""
     try:
@@ -574,6 +585,15 @@ def _scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-listen",
         action="store_true",
         help="poll only, never LISTEN for wake-ups (PostgreSQL)",
+    )
+    parser.add_argument(
+        "--worker-head-start",
+        type=_head_start,
+        default=0.02,
+        metavar="SECONDS",
+        help="woken by producers while a worker listens, wait this long before the pass:"
+        " listening workers make and claim their own consumers' runs in one step"
+        " (PostgreSQL; default 0.02, 0 for none)",
     )
     _listen_url_option(parser)
     _metrics_options(parser)
@@ -743,6 +763,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
                 summary_interval=args.summary_interval,
                 metrics=metrics,
                 liveness_interval=args.liveness_interval,
+                worker_head_start=args.worker_head_start,
             )
     finally:
         engine.dispose()

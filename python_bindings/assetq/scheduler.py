@@ -77,6 +77,9 @@ class SchedulerStats:
     wakeups: int = 0
     #: Times the loop took the wake-up lock, asking producers to notify (PostgreSQL).
     arms: int = 0
+    #: Wake-ups by producers after which the loop gave listening workers a head start
+    #: (``worker_head_start``, PostgreSQL).
+    head_starts: int = 0
 
 
 def _error_code(exc: BaseException) -> str | None:
@@ -103,6 +106,10 @@ _LOCK_TIMEOUT = "55P03"
 
 #: Payload of the notifications sent when runs are created: for workers, not schedulers.
 _RUNS = "runs"
+
+#: How long a scheduler woken by producers waits for listening workers (run_scheduler's
+#: worker_head_start), seconds: a worker's own pass and claim take a few milliseconds.
+WORKER_HEAD_START = 0.02
 
 #: What _Listener.settle says to do next.
 PASS, ARMED, WOKEN, POLL = "pass", "armed", "woken", "poll"
@@ -207,6 +214,9 @@ class _Listener:
         self.busy = False
         #: The session's lock_timeout is the long one (None: not set yet).
         self._long_timeout: bool | None = None
+        #: The payloads of the notifications the last settle() was woken by ('queued' from
+        #: producers, 'ended' from a capped consumer's run that ended).
+        self.woken_by: set[str] = set()
 
     @property
     def connected(self) -> bool:
@@ -299,6 +309,7 @@ class _Listener:
         notifying. Idle: give the busy lock back; keep waiting under the wake-up lock unless
         another scheduler became busy; otherwise see :meth:`_idle`.
         """
+        self.woken_by = set()
         if productive:
             if not self.busy:  # tried again after every busy pass until it is held
                 self.busy = self._ask("busy_mark")
@@ -362,7 +373,9 @@ class _Listener:
         """Read the notifications that arrived; True when there was one for schedulers."""
         woken = False
         for note in self._driver.notifies(timeout=0):
-            woken = woken or note.payload != _RUNS
+            if note.payload != _RUNS:
+                woken = True
+                self.woken_by.add(note.payload)
         return woken
 
     def wait(self, timeout: float, stop: threading.Event) -> bool:
@@ -377,10 +390,27 @@ class _Listener:
             woken = False
             for note in driver.notifies(timeout=min(remaining, _STOP_CHECK), stop_after=1):
                 woken = note.payload != _RUNS
+                if woken:
+                    self.woken_by.add(note.payload)
             if woken:
                 self._drain()  # others that arrived meanwhile are for the same pass
                 return True
         return False
+
+    def head_start(self, seconds: float, stop: threading.Event) -> bool:
+        """After a wake-up by producers alone ('queued'), while a worker listens: wait
+        ``seconds`` before the pass (or less: ``stop``), so that listening workers make and
+        claim their consumers' runs themselves, one hop from the producers' commit, without
+        this pass taking their consumers first; what arrives meanwhile is for that pass. A
+        run that ended ('ended') is passed at once. True when it waited."""
+        if not seconds or self.woken_by != {"queued"} or not self._ask("workers_listening"):
+            return False
+        log.debug(
+            "assetq scheduler: woken by producers, a worker listens: a head start of %g s", seconds
+        )
+        stop.wait(seconds)
+        self._drain()
+        return True
 
     def close(self) -> None:
         raw = self._raw
@@ -526,6 +556,13 @@ def log_created(logger: logging.Logger, loop: str, run: api.Run) -> None:
     )
 
 
+def check_head_start(value: object) -> float:
+    """``worker_head_start`` of both loops: 0 to 10 seconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 10:
+        raise errors.InvalidArgument(f"worker_head_start must be 0 to 10 seconds, got {value!r}")
+    return float(value)
+
+
 def run_scheduler(
     engine: Engine,
     *,
@@ -544,6 +581,7 @@ def run_scheduler(
     max_attempts: int = 8,
     metrics: Metrics | None = None,
     liveness_interval: float | None = DEFAULT_INTERVAL,
+    worker_head_start: float = WORKER_HEAD_START,
 ) -> SchedulerStats:
     """Run scheduler passes until ``stop_event`` is set (or ``max_passes`` passes were made)
     and return what was done.
@@ -560,6 +598,14 @@ def run_scheduler(
     transaction mode (PgBouncer), give a direct connection to the server here. A listening
     connection that turns out not to hold one server session is closed before anything is
     set on it, and the loop polls, with one warning (docs/deployment.md).
+
+    ``worker_head_start`` (PostgreSQL): woken by producers while a worker listens on the
+    namespace, the loop waits that many seconds (default 0.02) before its pass: a listening
+    worker makes and claims its own consumers' runs in one step
+    (:func:`assetq.claim_runs` with ``schedule=True``), and the pass, which would otherwise
+    take those consumers at the same moment, then makes only the runs no worker took
+    (consumers no worker runs get theirs that much later). 0: no head start. A wake-up by a
+    capped consumer's run that ended is passed at once.
 
     ``max_attempts``: each pass's own retries of a transient error (deadlock, lost
     connection), as :func:`assetq.schedule` takes them; schedulers on several Galera nodes,
@@ -599,6 +645,7 @@ def run_scheduler(
     ):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise errors.InvalidArgument(f"{what} must be a positive number of seconds")
+    worker_head_start = check_head_start(worker_head_start)
     namespace = check_namespace(namespace)
     liveness_interval = check_interval(liveness_interval)
     stop = stop_event if stop_event is not None else threading.Event()
@@ -719,6 +766,12 @@ def run_scheduler(
                 if outcome == WOKEN:
                     stats.wakeups += 1
                     window.wakeups += 1
+                    try:
+                        if listener.head_start(worker_head_start, stop):
+                            stats.head_starts += 1
+                            window.head_starts += 1
+                    except Exception as exc:  # the connection broke: poll until it is back
+                        listener.lost(exc)
                 elif outcome == ARMED:  # one more pass, now that producers notify
                     stats.arms += 1
                     window.arms += 1

@@ -185,6 +185,9 @@ class _Listener(threading.Thread):
                     pooled_warning("assetq worker", pooled, self._retry)
                     self.pooled = pooled
                     return  # slots poll (the finally closes the connection)
+                # Schedulers woken by producers give listening workers a head start. Before
+                # LISTEN, the session's last statement while it waits.
+                driver.execute(dialect.query("workers_listen_mark", self._namespace))
                 driver.execute(dialect.query("listen", self._namespace))
                 if failed:
                     log.info("assetq worker: listening for new runs again")

@@ -248,6 +248,14 @@ DROP DATABASE IF EXISTS {{ns}}
 -- MySQL has no LISTEN/NOTIFY: never sent (Dialect.supports_notify is false); schedulers poll.
 SELECT 0 AS listening
 
+-- workers_listen_mark --
+-- Workers do not listen on MySQL (no notifications): never sent.
+SELECT 0 AS marked
+
+-- workers_listening --
+-- Workers do not listen on MySQL (no notifications): never sent.
+SELECT 0 AS listening
+
 -- dag_queue_status --
 -- One row per consumer from the dag_queue_status view: queue depth, oldest queued, recent runs.
 SELECT dag_id, is_paused, queued_events, oldest_queued_at, oldest_queued_age_seconds,

@@ -335,6 +335,27 @@ SELECT EXISTS (
        AND mode = 'ExclusiveLock'
        AND granted) AS held
 
+-- workers_listen_mark --
+-- A worker's listening connection (run_worker) holds the workers' lock shared, a session lock,
+-- key ('astw' << 32) + the queue table's oid, for as long as it listens: a scheduler woken by
+-- a producer then gives listening workers a head start (workers_listening; run_scheduler's
+-- worker_head_start), since a worker's claim makes and claims its consumers' runs itself.
+SELECT pg_advisory_lock_shared(
+    (CAST(1634956407 AS bigint) << 32)
+    + CAST(CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid) AS bigint))
+
+-- workers_listening --
+-- Does a worker listen on this namespace (a session holds the workers' lock)?
+SELECT EXISTS (
+    SELECT 1
+      FROM pg_locks
+     WHERE locktype = 'advisory'
+       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+       AND classid = CAST(1634956407 AS oid)
+       AND objid = CAST(CAST('{{ns}}.asset_dag_run_queue' AS regclass) AS oid)
+       AND objsubid = 1
+       AND granted) AS listening
+
 -- busy_mark --
 -- Try to take the busy lock shared (never waits): true when this session holds it now.
 SELECT pg_try_advisory_lock_shared(
