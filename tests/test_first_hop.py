@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import threading
@@ -418,3 +419,74 @@ def test_a_claim_with_a_pass_is_lost_whole_in_a_crash_and_kept_by_a_durable_comm
             assert [tuple(s) for s in states] == [("running", first.id), ("success", second.id)]
         finally:
             engine.dispose()
+
+
+@pytest.mark.engines("postgresql")
+@pytest.mark.parametrize("shell", ["sync", "asyncio"])
+def test_a_worker_whose_claim_with_a_pass_is_refused_claims_without_one(
+    db: TestDatabase, shell: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its role cannot run schedule_and_claim (here the routine is gone, as against a schema
+    whose routines are older than the package): the first producer's notification makes the
+    claim with a pass fail; the worker says so once, and from then on claims without a pass,
+    so the runs a scheduler's pass makes are still run, and no claim fails again."""
+    declare(db, "report", "orders")
+    db.execute("DROP FUNCTION {ns}.schedule_and_claim")
+    caplog.set_level(logging.WARNING, logger="assetq")
+    seen: list[tuple[int, ...]] = []
+    stop = threading.Event()
+    if shell == "sync":
+
+        def handler(claim: assetq.Claim, conn: sa.Connection) -> None:
+            seen.append(claim.event_ids)
+
+        target: Any = lambda: assetq.run_worker(  # noqa: E731
+            db.engine, {"report": handler}, stop=stop, poll_interval=120, namespace=db.namespace
+        )
+    else:
+
+        async def ahandler(claim: assetq.Claim, conn: Any) -> None:
+            seen.append(claim.event_ids)
+
+        async def main() -> Any:
+            engine = create_async_engine(aio.async_url(db.url), poolclass=sa.NullPool)
+            done = asyncio.Event()
+            task = asyncio.create_task(
+                aio.run_worker(
+                    engine,
+                    {"report": ahandler},
+                    stop=done,
+                    poll_interval=120,
+                    namespace=db.namespace,
+                )
+            )
+            await asyncio.to_thread(stop.wait)
+            done.set()
+            stats = await asyncio.wait_for(task, 30)
+            await engine.dispose()
+            return stats
+
+        target = lambda: asyncio.run(main())  # noqa: E731
+    result: list[Any] = []
+    thread = threading.Thread(target=lambda: result.append(target()), daemon=True)
+    try:
+        with _wakeup_armed(db):
+            thread.start()
+            wait_for("the worker to listen", lambda: _listening(db) or None)
+            expected = []
+            for n in range(2):
+                (event,) = register(db, "orders")
+                expected.append((event.id,))
+                assetq.schedule(db.engine)  # the scheduler's pass: 'runs' wakes the worker
+                wait_for(f"run {n + 1}", lambda n=n: _done(db, "report") > n or None, deadline=60)
+    finally:
+        stop.set()
+        thread.join(30)
+        assetq.repair(db.engine, namespace=db.namespace)
+    assert seen == expected
+    refused = [
+        r for r in caplog.records if "a claim with a pass of its own failed" in r.getMessage()
+    ]
+    assert len(refused) == 1
+    (stats,) = result
+    assert stats.errors == 1  # the one refused claim

@@ -84,6 +84,7 @@ from .scheduler import (
 )
 from .validation import WORKER_MAX, check_int, check_name, check_namespace, seconds
 from .worker import (
+    PassGate,
     WorkerStats,
     _error_text,
     _handlers,
@@ -764,6 +765,7 @@ async def run_worker(
     #: The task of each held attempt: the heartbeat cancels it when the run is lost.
     attempts: dict[int, asyncio.Task[RunInfo]] = {}
     wakeup = _Wakeup()
+    passes = PassGate("assetq worker (asyncio)")
 
     async def execute(slot_name: str, claim: Claim) -> None:
         handler: Any = table[claim.dag_id]
@@ -905,6 +907,7 @@ async def run_worker(
                     break
                 budget[0] -= 1
             claim_started = time.monotonic()
+            with_pass = passes.open(wakeup.take_queued())
             try:
                 claims = await claim_runs(
                     engine,
@@ -913,12 +916,14 @@ async def run_worker(
                     dag_ids=dag_ids,
                     namespace=namespace,
                     timeout=timeout_seconds,
-                    schedule=wakeup.take_queued(),
+                    schedule=with_pass,
                 )
             except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
                 if budget[0] is not None:
                     budget[0] += 1
                 stats.add(errors=1)
+                if with_pass and passes.refuse(exc):
+                    continue  # claims at once, without a pass
                 if metrics is not None:
                     metrics.worker_claim_failed(time.monotonic() - claim_started, _error_code(exc))
                 delay = min(backoff_cap, 0.5 * 2 ** min(failing, 30)) * random.uniform(0.5, 1)

@@ -217,6 +217,39 @@ class _Listener(threading.Thread):
                     close_detached(raw)
 
 
+class PassGate:
+    """Whether a slot's claim runs a pass of its own first (both shells): after a producer's
+    notification, unless a claim with a pass failed for good before (the worker's role lacks
+    schedule_and_claim, or the schema's routines are older than this package): then the
+    worker claims without one, leaving its consumers' runs to the schedulers, and says so
+    once."""
+
+    def __init__(self, who: str) -> None:
+        self._who = who
+        self._refused = threading.Event()
+
+    def open(self, queued: bool) -> bool:
+        return queued and not self._refused.is_set()
+
+    def refuse(self, exc: BaseException) -> bool:
+        """A claim with a pass failed with ``exc``: True when it is not transient, and no
+        claim runs a pass from now on."""
+        if isinstance(exc, errors.TransientError) or connection_lost(exc):
+            return False
+        if not self._refused.is_set():
+            self._refused.set()
+            log_retried(
+                log,
+                exc,
+                "%s: a claim with a pass of its own failed: %s; it now claims without one,"
+                " leaving its consumers' runs to the schedulers (grant this account worker"
+                " access again, or upgrade the schema: assetq upgrade)",
+                self._who,
+                first_line(exc),
+            )
+        return True
+
+
 #: The states a run ends in: a capped consumer's next run may be created then.
 FINAL_STATES = frozenset({"success", "failed", "cancelled"})
 
@@ -541,6 +574,7 @@ def run_worker(
     slot_threads: dict[int, threading.Thread] = {}
 
     pass_failed = threading.Event()  # a worker's pass failed once: logged at WARNING once
+    passes = PassGate("assetq worker")
 
     def next_run_of(claim: api.Claim, info: api.RunInfo | None) -> None:
         """MySQL: the run of a capped consumer ended; run the pass that creates its next run
@@ -763,6 +797,7 @@ def run_worker(
                     finished.set()
                     break
                 claim_started = time.monotonic()
+                with_pass = passes.open(wakeup.take_queued())
                 try:
                     claims = api.claim_runs(
                         engine,
@@ -771,12 +806,14 @@ def run_worker(
                         dag_ids=dag_ids,
                         namespace=namespace,
                         timeout=timeout_seconds,
-                        schedule=wakeup.take_queued(),
+                        schedule=with_pass,
                     )
                 except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
                     if budget is not None:
                         budget.release()
                     stats.add(errors=1)
+                    if with_pass and passes.refuse(exc):
+                        continue  # claims at once, without a pass
                     if metrics is not None:
                         metrics.worker_claim_failed(
                             time.monotonic() - claim_started, _error_code(exc)
