@@ -11,6 +11,7 @@ import contextlib
 import html
 import json
 import logging
+import os
 import re
 import shutil
 import socket
@@ -19,6 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -634,14 +636,22 @@ def _browser() -> Any:
 
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1280,860",
+    ):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(executable_path=driver), options=options)
 
 
 def test_in_a_browser_click_through_to_a_running_run_and_cancel_it(
-    scene: Scene, served: str
+    scene: Scene, served: str, tmp_path: Path
 ) -> None:
+    """Also the README's screenshot of the overview: ``ASSETQ_WEB_SCREENSHOT=docs/web.png
+    pytest tests/test_web.py -k click_through -k postgresql`` writes it there."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
@@ -650,6 +660,9 @@ def test_in_a_browser_click_through_to_a_running_run_and_cancel_it(
     try:
         browser.get(served + "/")
         assert "Consumers" in browser.title
+        shot = Path(os.environ.get("ASSETQ_WEB_SCREENSHOT") or tmp_path / "overview.png")
+        assert browser.save_screenshot(str(shot))
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         browser.find_element(By.LINK_TEXT, "report").click()
         assert browser.find_element(By.ID, "dag-state").text == "active"
         browser.find_element(By.LINK_TEXT, scene.running.run_id).click()
