@@ -722,8 +722,8 @@ def test_in_a_browser_the_pages_refresh_themselves_with_the_vendored_htmx(scene:
 
 
 def test_assetq_web_serves_the_console(scene: Scene) -> None:
-    """The command as a user runs it: `python -m assetq web --url ... --port P` answers on
-    127.0.0.1, read-only by default, and stops on SIGTERM."""
+    """The command as a user runs it: `python -m assetq web --url ... --port P --read-only`
+    answers on 127.0.0.1, shows no action, and stops on SIGTERM."""
     import os
     import signal
     import subprocess
@@ -734,7 +734,7 @@ def test_assetq_web_serves_the_console(scene: Scene) -> None:
     url = scene.db.url.render_as_string(hide_password=False)
     server = subprocess.Popen(
         [sys.executable, "-m", "assetq", "web", "--url", url, "--namespace",
-         scene.db.namespace, "--port", str(port)],
+         scene.db.namespace, "--port", str(port), "--read-only"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
@@ -759,3 +759,22 @@ def test_assetq_web_serves_the_console(scene: Scene) -> None:
         out, err = server.communicate(timeout=20)
     assert server.returncode == 0, err
     assert f"http://127.0.0.1:{port}/ (read-only)" in out.decode()
+
+
+def test_the_console_acts_by_default_only_for_a_role_that_may(scene: Scene) -> None:
+    """`assetq web` with neither --read-only nor --actions: actions when the URL's role may
+    retry, cancel and pause (the owner here), read-only for a reader; on MySQL, whose routine
+    rights an account cannot always read, read-only."""
+    db = scene.db
+    with db.engine.connect() as conn:
+        owner = assetq.ops.can_operate(conn, namespace=db.namespace)
+    assert owner is (True if db.engine_name == "postgresql" else None)
+    with made_logins(db, ["reader"], "aqwebop") as logins:
+        login = logins["reader"]
+        assetq.grant_roles(db.engine, reader=[login.grantee], namespace=db.namespace)
+        try:
+            with login.engine.connect() as conn:
+                reader = assetq.ops.can_operate(conn, namespace=db.namespace)
+        finally:
+            assetq.revoke_roles(db.engine, [login.grantee], namespace=db.namespace)
+    assert reader is (False if db.engine_name == "postgresql" else None)

@@ -1932,16 +1932,18 @@ def _web_arguments(parser: argparse.ArgumentParser) -> None:
         "--read-only",
         dest="actions",
         action="store_false",
-        help="pages only: no retry, cancel, pause or unpause (the default)",
+        help="pages only: no retry, cancel, pause or unpause (the default when the URL's role"
+        " may not do them, and on MySQL, where its rights cannot be read)",
     )
     mode.add_argument(
         "--actions",
         dest="actions",
         action="store_true",
         help="offer retry and cancel of runs and pause/unpause of consumers (POST with a CSRF"
-        " token, through the public API, logged with the client's address)",
+        " token, through the public API, logged with the client's address); the default when"
+        " the URL's role may do them (PostgreSQL)",
     )
-    parser.set_defaults(actions=False)
+    parser.set_defaults(actions=None)
     parser.add_argument(
         "--auth",
         action="store_true",
@@ -1991,7 +1993,8 @@ def _web_server_class() -> Any:
 
 def cmd_web(args: argparse.Namespace) -> int:
     """Serve the operator's console (docs/web.md): consumers, runs, assets and workers as
-    pages, each also as JSON under /api/. Read-only unless --actions. Listens on
+    pages, each also as JSON under /api/. Actions (retry, cancel, pause) when the URL's role
+    may do them, read-only otherwise; --read-only and --actions decide instead. Listens on
     127.0.0.1:8085; another address is refused without --auth (HTTP basic, the password from
     $ASSETQ_WEB_PASSWORD). Needs the web extra: pip install 'assetq[web]'. Stops on SIGINT or
     SIGTERM."""
@@ -2015,13 +2018,26 @@ def cmd_web(args: argparse.Namespace) -> int:
         ) from None
     engine = _connected(args)
     try:
+        actions = args.actions
+        why = ""
+        if actions is None:  # from the role's rights
+            with engine.connect() as conn:
+                may = ops.can_operate(conn, namespace=args.resolved_namespace)
+            actions = bool(may)
+            why = (
+                ": the role may retry, cancel and pause"
+                if may
+                else ": the role may not retry, cancel and pause"
+                if may is False
+                else ": the role's rights cannot be read here, --actions to act"
+            )
         console = web.app(
             engine,
             namespace=args.resolved_namespace,
-            read_only=not args.actions,
+            read_only=not actions,
             password=password,
         )
-        mode = "actions on" if args.actions else "read-only"
+        mode = ("actions on" if actions else "read-only") + why
         print(f"assetq web: http://{args.host}:{args.port}/ ({mode})", flush=True)
         config = uvicorn.Config(console, host=args.host, port=args.port, log_level="warning")
         server = _web_server_class()(config)

@@ -250,6 +250,18 @@ def _check_stuck_after(stuck_after: object, name: str = "stuck_after") -> float:
     return stuck_after.total_seconds()
 
 
+def can_operate(conn: Handle, *, namespace: str = DEFAULT_NAMESPACE) -> bool | None:
+    """Whether the connected role may retry and cancel runs and pause consumers (EXECUTE on
+    cancel_run, retry_run and set_dag_paused): what the console's actions call. None where
+    the engine does not say (MySQL). A read in the caller's transaction."""
+    conn = connection_of(conn, "can_operate")
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    with _translated(dialect):
+        (row,) = dialect.execute(conn, "can_operate", namespace)
+    return None if row.can_operate is None else bool(row.can_operate)
+
+
 @keyword_namespace
 def worker_coverage(
     conn: Handle,

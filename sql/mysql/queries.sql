@@ -455,6 +455,11 @@ SHOW GLOBAL VARIABLES
 SELECT CURRENT_USER() AS account, NULL AS can_register, NULL AS can_schedule,
        NULL AS can_read_status
 
+-- can_operate --
+-- Whether the account may retry, cancel and pause: MySQL keeps routine rights where an account
+-- may not always read them (mysql.procs_priv), so NULL, unknown.
+SELECT NULL AS can_operate
+
 -- deployment_settings --
 -- What doctor checks about the deployment, as (name, value), as new sessions get them:
 -- binary logging in STATEMENT format makes InnoDB refuse writes at READ COMMITTED (error

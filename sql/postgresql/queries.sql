@@ -580,6 +580,14 @@ SELECT current_user AS account,
                               'EXECUTE') AS can_schedule,
        has_table_privilege('{{ns}}.dag_queue_status', 'SELECT') AS can_read_status
 
+-- can_operate --
+-- May the connected role retry and cancel runs and pause consumers (the console's actions:
+-- `assetq web` offers them by default only then)?
+SELECT has_function_privilege('{{ns}}.cancel_run(text, text, text)', 'EXECUTE')
+       AND has_function_privilege('{{ns}}.retry_run(text, text)', 'EXECUTE')
+       AND has_function_privilege('{{ns}}.set_dag_paused(text, boolean)', 'EXECUTE')
+       AS can_operate
+
 -- deployment_settings --
 -- What doctor checks about the deployment, as (name, value): a standby (in recovery) or a
 -- server whose sessions refuse writes by default cannot run producers or passes
