@@ -38,11 +38,14 @@ class Metrics:
         code, when there is one); the loop retries it after a backoff."""
 
     def run_created(self, run: Run, latency: float | None) -> None:
-        """A pass created ``run``, after its commit. ``latency``: the run's ``created_at``
-        minus the timestamp of the oldest event it consumed, in seconds: how long the
-        oldest event waited for a run (both clocks are the database's; None when the
-        events could not be read). Reading them is one query per run, on a connection of
-        its own after the pass, made only when ``metrics`` is given."""
+        """A pass created ``run``, after its commit: a scheduler's, or a worker's own pass
+        (``claim_runs(schedule=True)``) for a run that claim took, told after its attempt
+        (a run a worker's pass made while its claim took an older one is not told).
+        ``latency``: the run's ``created_at`` minus the timestamp of the oldest event it
+        consumed, in seconds: how long the oldest event waited for a run (both clocks are
+        the database's; None when the events could not be read). Reading them is one query
+        per run, on a connection of its own after the pass, made only when ``metrics`` is
+        given."""
 
     def scheduler_wait(self, outcome: WaitOutcome) -> None:
         """An idle scheduler's wait ended (it passes again next)."""
