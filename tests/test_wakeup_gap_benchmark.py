@@ -70,7 +70,8 @@ def test_the_quick_mode_writes_every_row(
         assert re.search(rf"\| {load} \| assetq \| {probes} \| ", text), load
         assert bool(re.search(rf"\| {load} \| procrastinate \| 3 \| ", text)) == peer, load
         if db.engine_name == "postgresql":
-            assert re.search(rf"\| {load} \| assetq \| 3 \| .*\| pass [\d.]+ / claim", text), load
+            # The pass can end before the producer's COMMIT returns to it: a negative stretch.
+            assert re.search(rf"\| {load} \| assetq \| 3 \| .*\| pass -?[\d.]+ / claim", text), load
     # Every flood block was measured and what it left undone counted.
     assert "left undone at the end of a flood block: assetq queued runs" in text
     report = importlib.import_module("report")
