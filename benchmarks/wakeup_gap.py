@@ -58,7 +58,6 @@ import importlib.metadata
 import importlib.util
 import itertools
 import logging
-import math
 import os
 import random
 import re
@@ -77,7 +76,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import URL, make_url
+from benchmark_db import Server, make_server, pct
 
 import assetq
 
@@ -93,12 +92,6 @@ def gap_dag(seconds: float) -> str:
 
 
 # -- statistics ----------------------------------------------------------------------------
-
-
-def pct(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
 
 
 def spread(values: Sequence[float], fmt: str = "{:,.1f}") -> str:
@@ -119,74 +112,6 @@ def _epoch(moment: datetime | None) -> float:
 
 
 # -- servers -------------------------------------------------------------------------------
-
-
-@dataclass
-class Server:
-    """One engine's database made for the run."""
-
-    name: str  # postgresql | mysql
-    url: URL  # what the command-line processes get
-    namespace: str
-    engine: sa.Engine
-    version: str
-    admin: URL
-
-    def drop(self) -> None:
-        self.engine.dispose()
-        admin = sa.create_engine(self.admin, poolclass=sa.NullPool, isolation_level="AUTOCOMMIT")
-        try:
-            with admin.connect() as conn:
-                if self.name == "postgresql":
-                    conn.execute(
-                        sa.text(f'DROP DATABASE IF EXISTS "{self.url.database}" WITH (FORCE)')
-                    )
-                else:
-                    conn.execute(sa.text(f"DROP DATABASE IF EXISTS `{self.namespace}`"))
-        finally:
-            admin.dispose()
-
-    @property
-    def cli_url(self) -> str:
-        return self.url.render_as_string(hide_password=False)
-
-    def libpq(self) -> str:
-        """The database as a libpq connection string (procrastinate)."""
-        url = self.url
-        parts = {
-            "host": url.host or "127.0.0.1",
-            "port": url.port or 5432,
-            "user": url.username or "postgres",
-            "dbname": url.database,
-            "password": url.password,
-        }
-        return " ".join(f"{k}={v}" for k, v in parts.items() if v is not None)
-
-
-def make_server(engine_name: str, server_url: str, tag: str) -> Server:
-    if engine_name == "postgresql":
-        admin = make_url(server_url).set(drivername="postgresql+psycopg")
-        name = f"aqbench_wakeup_{tag}"
-        eng = sa.create_engine(admin, poolclass=sa.NullPool, isolation_level="AUTOCOMMIT")
-        with eng.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        eng.dispose()
-        url = admin.set(database=name)
-        namespace = "assetq"
-    else:
-        admin = make_url(server_url).set(drivername="mysql+pymysql", database=None)
-        if "charset" not in admin.query:
-            admin = admin.update_query_dict({"charset": "utf8mb4"})
-        url = admin
-        namespace = f"aqbench_wakeup_{tag}"
-    engine = sa.create_engine(url)
-    assetq.install(engine, namespace=namespace)
-    version = ".".join(str(p) for p in engine.dialect.server_version_info or ())
-    if getattr(engine.dialect, "is_mariadb", False):
-        version = f"MariaDB {version}"
-    elif engine_name == "postgresql":
-        version = f"PostgreSQL {version}"
-    return Server(engine_name, url, namespace, engine, version, admin)
 
 
 def declare(server: Server, sleeps: Sequence[float]) -> dict[str, float]:
@@ -566,7 +491,7 @@ def measure_engine(
     figures: set[str],
 ) -> EngineResult:
     tag = f"{os.getpid()}_{engine_name[:2]}"
-    server = make_server(engine_name, server_url, tag)
+    server = make_server(engine_name, server_url, f"aqbench_wakeup_{tag}")
     logdir = Path(tempfile.mkdtemp(prefix="aqbench_wakeup_"))
     procs: list[Proc] = []
     peer: Procrastinate | None = None

@@ -52,7 +52,7 @@ from typing import Any
 from urllib.parse import quote
 
 import sqlalchemy as sa
-from sqlalchemy.engine import URL, make_url
+from benchmark_db import Server, make_server, pct
 
 import assetq
 import assetq.web
@@ -71,82 +71,6 @@ def asset_name(i: int) -> str:
 
 def dag_name(d: int) -> str:
     return f"bench_dag_{d:05d}"
-
-
-# -- statistics ----------------------------------------------------------------------------
-
-
-def pct(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
-
-
-# -- servers -------------------------------------------------------------------------------
-
-
-@dataclass
-class Server:
-    """One engine's database made for the run."""
-
-    name: str  # postgresql | mysql
-    url: URL
-    namespace: str
-    engine: sa.Engine
-    version: str
-    admin: URL
-
-    def drop(self) -> None:
-        self.engine.dispose()
-        admin = sa.create_engine(self.admin, poolclass=sa.NullPool, isolation_level="AUTOCOMMIT")
-        try:
-            with admin.connect() as conn:
-                if self.name == "postgresql":
-                    conn.execute(
-                        sa.text(f'DROP DATABASE IF EXISTS "{self.url.database}" WITH (FORCE)')
-                    )
-                else:
-                    conn.execute(sa.text(f"DROP DATABASE IF EXISTS `{self.namespace}`"))
-        finally:
-            admin.dispose()
-
-    def q(self, table: str) -> str:
-        """A table of the namespace, quoted."""
-        if self.name == "postgresql":
-            return f'"{self.namespace}"."{table}"'
-        return f"`{self.namespace}`.`{table}`"
-
-
-def make_server(engine_name: str, server_url: str, tag: str) -> Server:
-    if engine_name == "postgresql":
-        admin = make_url(server_url).set(drivername="postgresql+psycopg")
-        name = f"aqbench_web_{tag}"
-        eng = sa.create_engine(admin, poolclass=sa.NullPool, isolation_level="AUTOCOMMIT")
-        with eng.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        eng.dispose()
-        url = admin.set(database=name)
-        namespace = "assetq"
-    else:
-        admin = make_url(server_url).set(drivername="mysql+pymysql", database=None)
-        if "charset" not in admin.query:
-            admin = admin.update_query_dict({"charset": "utf8mb4"})
-        url = admin
-        namespace = f"aqbench_web_{tag}"
-    engine = sa.create_engine(url)
-    server = Server(engine_name, url, namespace, engine, "", admin)
-    try:
-        assetq.install(engine, namespace=namespace)
-    except BaseException:
-        server.drop()
-        raise
-    version = ".".join(str(p) for p in engine.dialect.server_version_info or ())
-    if getattr(engine.dialect, "is_mariadb", False):
-        version = f"MariaDB {version}"
-    elif engine_name == "postgresql":
-        version = f"PostgreSQL {version}"
-    server.version = version
-    return server
 
 
 # -- the volumes ---------------------------------------------------------------------------
@@ -521,7 +445,7 @@ class EngineResult:
 
 def measure_engine(name: str, url: str, args: argparse.Namespace) -> EngineResult:
     vol = volumes(args.scale)
-    server = make_server(name, url, str(os.getpid()))
+    server = make_server(name, url, f"aqbench_web_{os.getpid()}")
     try:
         started = time.monotonic()
         declare_assets(server, vol)
