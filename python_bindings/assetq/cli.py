@@ -532,14 +532,17 @@ def _positive_float(text: str) -> float:
 
 
 def _head_start(text: str) -> float:
-    """--worker-head-start: 0 to 10 seconds."""
+    """--worker-head-start: 0 to 10 seconds (run_scheduler's own check)."""
+    from .scheduler import check_head_start
+
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value <= 10:
-        raise argparse.ArgumentTypeError(f"must be 0 to 10 seconds, got {text}")
-    return value
+    try:
+        return check_head_start(value)
+    except ValueError as exc:  # InvalidArgument
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _liveness_seconds(text: str) -> float | None:
