@@ -168,6 +168,9 @@ def test_run_show_gives_the_last_attempt_its_consumed_events_and_outputs(scene: 
     )
     assert data["run"]["error"].startswith("ValueError: boom")
     assert data["max_attempts"] == 1
+    ((attempt),) = data["attempts"]
+    assert (attempt["attempt"], attempt["outcome"], attempt["worker"]) == (1, "failed", "w-1")
+    assert attempt["error"].startswith("ValueError: boom") and attempt["ended_at"]
     assert [e["asset"] for e in data["consumed_events"]] == ["orders"]
     assert data["outputs"] == []
 
@@ -180,6 +183,7 @@ def test_run_show_gives_the_last_attempt_its_consumed_events_and_outputs(scene: 
     text = scene.read("run", "show", "report", scene.failed.run_id)
     assert text.code == 0
     assert "attempt        1 of 1" in text.out and "ValueError: boom" in text.out
+    assert "attempts: 1" in text.out and "1  failed" in text.out
     assert "consumed events: 1" in text.out
 
 

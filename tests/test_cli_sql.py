@@ -16,7 +16,7 @@ from assetq import cli, migrate
 from dbs import Backend, TestDatabase
 from schema_snapshot import snapshot
 
-PINNED = "0002_run_operations"
+PINNED = "0003_run_attempts"
 LATER = "t0003_event_note_index"
 
 

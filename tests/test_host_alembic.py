@@ -1,7 +1,7 @@
 """assetq as revisions of a host application's own alembic history (issue 13, item 1).
 
 tests/hostapp is an application's alembic project: its own tables, a revision that installs
-assetq pinned at this package's head (0002_run_operations), a revision of its own, a revision that
+assetq pinned at this package's head (0003_run_attempts), a revision of its own, a revision that
 upgrades assetq to a later table step and then indexes its own table. That later step is a
 test-only revision (tests/revisions), standing for a newer assetq package: the tests run
 "the newer package" by giving the host's env.py that folder (HOSTAPP_ASSETQ_REVISIONS) and,
@@ -33,7 +33,7 @@ HOSTAPP = Path(__file__).parent / "hostapp"
 #: The test-only revisions after the baseline (the conftest's ``test_revisions`` fixture
 #: gives this process the same folder).
 NEWER_REVISIONS = Path(__file__).parent / "revisions"
-PINNED = "0002_run_operations"
+PINNED = "0003_run_attempts"
 UPGRADED = "t0003_event_note_index"
 HOST_HEAD = "h0004_assetq_event_note"
 #: The last host revision the package that installed the pinned revision can run (the next one

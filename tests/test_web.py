@@ -296,6 +296,60 @@ def test_a_run_page_has_what_run_show_has(scene: Scene) -> None:
     assert failed["run"]["error"].startswith(f"ValueError: {XSS}")
 
 
+def test_a_run_page_gives_every_attempt_and_the_timeline(scene: Scene) -> None:
+    """A run failed once (its error with HTML), then held: both attempts, newest first, in
+    the JSON and the page; the timeline in order, the error's first line in it as text."""
+    db, ns = scene.db, scene.db.namespace
+    declare(db, "flaky", "flaky_input", max_attempts=2, retry_delay=0)
+    register(db, "flaky_input")
+    (run,) = [r for r in assetq.schedule(db.engine, namespace=ns) if r.dag_id == "flaky"]
+    (first,) = assetq.claim_runs(db.engine, "w-a", dag_ids=["flaky"], namespace=ns)
+    assetq.complete_run(db.engine, first, "failed", error=f"Traceback\n{XSS}", namespace=ns)
+    (second,) = assetq.claim_runs(db.engine, "w-b", dag_ids=["flaky"], namespace=ns)
+    client = scene.client(read_only=True)
+    found = client.get(f"/api/dags/flaky/runs/{run.run_id}").json()
+    assert [(a["attempt"], a["outcome"], a["worker"]) for a in found["attempts"]] == [
+        (2, "running", second.worker),
+        (1, "failed", first.worker),
+    ]
+    assert found["attempts"][1]["error"] == f"Traceback\n{XSS}"
+    assert [t["what"] for t in found["timeline"]] == [
+        "created with 1 event(s)",
+        f"attempt 1 claimed by {first.worker}",
+        "attempt 1 failed: Traceback",
+        f"attempt 2 claimed by {second.worker}",
+    ]
+    assert [t["at"] for t in found["timeline"]] == sorted(t["at"] for t in found["timeline"])
+    page = client.get(f"/dags/flaky/runs/{run.run_id}").text
+    assert page.count('<tr class="attempt">') == 2
+    assert "attempt 1 failed: Traceback" in page
+    assert XSS not in page and html.escape(XSS, quote=False) in page
+
+
+def test_a_partitioned_consumer_page_shows_its_pending_partitions_by_key(scene: Scene) -> None:
+    db, ns = scene.db, scene.db.namespace
+    declare(db, "daily", assetq.all_of("sales", "costs"), partitioned=True)
+    with db.engine.begin() as conn:
+        for asset, key in (("sales", "d2"), ("sales", "d1"), ("costs", "d2"), ("sales", "d3")):
+            assetq.register_event(conn, asset, partition_key=key, namespace=ns)
+    client = scene.client(read_only=True)
+    found = client.get("/api/dags/daily").json()
+    assert [(p["partition_key"], p["events"], p["asset_names"]) for p in found["partitions"]] == [
+        ("d1", 1, ["sales"]),
+        ("d2", 2, ["costs", "sales"]),
+        ("d3", 1, ["sales"]),
+    ]
+    assert all(p["oldest_queued_at"] for p in found["partitions"])
+    assert found["partitions_next_after"] is None
+    later = client.get("/api/dags/daily?partitions_after=d2").json()["partitions"]
+    assert [p["partition_key"] for p in later] == ["d3"]
+    page = client.get("/dags/daily").text
+    assert page.count('<tr class="partition">') == 3 and "Pending partitions" in page
+    # A consumer that is not partitioned has no such section.
+    assert "Pending partitions" not in client.get("/dags/report").text
+    assert client.get("/api/dags/report").json()["partitions"] == []
+
+
 def test_the_asset_pages_show_events_and_consumers(scene: Scene) -> None:
     client = scene.client(read_only=True)
     names = [a["name"] for a in client.get("/api/assets").json()["assets"]]

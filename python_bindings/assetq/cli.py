@@ -1666,12 +1666,14 @@ def _run_show(args: argparse.Namespace) -> int:
                 conn, args.dag_id, args.run_id, limit=args.events, namespace=namespace
             )
             outputs = ops.run_outputs(conn, run, limit=args.events, namespace=namespace)
+            attempts = ops.run_attempts(conn, run, limit=args.events, namespace=namespace)
     finally:
         engine.dispose()
     if args.json:
         data = {
             "run": _run_dict(run),
             "max_attempts": dag.max_attempts,
+            "attempts": [_run_dict(a) for a in attempts],
             "consumed_events": [_event_dict(e) for e in consumed],
             "outputs": [_event_dict(e) for e in outputs],
         }
@@ -1681,10 +1683,7 @@ def _run_show(args: argparse.Namespace) -> int:
     if run.partition_key is not None:
         print(f"  partition      {run.partition_key}")
     print(f"  created        {_when(run.created_at)} UTC")
-    print(
-        f"  attempt        {run.attempt} of {dag.max_attempts} (the last attempt's worker,"
-        " times and error: earlier attempts are not kept)"
-    )
+    print(f"  attempt        {run.attempt} of {dag.max_attempts}")
     print(f"  worker         {run.worker or '-'}")
     print(f"  started        {_when(run.started_at)}")
     print(f"  ended          {_when(run.ended_at)}")
@@ -1696,6 +1695,15 @@ def _run_show(args: argparse.Namespace) -> int:
         print("  error")
         for line in run.error.rstrip().splitlines():
             print(f"    {line}")
+    print(f"attempts: {len(attempts)}")
+    for a in attempts:
+        print(
+            f"  {a.attempt}  {a.outcome:<9}  {a.worker or '-'}  claimed {_when(a.started_at)}"
+            f"  ended {_when(a.ended_at)}"
+        )
+        if a.error and a.attempt != run.attempt:  # the last attempt's error is shown above
+            for line in a.error.rstrip().splitlines():
+                print(f"      {line}")
     print(f"consumed events: {run.event_count}" + (
         f" (the first {len(consumed)})" if len(consumed) < run.event_count else ""))  # fmt: skip
     for e in consumed:

@@ -1464,6 +1464,123 @@ def run_outputs(
     return [_event_record(row) for row in rows]
 
 
+#: What an attempt came to: the outcomes dag_run_attempt records, and ``running`` for the
+#: attempt under way.
+AttemptOutcome = Literal["success", "failed", "cancelled", "expired", "running"]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a run, as ``assetq run show`` and the console's run page give it. Field
+    names are the ``run_attempts_page`` query's columns and the keys of ``assetq run show
+    --json``'s ``attempts``. Times are UTC."""
+
+    attempt: int
+    #: The worker that claimed it.
+    worker: str | None
+    #: When it was claimed.
+    started_at: datetime | None
+    #: When it ended (for an expired attempt: when its lease ran out); None while running.
+    ended_at: datetime | None
+    #: success, failed (the run was retried or failed: its next attempt says), cancelled,
+    #: expired (its lease ran out and another claim took the run), or running.
+    outcome: str
+    #: The handler's error with its traceback, "timed out after 30s", "cancelled: reason".
+    error: str | None
+
+
+@keyword_namespace
+def run_attempts(
+    conn: Handle,
+    run: Any,
+    *,
+    limit: int = 100,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> list[Attempt]:
+    """The attempts of ``run`` (a :class:`~assetq.RunInfo`), newest first, at most ``limit``:
+    the one under way when it is running, then the ended ones the schema recorded
+    (dag_run_attempt, by its primary key). A run whose last attempt ended before revision
+    0003_run_attempts has no record of it: that attempt is given from the run's own row,
+    and earlier ones are not known. A read in the caller's transaction."""
+    conn = connection_of(conn, "run_attempts")
+    check_int(limit, "limit", 1, 10_000)
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    params = {"dag_run_id": run.id, "before_attempt": None, "limit": limit}
+    with _translated(dialect):
+        rows = dialect.execute(conn, "run_attempts_page", namespace, params)
+    ended = [
+        Attempt(
+            attempt=int(row.attempt),
+            worker=row.worker,
+            started_at=_optional_utc(row.started_at),
+            ended_at=_optional_utc(row.ended_at),
+            outcome=str(row.outcome),
+            error=row.error,
+        )
+        for row in rows
+    ]
+    if run.attempt == 0 or (ended and ended[0].attempt >= run.attempt):
+        return ended
+    # The last attempt is not among the ended ones: under way, or ended before the history.
+    if run.state == "running":
+        outcome, ended_at, error = "running", None, None
+    elif run.state == "queued":  # failed and retried, before the history was kept
+        outcome, ended_at, error = "failed", run.ended_at, run.error
+    else:
+        outcome, ended_at = run.state, run.ended_at
+        error = None if run.state == "success" else run.error
+    last = Attempt(run.attempt, run.worker, run.started_at, ended_at, outcome, error)
+    return [last, *ended][:limit]
+
+
+@dataclass(frozen=True)
+class PendingPartition:
+    """One key of a partitioned consumer's partition queue: the events waiting for that
+    partition's run. Field names are the ``pending_partitions_page`` query's columns."""
+
+    partition_key: str
+    #: Its queued events.
+    events: int
+    #: The assets they are events of, by name.
+    asset_names: list[str]
+    oldest_queued_at: datetime | None
+
+
+@keyword_namespace
+def pending_partitions(
+    conn: Handle,
+    dag_id: str,
+    *,
+    after: str | None = None,
+    limit: int = 100,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> list[PendingPartition]:
+    """One page of partitioned consumer ``dag_id``'s pending partitions, by key after
+    ``after`` (None: from the first), at most ``limit``: each key with its queued events, the
+    assets they are of and when the oldest arrived. Empty for a consumer that is not
+    partitioned or has nothing pending. A read in the caller's transaction, key by key
+    through the partition queue's index: never the history."""
+    from .api import PAGE_MAX
+
+    conn = connection_of(conn, "pending_partitions")
+    check_int(limit, "limit", 1, PAGE_MAX)
+    namespace = check_namespace(namespace)
+    dialect = dialect_for(conn)
+    params = {"dag_id": dag_id, "after_key": after, "limit": limit}
+    with _translated(dialect):
+        rows = dialect.execute(conn, "pending_partitions_page", namespace, params)
+    return [
+        PendingPartition(
+            partition_key=str(row.partition_key),
+            events=int(row.events),
+            asset_names=list(_json_value(row.asset_names) or []),
+            oldest_queued_at=_optional_utc(row.oldest_queued_at),
+        )
+        for row in rows
+    ]
+
+
 @keyword_namespace
 def asset_events(
     conn: Handle,

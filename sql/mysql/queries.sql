@@ -521,6 +521,34 @@ SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */
  ORDER BY e.id
  LIMIT :limit
 
+-- run_attempts_page --
+-- The ended attempts of run :dag_run_id (dag_run_attempt, written by the trigger
+-- dag_run_attempt_end), newest first, before attempt :before_attempt (NULL: from the newest),
+-- at most :limit: a range of the table's primary key.
+SELECT attempt, worker, started_at, ended_at, outcome, error
+  FROM {{ns}}.dag_run_attempt
+ WHERE dag_run_id = :dag_run_id
+   AND (:before_attempt IS NULL OR attempt < :before_attempt)
+ ORDER BY attempt DESC
+ LIMIT :limit
+
+-- pending_partitions_page --
+-- A partitioned consumer's pending partitions: the keys of its partition queue after
+-- :after_key (NULL: from the first), at most :limit, each with its queued events, the names
+-- of the assets they are events of (a JSON array), and when the oldest arrived. By
+-- asset_partition_queue_key_idx, key by key: the rows read are the listed keys' own.
+SELECT /*+ SET_VAR(group_concat_max_len = 1073741824) */
+       q.partition_key, COUNT(*) AS events, MIN(q.created_at) AS oldest_queued_at,
+       CONCAT('[', GROUP_CONCAT(DISTINCT JSON_QUOTE(a.name) ORDER BY a.name SEPARATOR ','), ']')
+           AS asset_names
+  FROM {{ns}}.asset_partition_queue q
+  JOIN {{ns}}.asset a ON a.id = q.asset_id
+ WHERE q.target_dag_id = :dag_id
+   AND (:after_key IS NULL OR q.partition_key > :after_key)
+ GROUP BY q.partition_key
+ ORDER BY q.partition_key
+ LIMIT :limit
+
 -- find_asset --
 -- The asset :asset names: by name, else by uri (as register_event finds it); no row if none.
 SELECT a.id AS asset_id, a.name AS asset_name, a.uri AS asset_uri

@@ -1,7 +1,7 @@
 """Test-only table step: a nullable note column on asset_event (the producers' table).
 
 Revision ID: t0002_event_note
-Revises: 0002_run_operations
+Revises: 0003_run_attempts
 """
 
 from pathlib import Path
@@ -9,7 +9,7 @@ from pathlib import Path
 from assetq.migrate import run_revision_script
 
 revision = "t0002_event_note"
-down_revision = "0002_run_operations"
+down_revision = "0003_run_attempts"
 branch_labels = None
 depends_on = None
 FOLDER = str(Path(__file__).parent)

@@ -231,6 +231,7 @@ def app(
             state=request.query_params.get("state") or None,
             before=_int(request, "before"),
             events_after=request.query_params.get("events_after") or None,
+            partitions_after=request.query_params.get("partitions_after") or None,
         )
 
     async def load_run(request: Request) -> dict[str, Any]:

@@ -173,11 +173,13 @@ def dag(
     state: str | None = None,
     before: int | None = None,
     events_after: str | None = None,
+    partitions_after: str | None = None,
     limit: int = PAGE,
 ) -> dict[str, Any]:
     """``/dags/<dag_id>``: the consumer's declaration and counts, one page of its runs
-    (newest first, before seq ``before``, in ``state``) and one page of its queued events
-    (oldest first, after the cursor ``events_after``)."""
+    (newest first, before seq ``before``, in ``state``), one page of its queued events
+    (oldest first, after the cursor ``events_after``) and, for a partitioned consumer, one
+    page of its pending partitions (by key, after ``partitions_after``)."""
     info = ops.require_dag(conn, dag_id, namespace=namespace)
     if state is not None and not api.is_run_state(state):
         raise InvalidArgument(f"not a run state: {state!r} (one of {', '.join(api.RUN_STATES)})")
@@ -202,7 +204,20 @@ def dag(
         },
     )
     events = [api._event_record(row) for row in queued]
+    partitions = (
+        ops.pending_partitions(
+            conn, dag_id, after=partitions_after, limit=limit, namespace=namespace
+        )
+        if info.partitioned
+        else []
+    )
     return {
+        "partitions": [
+            {**asdict(p), "oldest_queued_at": _jsonable(p.oldest_queued_at)} for p in partitions
+        ],
+        "partitions_next_after": partitions[-1].partition_key
+        if len(partitions) == limit
+        else None,
         "dag": {
             **{k: _jsonable(v) for k, v in asdict(info).items()},
             "condition_text": condition_text(info.condition),
@@ -223,15 +238,47 @@ def run(
     consumed events and outputs."""
     info = ops.require_dag(conn, dag_id, namespace=namespace)
     found = api.get_run(conn, dag_id, run_id, namespace=namespace)
+    attempts = ops.run_attempts(conn, found, limit=limit, namespace=namespace)
     consumed = api.consumed_events(conn, dag_id, run_id, limit=limit, namespace=namespace)
     outputs = ops.run_outputs(conn, found, limit=limit, namespace=namespace)
     return {
         "run": run_dict(found),
         "max_attempts": info.max_attempts,
         "is_paused": info.is_paused,
+        "attempts": [attempt_dict(a) for a in attempts],
+        "timeline": timeline(found, attempts),
         "consumed_events": [event_dict(e) for e in consumed],
         "outputs": [event_dict(e) for e in outputs],
     }
+
+
+def attempt_dict(attempt: ops.Attempt) -> dict[str, Any]:
+    """An attempt with the keys of `assetq run show --json`'s ``attempts``."""
+    return {k: _jsonable(v) for k, v in asdict(attempt).items()}
+
+
+def timeline(run: api.RunInfo, attempts: list[ops.Attempt]) -> list[dict[str, Any]]:
+    """What happened to ``run``, oldest first: its creation, each attempt's claim and end
+    (newest ``attempts`` first, as :func:`assetq.ops.run_attempts` gives them), a cancel
+    before any claim, and when a queued run may next be claimed. Each entry is ``at`` (ISO
+    time, UTC) and ``what`` (one line; an error's first line)."""
+    entries: list[tuple[datetime, int, str]] = [
+        (run.created_at, 0, f"created with {run.event_count} event(s)")
+    ]
+    for a in attempts:
+        if a.started_at is not None:
+            entries.append((a.started_at, 1, f"attempt {a.attempt} claimed by {a.worker or '-'}"))
+        if a.ended_at is not None:
+            first = (a.error or "").strip().splitlines()[:1]
+            line = f"attempt {a.attempt} {a.outcome}" + (f": {first[0][:200]}" if first else "")
+            entries.append((a.ended_at, 2, line))
+    cancelled_in_attempt = any(a.outcome == "cancelled" for a in attempts)
+    if run.state == "cancelled" and run.ended_at is not None and not cancelled_in_attempt:
+        entries.append((run.ended_at, 2, "cancelled before a claim"))
+    if run.state == "queued" and run.not_before is not None and run.attempt > 0:
+        entries.append((run.not_before, 3, f"attempt {run.attempt + 1} claimable"))
+    entries.sort(key=lambda e: (e[0], e[1]))
+    return [{"at": at.isoformat(), "what": what} for at, _, what in entries]
 
 
 def assets(

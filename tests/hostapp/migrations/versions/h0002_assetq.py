@@ -1,4 +1,4 @@
-"""assetq, pinned at schema 0002_run_operations (this package's head): replaying this history
+"""assetq, pinned at schema 0003_run_attempts (this package's head): replaying this history
 with any later package installs the same tables here. Routines, triggers and views are not
 pinned: they come from the package installed, once the schema reaches its head.
 
@@ -23,8 +23,8 @@ NAMESPACE = os.environ.get("HOSTAPP_ASSETQ_NAMESPACE", "assetq")
 def upgrade() -> None:
     # from_revision="base": this step installs assetq. Offline (--sql) a step that pins a
     # later revision than the baseline cannot tell that by itself (docs/alembic.md).
-    assetq.alembic.upgrade(op, "0002_run_operations", namespace=NAMESPACE, from_revision="base")
+    assetq.alembic.upgrade(op, "0003_run_attempts", namespace=NAMESPACE, from_revision="base")
 
 
 def downgrade() -> None:
-    assetq.alembic.downgrade(op, "base", namespace=NAMESPACE, from_revision="0002_run_operations")
+    assetq.alembic.downgrade(op, "base", namespace=NAMESPACE, from_revision="0003_run_attempts")

@@ -31,5 +31,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("orders_amount_idx", table_name="orders")
     assetq.alembic.downgrade(
-        op, "0002_run_operations", namespace=NAMESPACE, from_revision="t0003_event_note_index"
+        op, "0003_run_attempts", namespace=NAMESPACE, from_revision="t0003_event_note_index"
     )
