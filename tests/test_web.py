@@ -14,11 +14,16 @@ import logging
 import os
 import re
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -35,6 +40,7 @@ import assetq.web
 from assetq import cli, liveness
 from dbs import TestDatabase, made_logins
 from scenario import declare, register
+from work_scenario import join_all
 
 XSS = "<script>alert(1)</script>"
 
@@ -775,44 +781,228 @@ def test_in_a_browser_the_pages_refresh_themselves_with_the_vendored_htmx(scene:
         browser.quit()
 
 
-def test_assetq_web_serves_the_console(scene: Scene) -> None:
-    """The command as a user runs it: `python -m assetq web --url ... --port P --read-only`
-    answers on 127.0.0.1, shows no action, and stops on SIGTERM."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import urllib.request
+@dataclass
+class WebCommand:
+    """`python -m assetq web` as a user runs it, in a child process."""
 
+    process: subprocess.Popen[bytes]
+    url: str
+    #: What it printed and its exit status, once stopped.
+    out: str = ""
+    err: str = ""
+
+    def api(self, path: str) -> Any:
+        with urllib.request.urlopen(f"{self.url}/api{path}", timeout=5) as answer:
+            return json.loads(answer.read())
+
+
+@contextlib.contextmanager
+def _assetq_web(db: TestDatabase, *flags: str) -> Iterator[WebCommand]:
+    """`python -m assetq web --url ... --port P *flags`, answering on 127.0.0.1; stopped with
+    SIGTERM on the way out, its output and exit status then in the WebCommand."""
     port = _free_port()
-    url = scene.db.url.render_as_string(hide_password=False)
+    url = db.url.render_as_string(hide_password=False)
     server = subprocess.Popen(
-        [sys.executable, "-m", "assetq", "web", "--url", url, "--namespace",
-         scene.db.namespace, "--port", str(port), "--read-only"],
+        [sys.executable, "-m", "assetq", "web", "--url", url, "--namespace", db.namespace,
+         "--port", str(port), *flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
+    command = WebCommand(server, f"http://127.0.0.1:{port}")
     try:
         deadline = time.monotonic() + 30
         while True:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api", timeout=5) as answer:
-                    found = json.loads(answer.read())
+                command.api("")
                 break
             except OSError:
                 assert server.poll() is None, server.communicate()
                 assert time.monotonic() < deadline, "assetq web did not answer"
                 time.sleep(0.1)
-        assert {c["dag_id"] for c in found["consumers"]} == {"report", "publish", "xss"}
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/dags/report", timeout=5) as page:
-            assert "<form" not in page.read().decode()
+        yield command
     finally:
         server.send_signal(signal.SIGTERM)
         out, err = server.communicate(timeout=20)
-    assert server.returncode == 0, err
-    assert f"http://127.0.0.1:{port}/ (read-only)" in out.decode()
+        command.out, command.err = out.decode(), err.decode()
+
+
+def test_assetq_web_serves_the_console(scene: Scene) -> None:
+    """The command as a user runs it: `python -m assetq web --url ... --port P --read-only`
+    answers on 127.0.0.1, shows no action, and stops on SIGTERM."""
+    with _assetq_web(scene.db, "--read-only") as web:
+        found = web.api("")
+        assert {c["dag_id"] for c in found["consumers"]} == {"report", "publish", "xss"}
+        with urllib.request.urlopen(f"{web.url}/dags/report", timeout=5) as page:
+            assert "<form" not in page.read().decode()
+    assert web.process.returncode == 0, web.err
+    assert f"{web.url}/ (read-only)" in web.out
+
+
+def test_in_a_browser_with_a_producer_a_scheduler_and_a_worker_running(
+    db: TestDatabase,
+) -> None:
+    """The console as an operator meets it: `assetq web --actions` while a producer registers
+    events, a scheduler makes runs and a worker executes them (ingest succeeds, flaky fails,
+    slow runs until told to stop). Through the pages only: every page is opened by following
+    links; flaky's failed run is retried and fails again as its second attempt; slow's
+    running run is cancelled and its handler told; the pages then show both."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    ns = db.namespace
+    declare(db, "ingest", "raw")
+    declare(db, "flaky", "bad", max_attempts=1)
+    declare(db, "slow", "big", max_attempts=1)
+    stop = threading.Event()
+    told = threading.Event()
+
+    def ok(claim: assetq.Claim, conn: sa.Connection) -> None:
+        return None
+
+    def fail(claim: assetq.Claim, conn: sa.Connection) -> None:
+        raise RuntimeError(f"bad input {XSS}")
+
+    def hang(claim: assetq.Claim, conn: sa.Connection) -> None:
+        assert claim.cancelled is not None
+        if claim.cancelled.wait(120):  # the worker sets it when the run is cancelled
+            told.set()
+        raise RuntimeError("stopped")
+
+    def produce() -> None:
+        while not stop.wait(0.2):
+            with db.engine.begin() as conn:
+                assetq.register_event(conn, "raw", extra={"n": 1}, namespace=ns)
+
+    with db.engine.begin() as conn:
+        assetq.register_event(conn, "bad", namespace=ns)
+        assetq.register_event(conn, "big", namespace=ns)
+    threads = [
+        threading.Thread(target=produce, name="producer"),
+        threading.Thread(
+            target=assetq.run_scheduler,
+            args=(db.engine,),
+            kwargs={"namespace": ns, "poll_interval": 0.5, "stop_event": stop},
+            name="scheduler",
+        ),
+        threading.Thread(
+            target=assetq.run_worker,
+            args=(db.engine, {"ingest": ok, "flaky": fail, "slow": hang}),
+            kwargs={
+                "worker": "live-worker",
+                "concurrency": 3,
+                "lease": timedelta(seconds=3),
+                "poll_interval": 0.2,
+                "stop": stop,
+                "namespace": ns,
+            },
+            name="worker",
+        ),
+    ]
+    for thread in threads:
+        thread.start()
+    browser = _browser()
+    try:
+        with _assetq_web(db, "--actions", "--refresh", "0.5") as web:
+            # The overview's and a run page's live parts are swapped in every 0.5 s: an
+            # element found a moment ago may be gone, so every look is retried until it holds.
+            wait = WebDriverWait(
+                browser,
+                60,
+                poll_frequency=0.2,
+                ignored_exceptions=(StaleElementReferenceException,),
+            )
+
+            def click(by: str, value: str) -> None:
+                wait.until(lambda b: b.find_element(by, value).click() or True)
+
+            def shown(by: str, value: str) -> Any:
+                """The element, once a reload of the page shows it."""
+
+                def found(b: Any) -> Any:
+                    hits = b.find_elements(by, value)
+                    if not hits:
+                        b.refresh()
+                    return hits[0] if hits else False
+
+                return wait.until(found)
+
+            def click_shown(by: str, value: str) -> None:
+                """Click the element, reloading the page until it shows it."""
+                shown(by, value)
+                click(by, value)
+
+            def confirm_click(selector: str) -> None:
+                click(By.CSS_SELECTOR, selector)
+                wait.until(expected_conditions.alert_is_present())
+                browser.switch_to.alert.accept()  # the page asks to confirm
+
+            def run_state() -> str:
+                return str(browser.find_element(By.ID, "run-state").text)
+
+            def outcomes(b: Any) -> list[str]:
+                """The outcomes in the run page's attempts table, newest first."""
+                return [e.text for e in b.find_elements(By.CSS_SELECTOR, "tr.attempt td.state")]
+
+            browser.get(web.url + "/")
+            # The overview: the three consumers, a scheduler and a worker alive.
+            for dag_id in ("ingest", "flaky", "slow"):
+                shown(By.LINK_TEXT, dag_id)
+            wait.until(lambda b: web.api("")["workers_alive"] == 1)
+            wait.until(lambda b: web.api("")["schedulers_alive"] == 1)
+
+            # flaky's run fails; retried from its page, it fails again as attempt 2.
+            click(By.LINK_TEXT, "flaky")
+            click(By.LINK_TEXT, "failed")
+            click_shown(By.CSS_SELECTOR, "#runs a")
+            wait.until(lambda b: run_state() == "failed" and outcomes(b) == ["failed"])
+            confirm_click("button[value=retry]")
+            wait.until(lambda b: run_state() == "failed" and outcomes(b) == ["failed", "failed"])
+            assert "attempt 2 failed: RuntimeError: bad input" in browser.page_source
+            assert XSS not in browser.page_source  # the handler's error is shown as text
+
+            # slow's run is running; cancelled from its page, its handler is told.
+            browser.get(web.url + "/")
+            click(By.LINK_TEXT, "slow")
+            click(By.LINK_TEXT, "running")
+            click_shown(By.CSS_SELECTOR, "#runs a")
+            wait.until(lambda b: run_state() == "running")
+            browser.find_element(By.NAME, "reason").send_keys("operator in a browser")
+            confirm_click("button[value=cancel]")
+            wait.until(lambda b: run_state() == "cancelled")
+            assert told.wait(30), "the worker did not tell the handler its run was cancelled"
+            reason = "cancelled: operator in a browser"
+            wait.until(
+                lambda b: reason in b.find_element(By.ID, "run-error").text
+                and outcomes(b) == ["cancelled"]
+            )
+
+            # ingest's runs succeed while the producer goes on.
+            browser.get(web.url + "/dags/ingest?state=success")
+            click_shown(By.CSS_SELECTOR, "#runs a")
+            wait.until(lambda b: run_state() == "success" and outcomes(b) == ["success"])
+            wait.until(lambda b: "live-worker" in b.find_element(By.ID, "attempts").text)
+
+            # The assets and the workers, by their links.
+            browser.get(web.url + "/")
+            click(By.LINK_TEXT, "Assets")
+            click(By.LINK_TEXT, "raw")
+            assert "ingest" in browser.page_source
+            click(By.LINK_TEXT, "Workers")
+            assert "live-worker" in browser.page_source and "slow" in browser.page_source
+    finally:
+        browser.quit()
+        stop.set()
+        join_all(threads)
+    assert web.process.returncode == 0, web.err
+    with db.engine.connect() as conn:
+        flaky = assetq.runs(conn, "flaky", namespace=ns)
+        slow = assetq.runs(conn, "slow", namespace=ns)
+    assert [(r.state, r.attempt) for r in flaky] == [("failed", 2)]
+    assert [r.state for r in slow] == ["cancelled"]
 
 
 def test_the_console_acts_by_default_only_for_a_role_that_may(scene: Scene) -> None:

@@ -1956,6 +1956,13 @@ def _web_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.set_defaults(actions=None)
     parser.add_argument(
+        "--refresh",
+        type=_positive_float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how often the overview and a run page refresh their live part (default 5)",
+    )
+    parser.add_argument(
         "--auth",
         action="store_true",
         help=f"ask for HTTP basic authentication, the password from ${WEB_PASSWORD_ENV}"
@@ -2047,6 +2054,7 @@ def cmd_web(args: argparse.Namespace) -> int:
             namespace=args.resolved_namespace,
             read_only=not actions,
             password=password,
+            refresh_seconds=args.refresh,
         )
         mode = ("actions on" if actions else "read-only") + why
         print(f"assetq web: http://{args.host}:{args.port}/ ({mode})", flush=True)

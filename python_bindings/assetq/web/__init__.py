@@ -81,6 +81,7 @@ def _environment() -> Environment:
     )
     env.filters["q"] = lambda value: quote(str(value), safe="")
     env.filters["age"] = _age
+    env.filters["summary"] = data.error_summary
     return env
 
 

@@ -257,6 +257,20 @@ def attempt_dict(attempt: ops.Attempt) -> dict[str, Any]:
     return {k: _jsonable(v) for k, v in asdict(attempt).items()}
 
 
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def error_summary(error: str | None, width: int = 200) -> str:
+    """One line of an error for a table or the timeline: a Python traceback's last line
+    (the exception, as workers record it), otherwise the first line; at most ``width``
+    characters."""
+    lines = [line for line in (error or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[-1] if lines[0].startswith(_TRACEBACK) else lines[0]
+    return line.strip()[:width]
+
+
 def timeline(run: api.RunInfo, attempts: list[ops.Attempt]) -> list[dict[str, Any]]:
     """What happened to ``run``, oldest first: its creation, each attempt's claim and end
     (newest ``attempts`` first, as :func:`assetq.ops.run_attempts` gives them), a cancel
@@ -269,8 +283,8 @@ def timeline(run: api.RunInfo, attempts: list[ops.Attempt]) -> list[dict[str, An
         if a.started_at is not None:
             entries.append((a.started_at, 1, f"attempt {a.attempt} claimed by {a.worker or '-'}"))
         if a.ended_at is not None:
-            first = (a.error or "").strip().splitlines()[:1]
-            line = f"attempt {a.attempt} {a.outcome}" + (f": {first[0][:200]}" if first else "")
+            summary = error_summary(a.error)
+            line = f"attempt {a.attempt} {a.outcome}" + (f": {summary}" if summary else "")
             entries.append((a.ended_at, 2, line))
     cancelled_in_attempt = any(a.outcome == "cancelled" for a in attempts)
     if run.state == "cancelled" and run.ended_at is not None and not cancelled_in_attempt:
