@@ -65,7 +65,7 @@ from .logs import (
     retry_level,
 )
 from .metrics import AttemptOutcome, Metrics
-from .migrate import DEFAULT_NAMESPACE
+from .namespace import DEFAULT_NAMESPACE
 from .scheduler import (
     ARMED,
     PASS,

@@ -28,7 +28,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from . import conditions, errors, logs, partitions
 from .dialects import Dialect, dialect_for, dialect_of
 from .handles import WRONG_HANDLE_CODE, Handle, connection_of, engine_of
-from .migrate import DEFAULT_NAMESPACE, check_schema, schema_checked
+from .namespace import DEFAULT_NAMESPACE, check_schema, schema_checked
 from .validation import (
     ASSET_NAME_MAX,
     BATCH_MAX_BYTES,
@@ -266,7 +266,7 @@ def _checked(conn: Connection, namespace: str) -> Dialect:
     """``conn``'s dialect, once this package is known to work against the schema in
     ``namespace`` (NotInstalled, SchemaTooOld or SchemaTooNew with the fix otherwise, before
     the call's own statement could fail on it): one statement on the first call of a
-    process for each engine and namespace, none after (migrate.check_schema)."""
+    process for each engine and namespace, none after (namespace.check_schema)."""
     check_schema(conn, namespace)
     return dialect_for(conn)
 

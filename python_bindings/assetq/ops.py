@@ -27,7 +27,7 @@ from .api import _translated, _utc, read_committed_transaction
 from .dialects import Dialect, dialect_for, dialect_of
 from .handles import Handle, connection_of, engine_of, keyword_namespace
 from .liveness import STALE_INTERVALS, ProcessKind
-from .migrate import DEFAULT_NAMESPACE
+from .namespace import DEFAULT_NAMESPACE
 from .validation import check_int, check_namespace, split_namespace
 
 log = logging.getLogger("assetq.ops")
@@ -1314,8 +1314,7 @@ def doctor(
             # The work is read through dag_queue_status and the liveness table: with a table
             # or view missing (the objects check's problem, fixed by repair) it cannot be.
             readable = not any(
-                c.severity == "problem" and c.name.startswith(("table ", "view "))
-                for c in objects
+                c.severity == "problem" and c.name.startswith(("table ", "view ")) for c in objects
             )
             if revision == head and readable:
                 checks += _work_checks(conn, namespace)

@@ -42,7 +42,7 @@ from sqlalchemy import Engine
 
 from .api import Claim, Run, RunInfo
 from .metrics import AttemptOutcome, Metrics, WaitOutcome
-from .migrate import DEFAULT_NAMESPACE
+from .namespace import DEFAULT_NAMESPACE
 from .ops import DEFAULT_STUCK_AFTER, worker_coverage
 
 log = logging.getLogger("assetq.prometheus")
@@ -132,7 +132,8 @@ class PrometheusMetrics(Metrics):
             buckets=duration_buckets,
         )
         self.runs_claimed = Counter(
-            "assetq_worker_runs_claimed", "Runs claimed by worker slots (attempts started)",
+            "assetq_worker_runs_claimed",
+            "Runs claimed by worker slots (attempts started)",
             registry=reg,
         )
         self.claim_failures = Counter(

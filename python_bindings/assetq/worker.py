@@ -56,7 +56,7 @@ from .handles import engine_of
 from .liveness import DEFAULT_INTERVAL, Liveness, check_interval
 from .logs import attempt_fields, close_detached, connection_lost, first_line, log_retried
 from .metrics import AttemptOutcome, Metrics
-from .migrate import DEFAULT_NAMESPACE
+from .namespace import DEFAULT_NAMESPACE
 from .scheduler import _error_code, pooled_session, pooled_warning, run_latencies
 from .validation import WORKER_MAX, check_dag_id, check_int, check_name, check_namespace, seconds
 
