@@ -1437,7 +1437,7 @@ def run_outputs(
     limit: int = 100,
     namespace: str = DEFAULT_NAMESPACE,
 ) -> list[Any]:
-    """The events whose source is ``run`` (a :class:`~assetq.RunInfo`) registered while its
+    """The events whose source is ``run`` (a :class:`~assetq.Run`) registered while its
     last attempt ran, by id, at most ``limit``: a successful run's output events (and any its
     handler registered itself naming the run as their source). Empty for a run that never
     started or has not ended. Reads the events registered during that attempt only (by
