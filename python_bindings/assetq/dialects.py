@@ -523,9 +523,9 @@ class _MySQL(Dialect):
                     )
         except dbapi_error as exc:
             dbapi_connection = conn.connection.dbapi_connection
-            raise _driver_failure(conn.dialect, dbapi_connection, exc, statement, bound, cursor)[
-                0
-            ] from exc
+            raise _driver_failure(
+                conn.dialect, dbapi_connection, exc, statement, bound, cursor
+            )[0] from exc
         finally:
             result.close()
         return _rows(keys, raw)

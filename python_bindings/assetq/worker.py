@@ -446,7 +446,9 @@ def log_claimed(logger: logging.Logger, slot_name: str, claim: api.Claim) -> Non
     )
 
 
-def log_completed(logger: logging.Logger, slot_name: str, claim: api.Claim, run: api.Run) -> None:
+def log_completed(
+    logger: logging.Logger, slot_name: str, claim: api.Claim, run: api.Run
+) -> None:
     """The INFO line of an attempt whose completion was recorded: its outcome and the run's
     state now (``queued`` again for a retry), with the attempt's fields."""
     logger.info(
