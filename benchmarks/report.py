@@ -1155,7 +1155,7 @@ def markdown(
         " on 2 cores shared with the server: bare psycopg calls of assetq's two functions"
         " (a side measurement, not one of this page's figures) burned down faster than"
         " procrastinate's in every round they were measured. The API's own client work per run"
-        " (arguments checked, Claim and RunInfo built, the driver's cursor) costs part of"
+        " (arguments checked, Claim and Run built, the driver's cursor) costs part of"
         " that; on the Engine each call also checks a connection out of SQLAlchemy's pool"
         " and back (about half of what the API adds), and engine.begin() adds SQLAlchemy's"
         " Connection and transaction and two round trips.",

@@ -50,8 +50,8 @@ class Scene:
     db: TestDatabase
     #: The URL of a login with reader access only.
     reader: sa.URL
-    failed: assetq.RunInfo
-    succeeded: assetq.RunInfo
+    failed: assetq.Run
+    succeeded: assetq.Run
     queued: assetq.Run
 
     def owner(self, *args: str) -> Result:

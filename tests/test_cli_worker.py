@@ -91,8 +91,8 @@ def test_the_worker_command_runs_the_handler_and_prints_each_attempt_as_json(
     assert (data["dag_id"], data["run_id"], data["attempt"]) == ("report", run.run_id, 1)
     assert (data["outcome"], data["state"]) == ("success", "success")
     assert len(data["output_event_ids"]) == 1
-    # One vocabulary: every key but the attempt's outcome is a Claim's or a RunInfo's field.
-    fields = {f.name for cls in (assetq.Claim, assetq.RunInfo) for f in dataclasses.fields(cls)}
+    # One vocabulary: every key but the attempt's outcome is a field of the Claim (a Run).
+    fields = {f.name for f in dataclasses.fields(assetq.Claim)}
     assert set(data) - fields == {"outcome"}
     assert db.rows("SELECT run_id, events FROM {ns}.report_rows") == [(run.run_id, 2)]
     (published,) = assetq.schedule(db.engine)
@@ -283,7 +283,7 @@ HANDLERS = {"flaky": flaky}
 
 
 def test_a_successful_retry_prints_no_error(db: TestDatabase, tmp_path: Path) -> None:
-    """Issue 26: the run keeps the failed attempt's error (RunInfo.error), and the success
+    """Issue 26: the run keeps the failed attempt's error (Run.error), and the success
     line of the next attempt printed it, as if the success had failed."""
     (tmp_path / "flaky.py").write_text(FLAKY)
     declare(db, "flaky", "orders", max_attempts=2)

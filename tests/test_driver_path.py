@@ -20,7 +20,7 @@ from work_scenario import make_runs
 WORKER_CALLS = ("claim_runs", "heartbeat_run", "complete_run")
 
 
-def _work_one(engine: sa.Engine, worker: str) -> tuple[assetq.Claim, assetq.Claim, assetq.RunInfo]:
+def _work_one(engine: sa.Engine, worker: str) -> tuple[assetq.Claim, assetq.Claim, assetq.Run]:
     (claim,) = assetq.claim_runs(engine, worker, lease=timedelta(seconds=30))
     renewed = assetq.heartbeat(engine, claim, lease=timedelta(seconds=60))
     with engine.begin() as conn:

@@ -49,11 +49,11 @@ class Recorder(assetq.Metrics):
         self._add("worker_claim_failed", seconds, code)
 
     def worker_completed(
-        self, claim: assetq.Claim, outcome: str, run: assetq.RunInfo | None, seconds: float
+        self, claim: assetq.Claim, outcome: str, run: assetq.Run | None, seconds: float
     ) -> None:
         self._add("worker_completed", claim, outcome, run, seconds)
 
-    def worker_retry(self, claim: assetq.Claim, run: assetq.RunInfo) -> None:
+    def worker_retry(self, claim: assetq.Claim, run: assetq.Run) -> None:
         self._add("worker_retry", claim, run)
 
     def worker_wait(self, outcome: str) -> None:

@@ -46,7 +46,7 @@ def test_queued_event_records_describe_the_event(db: TestDatabase) -> None:
         )
     with db.engine.connect() as conn:
         (record,) = assetq.queued_events(conn, "consumer")
-    assert record == assetq.EventRecord(
+    assert record == assetq.Event(
         id=event.id,
         asset="orders",
         asset_id=event.asset_id,

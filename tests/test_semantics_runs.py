@@ -27,12 +27,12 @@ def _drain(db: TestDatabase) -> list[assetq.Run]:
     raise AssertionError("the scheduler never ran out of runs to create")
 
 
-def _set_state(db: TestDatabase, run: assetq.Run | assetq.RunInfo, state: str) -> assetq.RunInfo:
+def _set_state(db: TestDatabase, run: assetq.Run, state: str) -> assetq.Run:
     with db.engine.begin() as conn:
         return assetq.set_run_state(conn, run.dag_id, run.run_id, state)
 
 
-def _get_run(db: TestDatabase, dag_id: str, run_id: str) -> assetq.RunInfo:
+def _get_run(db: TestDatabase, dag_id: str, run_id: str) -> assetq.Run:
     with db.engine.connect() as conn:
         return assetq.get_run(conn, dag_id, run_id)
 

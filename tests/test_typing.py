@@ -42,7 +42,7 @@ SNIPPET = textwrap.dedent(
             assetq.set_run_state(conn, "d", "r", text)
 
 
-    def results(run: assetq.Run, info: assetq.RunInfo, claim: assetq.Claim) -> None:
+    def results(run: assetq.Run, info: assetq.Run, claim: assetq.Claim) -> None:
         state: assetq.RunState = info.state
         state = run.state
         state = claim.state
@@ -61,19 +61,28 @@ SNIPPET = textwrap.dedent(
 
 
     def on_complete(
-        claim: assetq.Claim, run: assetq.RunInfo | None, outcome: assetq.AttemptOutcome
+        claim: assetq.Claim, run: assetq.Run | None, outcome: assetq.AttemptOutcome
     ) -> None:
         if outcome == "lose":  # refused
             pass
 
 
-    def on_complete_str(claim: assetq.Claim, run: assetq.RunInfo | None, outcome: str) -> None:
+    def on_complete_str(claim: assetq.Claim, run: assetq.Run | None, outcome: str) -> None:
         pass
 
 
     def workers(engine: sa.Engine) -> None:
         assetq.run_worker(engine, {}, on_complete=on_complete)
         assetq.run_worker(engine, {}, on_complete=on_complete_str)  # a str callback still fits
+
+
+    def old_names(run: assetq.RunInfo, ev: assetq.EventRecord) -> tuple[assetq.Run, assetq.Event]:
+        return run, ev  # deprecated names: the same types for the deprecation window
+
+
+    def only_a_claim_completes(conn: sa.Connection, run: assetq.Run) -> None:
+        assetq.heartbeat(conn, run)  # refused
+        assetq.complete_run(conn, run, "success")  # refused
     """
 )
 

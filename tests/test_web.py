@@ -48,8 +48,8 @@ XSS = "<script>alert(1)</script>"
 @dataclass
 class Scene:
     db: TestDatabase
-    failed: assetq.RunInfo
-    succeeded: assetq.RunInfo
+    failed: assetq.Run
+    succeeded: assetq.Run
     running: assetq.Claim
     queued: assetq.Run
 

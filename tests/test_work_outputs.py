@@ -122,7 +122,7 @@ def test_a_completion_chosen_as_a_deadlock_victim_raises_a_transient_error_and_c
     db.execute(f"INSERT INTO {LEDGER} (id, n) VALUES (0, 0)")
     run, claim = _output_run(db)
     before = db.counts(), run_row(db, run.dag_id, run.run_id)
-    outcome: dict[str, BaseException | assetq.RunInfo] = {}
+    outcome: dict[str, BaseException | assetq.Run] = {}
     with db.engine.connect() as worker, db.engine.connect() as other:
         worker.begin()
         worker.execute(sa.text(f"UPDATE {LEDGER} SET n = 1 WHERE id = 0"))

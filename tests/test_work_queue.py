@@ -347,7 +347,7 @@ def test_completing_or_renewing_a_finished_attempt_is_refused(db: TestDatabase) 
 # -- retries --------------------------------------------------------------------------------
 
 
-def _fail(db: TestDatabase, claim: assetq.Claim, error: str) -> tuple[assetq.RunInfo, Any, Any]:
+def _fail(db: TestDatabase, claim: assetq.Claim, error: str) -> tuple[assetq.Run, Any, Any]:
     """Complete ``claim`` as failed; (the run, the database clock just before, just after)."""
     before = db_now(db)
     with db.engine.begin() as conn:

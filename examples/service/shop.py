@@ -70,7 +70,7 @@ class ServiceMetrics(assetq.Metrics):
         self,
         claim: assetq.Claim,
         outcome: AttemptOutcome,
-        run: assetq.RunInfo | None,
+        run: assetq.Run | None,
         seconds: float,
     ) -> None:
         with self._lock:
@@ -102,7 +102,7 @@ def invoice(claim: assetq.Claim, conn: Connection) -> list[assetq.NewEvent]:
     orders of the payments it consumed are invoiced, and an ``invoices`` event produced,
     with the run's success or not at all."""
     order_ids: list[int] = []
-    after: assetq.EventRecord | None = None
+    after: assetq.Event | None = None
     while page := assetq.consumed_events(conn, claim.dag_id, claim.run_id, after=after):
         order_ids += [int(event.extra["order_id"]) for event in page]
         after = page[-1]
@@ -170,7 +170,9 @@ async def run(url: str, orders: int, *, timeout: float = 60.0) -> Summary:
                 await asyncio.sleep(0.05)
                 async with sessions() as session:
                     counted = await session.scalar(
-                        select(func.count()).select_from(Order).where(Order.invoice_run.is_not(None))
+                        select(func.count())
+                        .select_from(Order)
+                        .where(Order.invoice_run.is_not(None))
                     )
                     invoiced = int(counted or 0)
         finally:

@@ -5,16 +5,18 @@ its asset in the same commit; schedulers turn queued events into runs, consuming
 reference, so every committed event reaches every consumer exactly once.
 """
 
+import warnings
+from typing import TYPE_CHECKING
+
+from . import api
 from .api import (
     ACTIVE_RUN_STATES,
     RUN_STATES,
     Claim,
     CompletionState,
     Event,
-    EventRecord,
     NewEvent,
     Run,
-    RunInfo,
     RunState,
     Source,
     cancel_run,
@@ -72,13 +74,13 @@ from .errors import (
 from .handles import Handle
 from .metrics import AttemptOutcome, Metrics, WaitOutcome
 from .migrate import (
-    DEFAULT_NAMESPACE,
     current_revision,
     head_revision,
     install,
     repair,
     uninstall,
 )
+from .namespace import DEFAULT_NAMESPACE
 from .ops import (
     Check,
     DagStatus,
@@ -105,6 +107,25 @@ from .worker import Handler, WorkerStats, run_worker
 
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:  # the old names type-check as the new ones for the deprecation window
+    from .api import EventRecord as EventRecord
+    from .api import RunInfo as RunInfo
+else:
+
+    def __getattr__(name: str) -> object:
+        """The names of earlier versions (api.DEPRECATED_NAMES): the new type, with a
+        DeprecationWarning that names it."""
+        new = api.DEPRECATED_NAMES.get(name)
+        if new is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        warnings.warn(
+            f"assetq.{name} is deprecated: use assetq.{new} (CHANGELOG.md)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
+
+
 __all__ = [
     "ACTIVE_RUN_STATES",
     "BATCH_MAX_BYTES",
@@ -126,7 +147,6 @@ __all__ = [
     "DatabaseError",
     "DoctorReport",
     "Event",
-    "EventRecord",
     "Handle",
     "Handler",
     "IdempotencyConflict",
@@ -153,7 +173,6 @@ __all__ = [
     "Rollup",
     "RoutineUnavailable",
     "Run",
-    "RunInfo",
     "RunState",
     "SchedulerStats",
     "SchemaTooNew",

@@ -52,7 +52,7 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.util import greenlet_spawn
 
 from . import api, errors, migrate, ops
-from .api import Claim, NewEvent, RunInfo
+from .api import Claim, NewEvent, Run
 from .dialects import dialect_of
 from .handles import WRONG_HANDLE_CODE
 from .liveness import DEFAULT_INTERVAL, Liveness, check_interval
@@ -65,7 +65,7 @@ from .logs import (
     retry_level,
 )
 from .metrics import AttemptOutcome, Metrics
-from .migrate import DEFAULT_NAMESPACE
+from .namespace import DEFAULT_NAMESPACE
 from .scheduler import (
     ARMED,
     PASS,
@@ -693,7 +693,7 @@ async def run_worker(
     listen: bool = True,
     heartbeat_interval: float | None = None,
     max_runs: int | None = None,
-    on_complete: Callable[[Claim, RunInfo | None, AttemptOutcome], None] | None = None,
+    on_complete: Callable[[Claim, Run | None, AttemptOutcome], None] | None = None,
     backoff_max: float = 30.0,
     liveness_interval: float | None = DEFAULT_INTERVAL,
     metrics: Metrics | None = None,
@@ -763,7 +763,7 @@ async def run_worker(
     budget = [max_runs]  # attempts left to start (None: no limit)
     held: dict[int, Claim] = {}
     #: The task of each held attempt: the heartbeat cancels it when the run is lost.
-    attempts: dict[int, asyncio.Task[RunInfo]] = {}
+    attempts: dict[int, asyncio.Task[Run]] = {}
     wakeup = _Wakeup()
     passes = PassGate("assetq worker (asyncio)")
 
@@ -773,11 +773,11 @@ async def run_worker(
         log_claimed(log, loop_slot, claim)
         held[claim.id] = claim
         outcome: AttemptOutcome = "lost"
-        info: RunInfo | None = None
+        info: Run | None = None
         attempt_started = time.monotonic()
         fields = attempt_fields(claim)
 
-        async def attempt() -> RunInfo:
+        async def attempt() -> Run:
             async with engine.connect() as conn, conn.begin():
                 produced = await handler(claim, conn)
                 return await complete_run(

@@ -16,11 +16,12 @@ import logging
 import random
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal, TypeGuard, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast, get_args
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -28,7 +29,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from . import conditions, errors, logs, partitions
 from .dialects import Dialect, dialect_for, dialect_of
 from .handles import WRONG_HANDLE_CODE, Handle, connection_of, engine_of
-from .migrate import DEFAULT_NAMESPACE, check_schema, schema_checked
+from .namespace import DEFAULT_NAMESPACE, check_schema, schema_checked
 from .validation import (
     ASSET_NAME_MAX,
     BATCH_MAX_BYTES,
@@ -62,22 +63,40 @@ class Source:
     map_index: int = -1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Event:
-    """A registered asset event."""
+    """An asset event: what :func:`queued_events`, :func:`consumed_events` and
+    :func:`assetq.ops.asset_events` read, and what :func:`register_event` and
+    :func:`register_events` return for the events they registered.
+
+    One type wherever an event is returned. Its field names are the event's columns
+    (``asset_event``: ``id``, ``asset_id``, ``timestamp``, ``extra``, ``partition_key``; the
+    asset's ``name`` as ``asset`` and its ``uri``; ``source_*`` as ``source``) and the keys of
+    ``assetq events --json`` and the console's API. A registration returns what it knows
+    without reading the event back (its one round trip): ``asset`` as the call named the
+    asset (its name, or its uri when the call gave that), and ``uri``, ``extra`` and
+    ``source`` empty; read the event (:func:`queued_events`, ...) for the stored ones."""
 
     id: int
+    #: The asset's name (a registration's result: as the call named it, a name or a uri).
     asset: str
     asset_id: int
+    #: The asset's uri (None when it has none, and in a registration's result).
+    uri: str | None = None
     #: When the event was inserted, UTC, microsecond precision. Not commit order.
     timestamp: datetime
-    #: False when an idempotency key matched an earlier registration, which was returned.
-    created: bool
-    #: The aliases this call registered the event through (none for a retry, ``created``
-    #: False: the original registration's aliases stand).
+    #: The event's extra (empty in a registration's result).
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    #: The producing task instance (empty in a registration's result).
+    source: Source = Source()
+    #: The aliases the event was registered through, sorted. In a registration's result
+    #: those the call gave; none for a retry (``created`` False): the original's stand.
     aliases: tuple[str, ...] = ()
     #: The event's partition (None: unpartitioned), see docs/semantics.md "Partitions".
     partition_key: str | None = None
+    #: False when a registration's idempotency key matched an earlier event, which it
+    #: returned instead of registering one; True otherwise.
+    created: bool = True
 
 
 @dataclass(frozen=True)
@@ -109,61 +128,91 @@ def is_run_state(value: object) -> TypeGuard[RunState]:
     return isinstance(value, str) and value in RUN_STATES
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Run:
-    """A consumer run as the scheduler's pass creates it (:func:`schedule`).
+    """A consumer run: what :func:`schedule` creates, :func:`runs` and :func:`get_run`
+    read, and :func:`set_run_state`, :func:`complete_run`, :func:`retry_run` and
+    :func:`cancel_run` return (a worker's :class:`Claim` is one too).
 
-    Every field but ``event_ids`` is a field of :class:`RunInfo` (the run as stored) with the
-    same name, type and meaning; ``event_ids`` are the consumed events themselves, which
-    RunInfo counts (``event_count``, a property here)."""
+    One type wherever a run is returned. Its field names are the ``dag_run`` table's columns
+    (``id``, ``seq``, ``state``, ``attempt``, ...) and the keys of ``assetq runs --json``,
+    ``assetq run show --json``, ``assetq scheduler --json`` and the console's API. Two fields
+    are filled only by the calls that read them: ``event_ids`` (:func:`schedule` and
+    :func:`claim_runs`, which consume the events; elsewhere empty: ``event_count`` counts
+    them, :func:`consumed_events` lists them) and ``output_event_ids``
+    (:func:`complete_run`)."""
 
     id: int
     dag_id: str
     run_id: str
     #: Per-consumer sequence number, 1, 2, 3, ... in creation order.
     seq: int
+    #: ``queued`` when the scheduler creates it; see :data:`RunState`.
+    state: RunState = "queued"
     #: Newest timestamp among the consumed events (UTC). Not monotonic under late commits.
     run_after: datetime
-    #: When the scheduler claimed the events (UTC). Monotonic per consumer, like ``seq``.
+    #: When the scheduler claimed its events (UTC). Monotonic per consumer, like ``seq``.
     created_at: datetime
-    #: Ids of exactly the events this run consumed, ascending.
-    event_ids: tuple[int, ...]
+    #: When it entered ``running`` (its current attempt's claim) / a final state (None until
+    #: then).
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
     #: The newest consumed event (latest timestamp, then highest id): what triggered the run.
+    #: The event itself may since have been purged.
     triggering_event_id: int | None = None
-    #: ``queued`` when the scheduler creates it; see :func:`set_run_state`.
-    state: RunState = "queued"
+    #: How many events it consumed (purge and delete_asset never change it); given
+    #: ``event_ids`` alone, their number.
+    event_count: int = 0
+    #: Claims so far (0: never claimed by a worker), see :func:`claim_runs`.
+    attempt: int = 0
+    #: The worker that holds it, or last held it.
+    worker: str | None = None
+    #: End of the current lease while a worker holds it (UTC, database clock).
+    lease_until: datetime | None = None
+    #: When a worker may claim it next (a retry's delay, an expired lease); None when no
+    #: worker will (it is finished, or was moved by hand with :func:`set_run_state`).
+    not_before: datetime | None = None
+    #: The error of its last failed attempt.
+    error: str | None = None
+    #: The events its successful completion registered (:func:`complete_run` only).
+    output_event_ids: tuple[int, ...] = ()
     #: The partition key a partitioned consumer's run is for (None: unpartitioned).
     partition_key: str | None = None
+    #: When its running attempt times out (UTC, database clock): its claim's time plus the
+    #: consumer's ``timeout`` (:func:`declare_dag`) or the worker's default; None when it has
+    #: none, and for a run that is not running. A success after it is refused (LeaseLost).
+    deadline: datetime | None = None
+    #: Ids of exactly the events this run consumed, ascending (:func:`schedule`,
+    #: :func:`claim_runs`; empty where not read: a run always consumed at least one).
+    event_ids: tuple[int, ...] = ()
 
-    @property
-    def event_count(self) -> int:
-        """How many events the run consumed: ``len(event_ids)``, RunInfo's ``event_count``."""
-        return len(self.event_ids)
+    def __post_init__(self) -> None:
+        if not self.event_count and self.event_ids:
+            object.__setattr__(self, "event_count", len(self.event_ids))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Claim(Run):
-    """A run claimed by a worker (:func:`claim_runs`): what :class:`Run` carries, and the
-    claim: ``attempt``, ``worker``, ``lease_until`` and ``started_at`` are RunInfo's fields of
-    those names (``worker`` always set), ``lease`` the claim's own. Every later call about
-    the run (:func:`heartbeat`, :func:`complete_run`) names this ``attempt``; once another
-    worker holds the run, or it is finished, those calls raise :class:`~assetq.LeaseLost`
-    and write nothing."""
+    """A run a worker holds (:func:`claim_runs`, :func:`heartbeat`): a :class:`Run`, running,
+    with its claim's ``attempt``, ``worker``, ``lease_until``, ``started_at`` and
+    ``deadline``, plus what only its holder has: the ``lease`` it was taken with, the
+    ``cancelled`` event, ``capped`` and ``made``. What a claim does not read is left empty
+    (``ended_at``, ``not_before``; ``error``, a previous attempt's). Every later call about the run
+    (:func:`heartbeat`, :func:`complete_run`) names this attempt; once another worker holds
+    the run, or it is finished, those calls raise :class:`~assetq.LeaseLost` and write
+    nothing.
 
-    #: 1 for the first claim of the run, 2 for the next, ... (retries and expired leases).
-    attempt: int = 0
-    #: Who holds it (the ``worker`` given to :func:`claim_runs`).
+    A subclass rather than a Run with those fields set, because a claim is a capability:
+    heartbeat and complete_run are fenced by the claim's attempt and start time, and a Run
+    read with :func:`get_run` or :func:`runs` carries the run's current attempt and start
+    time, so accepting one would let any reader renew or finish an attempt it does not
+    hold. The type (mypy) and the functions' check (InvalidArgumentType) take only what
+    claim_runs or heartbeat returned."""
+
+    #: Who holds it (the ``worker`` given to :func:`claim_runs`): never None in a claim.
     worker: str = ""
-    #: When the lease ends (UTC, database clock), unless renewed by :func:`heartbeat`.
-    lease_until: datetime | None = None
     #: The lease this claim was taken with; :func:`heartbeat` renews by as much by default.
     lease: timedelta = timedelta(seconds=60)
-    #: When this attempt started (the claim).
-    started_at: datetime | None = None
-    #: When this attempt times out (UTC, database clock): the claim's time plus the
-    #: consumer's ``timeout`` (:func:`declare_dag`) or the worker's default; None for none.
-    #: A completion as success after it is refused (LeaseLost), and so is a heartbeat.
-    deadline: datetime | None = None
     #: Set when the attempt is to stop: its timeout passed, or the run was cancelled
     #: (:func:`cancel_run`) or lost. :func:`assetq.run_worker` sets it; a long sync handler
     #: looks at it (``claim.cancelled.is_set()``, or ``claim.cancelled.wait(seconds)``) and
@@ -177,62 +226,26 @@ class Claim(Run):
     made: bool = False
 
 
-@dataclass(frozen=True)
-class RunInfo:
-    """A run as stored: what :func:`runs`, :func:`get_run`, :func:`set_run_state`,
-    :func:`complete_run` and :func:`retry_run` return. :class:`Run` and :class:`Claim` carry
-    a subset of its fields, with the same names, types and meanings."""
+#: Names of earlier versions, kept for one minor version (module ``__getattr__`` below):
+#: the old name, the new one (CHANGELOG.md, 0.2).
+DEPRECATED_NAMES: dict[str, str] = {"RunInfo": "Run", "EventRecord": "Event"}
 
-    id: int
-    dag_id: str
-    run_id: str
-    seq: int
-    state: RunState
-    run_after: datetime
-    #: When the scheduler claimed its events.
-    created_at: datetime
-    #: When it entered ``running`` / ``success`` or ``failed`` (None until then).
-    started_at: datetime | None
-    ended_at: datetime | None
-    #: The newest event it consumed; the event itself may since have been purged.
-    triggering_event_id: int | None
-    #: How many events it consumed (purge and delete_asset never change it).
-    event_count: int
-    #: Claims so far (0: never claimed by a worker), see :func:`claim_runs`.
-    attempt: int = 0
-    #: The worker that holds it, or last held it.
-    worker: str | None = None
-    #: End of the current lease while a worker holds it.
-    lease_until: datetime | None = None
-    #: When a worker may claim it next (a retry's delay, an expired lease); None when no
-    #: worker will (it is finished, or was moved by hand with :func:`set_run_state`).
-    not_before: datetime | None = None
-    #: The error of its last failed attempt.
-    error: str | None = None
-    #: The events its successful completion registered (:func:`complete_run` only).
-    output_event_ids: tuple[int, ...] = ()
-    #: The partition key a partitioned consumer's run is for (None: unpartitioned).
-    partition_key: str | None = None
-    #: When its running attempt times out (its claim's time plus the timeout): None when it
-    #: has none, and for a run that is not running (:func:`claim_runs`).
-    deadline: datetime | None = None
+if TYPE_CHECKING:  # the old names type-check as the new ones for the deprecation window
+    RunInfo = Run
+    EventRecord = Event
+else:
 
-
-@dataclass(frozen=True)
-class EventRecord:
-    """A stored event, as :func:`queued_events` and :func:`consumed_events` return it."""
-
-    id: int
-    asset: str
-    asset_id: int
-    uri: str | None
-    timestamp: datetime
-    extra: Mapping[str, Any]
-    source: Source
-    #: The aliases the event was registered through, sorted.
-    aliases: tuple[str, ...]
-    #: The event's partition (None: unpartitioned).
-    partition_key: str | None = None
+    def __getattr__(name: str) -> object:
+        new = DEPRECATED_NAMES.get(name)
+        if new is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        warnings.warn(
+            f"assetq.{name} is deprecated: use assetq.{new}, the one type for a"
+            f" {'run' if new == 'Run' else 'event'} (CHANGELOG.md)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
 
 
 def _utc_or_none(value: datetime | None) -> datetime | None:
@@ -266,7 +279,7 @@ def _checked(conn: Connection, namespace: str) -> Dialect:
     """``conn``'s dialect, once this package is known to work against the schema in
     ``namespace`` (NotInstalled, SchemaTooOld or SchemaTooNew with the fix otherwise, before
     the call's own statement could fail on it): one statement on the first call of a
-    process for each engine and namespace, none after (migrate.check_schema)."""
+    process for each engine and namespace, none after (namespace.check_schema)."""
     check_schema(conn, namespace)
     return dialect_for(conn)
 
@@ -774,7 +787,7 @@ def register_events(
             asset_id=int(row.asset_id),
             timestamp=_utc(row.event_timestamp),
             created=bool(row.created),
-            aliases=aliases if row.created else (),
+            aliases=tuple(sorted(aliases)) if row.created else (),
             partition_key=part,
         )
         for asset, aliases, part, row in zip(assets, item_aliases, item_parts, rows, strict=True)
@@ -989,23 +1002,29 @@ def schedule(
     rows = read_committed_transaction(
         engine, "schedule_pass", namespace, {"limit": limit}, "scheduler pass", max_attempts
     )
-    runs = [
-        Run(
-            id=int(row.dag_run_id),
-            dag_id=str(row.dag_id),
-            run_id=str(row.run_id),
-            seq=int(row.seq),
-            run_after=_utc(row.run_after),
-            created_at=_utc(row.created_at),
-            event_ids=_event_ids(row.event_ids),
-            triggering_event_id=None
-            if row.triggering_event_id is None
-            else int(row.triggering_event_id),
-            state=_run_state(row.state),
-            partition_key=row.partition_key,
+    runs = []
+    for row in rows:
+        created_at = _utc(row.created_at)
+        event_ids = _event_ids(row.event_ids)
+        runs.append(
+            Run(
+                id=int(row.dag_run_id),
+                dag_id=str(row.dag_id),
+                run_id=str(row.run_id),
+                seq=int(row.seq),
+                run_after=_utc(row.run_after),
+                created_at=created_at,
+                event_ids=event_ids,
+                event_count=len(event_ids),
+                # Every pass creates a run claimable from its creation (not_before).
+                not_before=created_at,
+                triggering_event_id=None
+                if row.triggering_event_id is None
+                else int(row.triggering_event_id),
+                state=_run_state(row.state),
+                partition_key=row.partition_key,
+            )
         )
-        for row in rows
-    ]
     return runs
 
 
@@ -1013,8 +1032,8 @@ def schedule(
 PAGE_MAX = 10_000
 
 
-def _run_info(row: Any) -> RunInfo:
-    return RunInfo(
+def _run_info(row: Any) -> Run:
+    return Run(
         id=int(row.dag_run_id),
         dag_id=str(row.dag_id),
         run_id=str(row.run_id),
@@ -1042,14 +1061,14 @@ def _run_info(row: Any) -> RunInfo:
     )
 
 
-def _event_record(row: Any) -> EventRecord:
+def _event_record(row: Any) -> Event:
     extra = row.extra
     if isinstance(extra, str | bytes):  # MySQL returns JSON as text
         extra = json.loads(extra)
     aliases = row.aliases
     if isinstance(aliases, str | bytes):
         aliases = json.loads(aliases)
-    return EventRecord(
+    return Event(
         id=int(row.event_id),
         asset=str(row.asset_name),
         asset_id=int(row.asset_id),
@@ -1094,7 +1113,7 @@ def set_run_state(
     *,
     savepoint: bool = True,
     namespace: str = DEFAULT_NAMESPACE,
-) -> RunInfo:
+) -> Run:
     """Move run ``run_id`` of consumer ``dag_id`` to ``state`` and return it.
 
     Allowed: queued -> running, success or failed; running -> success or failed. Moving a run
@@ -1122,9 +1141,7 @@ def set_run_state(
     return info
 
 
-def get_run(
-    conn: Handle, dag_id: str, run_id: str, *, namespace: str = DEFAULT_NAMESPACE
-) -> RunInfo:
+def get_run(conn: Handle, dag_id: str, run_id: str, *, namespace: str = DEFAULT_NAMESPACE) -> Run:
     """Run ``run_id`` of consumer ``dag_id``; UnknownRun if there is none."""
     conn = connection_of(conn, "get_run")
     dag_id, run_id = _run_key(dag_id, run_id)
@@ -1187,9 +1204,9 @@ def runs(
     *,
     state: RunState | None = None,
     limit: int = 100,
-    before: RunInfo | None = None,
+    before: Run | None = None,
     namespace: str = DEFAULT_NAMESPACE,
-) -> list[RunInfo]:
+) -> list[Run]:
     """One page of consumer ``dag_id``'s runs, newest (highest ``seq``) first; with
     ``dag_id`` None, of every consumer's runs, newest (highest ``id``) first.
 
@@ -1220,15 +1237,15 @@ def runs(
 
 
 def _check_before(before: object) -> None:
-    if before is not None and not isinstance(before, RunInfo):
+    if before is not None and not isinstance(before, Run):
         raise errors.InvalidArgumentType(
-            f"before must be an assetq.RunInfo from the previous page, got {type(before).__name__}"
+            f"before must be an assetq.Run from the previous page, got {type(before).__name__}"
         )
 
 
 def _all_runs(
-    conn: Connection, state: RunState | None, limit: int, before: RunInfo | None, namespace: str
-) -> list[RunInfo]:
+    conn: Connection, state: RunState | None, limit: int, before: Run | None, namespace: str
+) -> list[Run]:
     if state is not None:
         _check_state(state)
     check_int(limit, "limit", 1, PAGE_MAX)
@@ -1250,9 +1267,9 @@ def queued_events(
     dag_id: str,
     *,
     limit: int = 100,
-    after: EventRecord | None = None,
+    after: Event | None = None,
     namespace: str = DEFAULT_NAMESPACE,
-) -> list[EventRecord]:
+) -> list[Event]:
     """One page of the events queued for consumer ``dag_id`` (not consumed yet), oldest first:
     the order ``max_events_per_run`` consumes them in. For the next page pass the last event
     of this one as ``after``; an empty page is the end. At most ``limit`` (1 to 10,000)."""
@@ -1279,9 +1296,9 @@ def consumed_events(
     run_id: str,
     *,
     limit: int = 100,
-    after: EventRecord | None = None,
+    after: Event | None = None,
     namespace: str = DEFAULT_NAMESPACE,
-) -> list[EventRecord]:
+) -> list[Event]:
     """One page of the events run ``run_id`` of consumer ``dag_id`` consumed, by event id.
     For the next page pass the last event of this one as ``after``; an empty page is the end.
     Events purged since are not listed (the run's ``event_count`` still counts them). Raises
@@ -1306,10 +1323,9 @@ def consumed_events(
 
 
 def _check_after(after: object) -> None:
-    if after is not None and not isinstance(after, EventRecord):
+    if after is not None and not isinstance(after, Event):
         raise errors.InvalidArgumentType(
-            "after must be an assetq.EventRecord from the previous page,"
-            f" got {type(after).__name__}"
+            f"after must be an assetq.Event from the previous page, got {type(after).__name__}"
         )
 
 
@@ -1532,7 +1548,7 @@ def complete_run(
     events: Iterable[NewEvent | Mapping[str, Any]] | None = None,
     error: str | None = None,
     namespace: str = DEFAULT_NAMESPACE,
-) -> RunInfo:
+) -> Run:
     """Finish ``claim``'s attempt as ``"success"`` or ``"failed"``, in the caller's
     transaction, and return the run.
 
@@ -1603,9 +1619,7 @@ def complete_run(
     return _run_info(rows[0])
 
 
-def retry_run(
-    conn: Handle, dag_id: str, run_id: str, *, namespace: str = DEFAULT_NAMESPACE
-) -> RunInfo:
+def retry_run(conn: Handle, dag_id: str, run_id: str, *, namespace: str = DEFAULT_NAMESPACE) -> Run:
     """Put failed run ``run_id`` of consumer ``dag_id`` back in the queue, claimable now,
     with the same events and run id, and return it. Its next claim is the next attempt (the
     count goes on: attempt 4 after three), and it gets that one attempt whatever the
@@ -1637,7 +1651,7 @@ def cancel_run(
     reason: str | None = None,
     *,
     namespace: str = DEFAULT_NAMESPACE,
-) -> RunInfo:
+) -> Run:
     """Cancel run ``run_id`` of consumer ``dag_id`` and return it, ``cancelled``: a final
     state, never claimed, not counted in ``max_active_runs``. A queued run is cancelled
     before any worker takes it; a running one at once, whoever holds it: its worker is fenced

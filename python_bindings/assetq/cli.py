@@ -700,20 +700,8 @@ def _graceful_stop(
 
 
 def _run_json(run: Any) -> str:
-    return json.dumps(
-        {
-            "id": run.id,
-            "dag_id": run.dag_id,
-            "run_id": run.run_id,
-            "seq": run.seq,
-            "run_after": run.run_after.isoformat(),
-            "created_at": run.created_at.isoformat(),
-            "event_ids": list(run.event_ids),
-            "triggering_event_id": run.triggering_event_id,
-            "state": run.state,
-            "partition_key": run.partition_key,
-        }
-    )
+    """A run created, one line of ``assetq scheduler --json``: the keys of ``runs --json``."""
+    return json.dumps(_run_dict(run))
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
@@ -901,7 +889,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                         "outcome": outcome,
                         "state": None if run is None else run.state,
                         # The run keeps its last failed attempt's error after a later
-                        # success (RunInfo.error); this line is about this attempt.
+                        # success (Run.error); this line is about this attempt.
                         "error": run.error if run is not None and outcome == "failed" else None,
                         "output_event_ids": [] if run is None else list(run.output_event_ids),
                     }

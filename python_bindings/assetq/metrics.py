@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from .api import Claim, Run, RunInfo
+from .api import Claim, Run
 
 #: How an idle wait of a loop ended: ``woken`` by a notification (PostgreSQL), or ``polled``
 #: (the poll interval, or the worker's idle backoff, ran out).
@@ -59,13 +59,13 @@ class Metrics:
         """A claim failed with a database error; the slot retries it after a backoff."""
 
     def worker_completed(
-        self, claim: Claim, outcome: AttemptOutcome, run: RunInfo | None, seconds: float
+        self, claim: Claim, outcome: AttemptOutcome, run: Run | None, seconds: float
     ) -> None:
         """An attempt ended, ``seconds`` after it was claimed, handler and completion
         included. ``run`` is the run as recorded (None when ``lost``): a ``failed`` attempt
         with attempts left leaves it ``queued`` (a retry, see :meth:`worker_retry`)."""
 
-    def worker_retry(self, claim: Claim, run: RunInfo) -> None:
+    def worker_retry(self, claim: Claim, run: Run) -> None:
         """A failed attempt was recorded and the run will be tried again (attempts left):
         called after :meth:`worker_completed`."""
 

@@ -24,22 +24,30 @@ import random
 import re
 import threading
 import time
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import TextIO
 
 import alembic
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from . import routines, sqlfiles
+from .catalogue import ADOPTABLE_REVISION as ADOPTABLE_REVISION
+from .catalogue import BREAKING_REVISIONS as BREAKING_REVISIONS
+from .catalogue import DEVELOPMENT_REVISIONS as DEVELOPMENT_REVISIONS
+from .catalogue import Direction as Direction
+from .catalogue import development_advice, position, require_known, version_locations
+from .catalogue import head_revision as head_revision
+from .catalogue import oldest_client as oldest_client
+from .catalogue import resolve_revision as resolve_revision
+from .catalogue import revisions as revisions
+from .catalogue import use_revisions as use_revisions
 from .dialects import MYSQL, POSTGRESQL, Dialect, dialect_for
 from .errors import (
     AssetqError,
@@ -52,13 +60,22 @@ from .errors import (
     UnknownRevision,
 )
 from .handles import bind_of, connection_of, keyword_namespace
+from .namespace import DEFAULT_NAMESPACE as DEFAULT_NAMESPACE
+from .namespace import SchemaAdvice as SchemaAdvice
+from .namespace import check_schema as check_schema
+from .namespace import compat_marker as compat_marker
+from .namespace import forget_checks as forget_checks
+from .namespace import marked_revision, marker_text
+from .namespace import read_marker as read_marker
+from .namespace import schema_advice as schema_advice
+from .namespace import schema_checked as schema_checked
+from .namespace import upgrade_sql as _upgrade_sql
 from .validation import check_namespace, split_namespace
 
 log = logging.getLogger("assetq.migrate")
 
 _ALEMBIC_BEFORE_1_16 = tuple(int(p) for p in re.findall(r"\d+", alembic.__version__)[:2]) < (1, 16)
 
-DEFAULT_NAMESPACE = "assetq"
 #: alembic's version table, inside the namespace. Not "alembic_version": a MySQL user with a
 #: single database installs assetq into the application's database, next to its own.
 VERSION_TABLE = "assetq_alembic_version"
@@ -70,6 +87,7 @@ def version_table(namespace: str) -> tuple[str, str]:
     database ``appdb``)."""
     database, prefix = split_namespace(namespace)
     return database, prefix + VERSION_TABLE
+
 
 #: alembic's ``op`` and ``context`` are process-wide proxies that each alembic command
 #: installs and, when it ends, removes. Our commands run one at a time, and give back the
@@ -86,147 +104,6 @@ DEFAULT_LOCK_TIMEOUT = 1.0
 DEFAULT_MAX_ATTEMPTS = 30
 #: A lock timeout or a deadlock (PostgreSQL, MySQL/MariaDB): the step is retried.
 LOCK_CODES = frozenset({"55P03", "40P01", "1205", "1213"})
-
-#: Revisions an older package does not survive. None since the 0.1.0 baseline: a released
-#: routine signature never changes (a new one is a new name, tests/test_signatures.py holds
-#: them to sql/<engine>/signatures.txt) and tables change by expand, then contract, so every
-#: revision keeps what the packages of the compatibility window use (docs/operations.md). A
-#: revision that cannot (a contract step removing what a package still in the window calls)
-#: is added here: packages older than it then refuse the schema with SchemaTooNew.
-BREAKING_REVISIONS: frozenset[str] = frozenset()
-
-#: The revisions of assetq's development before 0.1.0, which no release ever had. 0.1.0's
-#: baseline replaced them: a namespace at one of them is re-installed (CHANGELOG, 0.1.0).
-DEVELOPMENT_REVISIONS = frozenset(
-    {
-        "0001_initial",
-        "0002_batch_registration",
-        "0003_operations",
-        "0004_semantics",
-        "0005_wakeup_on_demand",
-        "0006_work_queue",
-        "0007_capped_claim",
-        "0008_claim_plans",
-        "0009_partitions",
-        "0010_liveness",
-        "0011_runs_per_pass",
-        "0012_link_checks",
-        "0013_queue_checks",
-        "0014_link_keys",
-        "0015_batch_lookups",
-    }
-)
-
-#: Folders of extra revisions after this package's own (tests: test-only table steps).
-_extra_locations: list[str] = []
-
-Direction = Literal["up", "down"]
-
-
-# -- revisions ------------------------------------------------------------------------------
-
-
-def _version_locations() -> list[str]:
-    return [str(resources.files("assetq.migrations").joinpath("versions")), *_extra_locations]
-
-
-@functools.cache
-def _script() -> ScriptDirectory:
-    return ScriptDirectory(
-        str(resources.files("assetq.migrations")), version_locations=_version_locations()
-    )
-
-
-def use_revisions(folder: str | None) -> None:
-    """Add a folder of revisions after this package's own (``None``: remove them again).
-    For tests, whose test-only table steps exercise the upgrade machinery; never needed by
-    an application."""
-    _extra_locations.clear()
-    if folder is not None:
-        _extra_locations.append(folder)
-    _script.cache_clear()
-    revisions.cache_clear()
-
-
-@functools.cache
-def revisions() -> tuple[str, ...]:
-    """Every revision this package knows, oldest first."""
-    return tuple(reversed([s.revision for s in _script().walk_revisions()]))
-
-
-def head_revision() -> str:
-    """The newest revision this package knows."""
-    head = _script().get_current_head()
-    assert head is not None
-    return head
-
-
-def resolve_revision(revision: str | None) -> str | None:
-    """The full id of ``revision``: ``"head"``, a full id, or an unambiguous start of one
-    (``"0005"``); None for ``"base"`` (nothing installed). UnknownRevision otherwise."""
-    if revision is None or revision == "base":
-        return None
-    if revision == "head":
-        return head_revision()
-    known = revisions()
-    if revision in known:
-        return revision
-    matches = [r for r in known if r.startswith(revision)]
-    if len(matches) == 1:
-        return matches[0]
-    raise UnknownRevision(
-        f"unknown assetq schema revision {revision!r}: this package knows"
-        f" {', '.join(known)} (or 'head', 'base')"
-    )
-
-
-def _position(revision: str | None) -> int:
-    """-1 for base, else the revision's place in the history."""
-    return -1 if revision is None else revisions().index(revision)
-
-
-def _development_advice(revision: str, namespace: str) -> str:
-    fix = _development_fix(revision, namespace)
-    return (
-        f"namespace {namespace!r} holds assetq development schema {revision}, from before"
-        " assetq 0.1.0, whose baseline revision 0001_baseline replaced every development"
-        f" revision: no package upgrades it. {fix[0].upper()}{fix[1:]} (CHANGELOG, 0.1.0)"
-    )
-
-
-def _development_fix(revision: str, namespace: str) -> str:
-    if revision == ADOPTABLE_REVISION:  # its tables are the baseline's
-        return (
-            f"keep its data with `assetq upgrade --adopt-development --namespace {namespace}`,"
-            " or re-install: `assetq uninstall --yes` then `assetq install`"
-        )
-    return (
-        "re-install: `assetq uninstall --yes` then `assetq install` (this deletes its events"
-        " and runs: export what you need first)"
-    )
-
-
-def _require_known(revision: str | None, namespace: str) -> None:
-    if revision in DEVELOPMENT_REVISIONS:
-        raise SchemaTooOld(_development_advice(revision, namespace))
-    if revision is not None and revision not in revisions():
-        raise SchemaTooNew(
-            f"namespace {namespace!r} holds assetq schema {revision}, which this package"
-            f" (newest schema {head_revision()}) does not know: a newer assetq installed it."
-            " Run that newer assetq (pip install -U assetq); this package never changes a"
-            " newer schema"
-        )
-
-
-def oldest_client(revision: str) -> str:
-    """The oldest package (named by its head revision) whose calls work against schema
-    ``revision``: the packages from the last breaking revision up to ``revision`` itself."""
-    known = revisions()
-    oldest = known[0]
-    for rev in known[: known.index(revision) + 1]:
-        if rev in BREAKING_REVISIONS:
-            oldest = rev
-    return oldest
 
 
 def table_names() -> frozenset[str]:
@@ -255,7 +132,7 @@ def _config(
     cfg.set_main_option("path_separator", "os")
     if _ALEMBIC_BEFORE_1_16:
         cfg.set_main_option("version_path_separator", "os")
-    cfg.set_main_option("version_locations", os.pathsep.join(_version_locations()))
+    cfg.set_main_option("version_locations", os.pathsep.join(version_locations()))
     cfg.attributes["connection"] = conn
     cfg.attributes["namespace"] = namespace
     cfg.attributes["dialect_name"] = dialect_name or (conn.dialect.name if conn else None)
@@ -331,7 +208,7 @@ def run_baseline(direction: str) -> None:
         drops = []
         for f in reversed(sqlfiles.object_files(dialect.name)):
             parts = {"name": _quoted(dialect, f.name), "table": _quoted(dialect, f.table or "")}
-            sql = _upgrade_queries(dialect.name)[f"drop_{f.kind}"]
+            sql = sqlfiles.named(dialect.name, "upgrades.sql")[f"drop_{f.kind}"]
             for key, value in parts.items():
                 sql = sql.replace("{{" + key + "}}", value)
             drops.append(sql + ";")
@@ -689,7 +566,7 @@ def _catalog(engine: str, revision: str | None) -> frozenset[_Object]:
     """The named objects assetq has at ``revision`` (nothing at base): its scripts replayed
     in order."""
     have: set[_Object] = set()
-    for rev in revisions()[: _position(revision) + 1]:
+    for rev in revisions()[: position(revision) + 1]:
         for script in _revision_scripts(engine, rev):
             for created, obj in _script_changes(engine, script):
                 (have.add if created else have.discard)(obj)
@@ -702,7 +579,7 @@ def _creations(engine: str, current: str | None, target: str) -> dict[_Object, s
     """Every named object moving from ``current`` to ``target`` creates, with the revision
     that creates it first."""
     made: dict[_Object, str] = {}
-    for rev in revisions()[_position(current) + 1 : _position(target) + 1]:
+    for rev in revisions()[position(current) + 1 : position(target) + 1]:
         for script in _revision_scripts(engine, rev):
             for created, obj in _script_changes(engine, script):
                 if created:
@@ -796,7 +673,7 @@ def _check_conflicts(
     if current is not None:
         ours |= _recorded(conn, namespace)
     unfinished = _upgrading_to(conn, dialect, namespace) if current is not None else None
-    if unfinished in revisions() and _position(unfinished) > _position(current):
+    if unfinished in revisions() and position(unfinished) > position(current):
         ours |= set(_creations(dialect.name, current, unfinished))
     present = {(_KIND_GROUP[kind], name): kind for kind, name in _objects(conn, dialect, namespace)}
     prefix = split_namespace(namespace)[1]  # named as the database names them
@@ -825,25 +702,9 @@ def _check_conflicts(
 _UPGRADING = re.compile(r"; upgrading to (\w+)")
 
 
-def _marker(conn: Connection, dialect: Dialect, namespace: str) -> str:
-    """The version table's marker (compat_marker), read from the catalog only; empty when
-    there is no version table or no marker."""
-    row = conn.execute(
-        text(_upgrade_sql(dialect, "read_compat_marker", namespace)), {"namespace": namespace}
-    ).first()
-    return str(row.marker or "") if row is not None else ""
-
-
-def _marked_revision(conn: Connection, dialect: Dialect, namespace: str) -> str | None:
-    """The revision the version table's marker names (None: no version table, or no
-    marker)."""
-    found = _MARKED_REVISION.match(_marker(conn, dialect, namespace))
-    return found.group(1) if found else None
-
-
 def _upgrading_to(conn: Connection, dialect: Dialect, namespace: str) -> str | None:
     """The target of an upgrade that started and has not finished (see _check_conflicts)."""
-    found = _UPGRADING.search(_marker(conn, dialect, namespace))
+    found = _UPGRADING.search(marker_text(conn, namespace))
     return found.group(1) if found else None
 
 
@@ -941,10 +802,10 @@ def _install_stepwise(
     with _transaction(bind) as conn:
         existed = bool(_scalar(dialect_for(conn), conn, "namespace_exists", namespace))
         current = current_revision(conn, namespace=namespace) if existed else None
-    if current is None or current not in revisions() or _position(current) >= _position(target):
+    if current is None or current not in revisions() or position(current) >= position(target):
         steps = [target]  # a fresh install, a no-op, or the refusal migrate_connection gives
     else:
-        steps = list(revisions()[_position(current) + 1 : _position(target) + 1])
+        steps = list(revisions()[position(current) + 1 : position(target) + 1])
     installed: str | None = current
     for step in steps:
         for attempt in range(1, max_attempts + 1):
@@ -1024,7 +885,7 @@ def migrate_connection(
             # from the table: a read of the table holds its metadata lock to the end of this
             # transaction, while this installer waits for the namespace lock, and the
             # installer holding that lock deadlocked (1213) on it when it wrote the marker.
-            if _marked_revision(conn, dialect, namespace) != target:
+            if marked_revision(marker_text(conn, namespace)) != target:
                 _check_binary_log(conn, dialect, namespace, target)
     with (
         _reported(conn, dialect, namespace, target, "install of"),
@@ -1034,15 +895,15 @@ def migrate_connection(
         existed = bool(_scalar(dialect, conn, "namespace_exists", namespace))
         current = current_revision(conn, namespace=namespace) if existed else None
         existed = existed and not held.created_namespace
-        _require_known(current, namespace)
-        if past_is_done and direction == "up" and _position(current) >= _position(target):
+        require_known(current, namespace)
+        if past_is_done and direction == "up" and position(current) >= position(target):
             return current
-        if _position(current) > _position(target) and direction == "up":
+        if position(current) > position(target) and direction == "up":
             raise SchemaTooNew(
                 f"namespace {namespace!r} holds assetq schema {current}, newer than"
                 f" {target}: an upgrade never downgrades (assetq.alembic.downgrade does)"
             )
-        if _position(current) < _position(target) and direction == "down":
+        if position(current) < position(target) and direction == "down":
             raise SchemaTooOld(
                 f"namespace {namespace!r} holds assetq schema {current or 'nothing'}, older"
                 f" than {target}: a downgrade never upgrades"
@@ -1050,7 +911,7 @@ def migrate_connection(
         if current == target:
             if target is not None and target == head_revision() and direction == "up":
                 _sync_routines(conn, dialect, namespace, target)
-                if _marked_revision(conn, dialect, namespace) != target:  # a stamped schema
+                if marked_revision(marker_text(conn, namespace)) != target:  # a stamped schema
                     _write_marker(conn, dialect, namespace, target)
             return current
         creates = (
@@ -1063,11 +924,11 @@ def migrate_connection(
         elif current is None:
             _fresh_install(conn, dialect, namespace, target, existed=existed, creates=creates)
         else:
-            if creates and _position(current) < _position(target):
+            if creates and position(current) < position(target):
                 _mark_upgrading(conn, dialect, namespace, current, target)
             with _alembic_command():
                 cfg = _config(conn, namespace)
-                if _position(current) < _position(target):
+                if position(current) < position(target):
                     _lock_step_tables(conn, dialect, namespace)
                     command.upgrade(cfg, target)
                 else:
@@ -1254,98 +1115,13 @@ def _remove(conn: Connection, dialect: Dialect, namespace: str) -> None:
         dialect.execute(conn, "drop_namespace", namespace)
 
 
-# -- version skew: which package works against which schema --------------------------------
-
-
-_MARKER = re.compile(r"works with packages from schema (\w+)")
-#: The revision a marker names (compat_marker: "assetq schema <revision>; ...").
-_MARKED_REVISION = re.compile(r"assetq schema (\w+)")
-
-
-def _upgrade_queries(engine: str) -> dict[str, str]:
-    return sqlfiles.named(engine, "upgrades.sql")
-
-
-def _upgrade_sql(dialect: Dialect, name: str, namespace: str, marker: str = "") -> str:
-    sql = sqlfiles.render(_upgrade_queries(dialect.name)[name], dialect.quote_ns(namespace))
-    return sql.replace("{{marker}}", f"'{marker}'")
-
-
-def compat_marker(revision: str) -> str:
-    """The text a schema at ``revision`` carries (a comment on its version table) so that
-    packages too old to know ``revision`` can tell whether they work against it."""
-    return f"assetq schema {revision}; works with packages from schema {oldest_client(revision)}"
+# -- version skew: the marker an install or upgrade writes --------------------------------
 
 
 def _write_marker(conn: Connection, dialect: Dialect, namespace: str, revision: str) -> None:
     marker = compat_marker(revision)
     assert re.fullmatch(r"[\w ;]+", marker)  # revision ids only: safe inside the literal
     conn.execute(text(_upgrade_sql(dialect, "write_compat_marker", namespace, marker)))
-
-
-def read_marker(conn: Connection, namespace: str) -> str | None:
-    """The oldest package revision the schema in ``namespace`` says works against it (None
-    when the schema carries no marker: written before assetq wrote them)."""
-    found = _MARKER.search(_marker(conn, dialect_for(conn), namespace))
-    return found.group(1) if found else None
-
-
-@dataclass(frozen=True)
-class SchemaAdvice:
-    """Why this package cannot run against a namespace's schema, and what to do."""
-
-    error: type[NotInstalled]
-    problem: str
-    fix: str
-
-    def exception(self) -> NotInstalled:
-        return self.error(f"{self.problem}: {self.fix}")
-
-
-def schema_advice(
-    revision: str | None, clients_from: str | None, namespace: str
-) -> SchemaAdvice | None:
-    """None when this package works against schema ``revision`` (whose marker says it works
-    with packages from ``clients_from``), else what is wrong and the fix.
-
-    The window (docs/operations.md, "Upgrading"): a package works against its own head and
-    against newer schemas whose marker names a revision this package is at or past (every
-    revision since is additive). Against an older schema it never works: the schema goes
-    first in a deploy."""
-    head = head_revision()
-    if revision in DEVELOPMENT_REVISIONS:
-        return SchemaAdvice(
-            SchemaTooOld,
-            f"namespace {namespace!r} holds assetq development schema {revision}, from"
-            " before 0.1.0",
-            _development_fix(revision, namespace) + " (CHANGELOG, 0.1.0)",
-        )
-    if revision is None:
-        return SchemaAdvice(
-            NotInstalled,
-            f"assetq is not installed in namespace {namespace!r}",
-            "run `assetq install` (or assetq.install(engine)) with the owner's account",
-        )
-    if revision == head:
-        return None
-    if revision in revisions():
-        return SchemaAdvice(
-            SchemaTooOld,
-            f"namespace {namespace!r} holds assetq schema {revision}, older than this"
-            f" package's {head}",
-            f"upgrade the schema first: `assetq upgrade --namespace {namespace}` (or"
-            " assetq.install(engine)), then restart the processes one by one",
-        )
-    if clients_from is not None and clients_from in revisions():
-        return None  # a newer schema, additive since this package's head
-    since = f" (it works with packages from schema {clients_from})" if clients_from else ""
-    return SchemaAdvice(
-        SchemaTooNew,
-        f"namespace {namespace!r} holds assetq schema {revision}, newer than this package"
-        f" (head {head}) and outside its compatibility window{since}",
-        "run the newer assetq package that installed it (pip install -U assetq); never"
-        " `assetq upgrade` with this one, which does not know that revision",
-    )
 
 
 def require_installed(conn: Connection, namespace: str) -> None:
@@ -1356,77 +1132,6 @@ def require_installed(conn: Connection, namespace: str) -> None:
     advice = schema_advice(revision, marker, namespace)
     if advice is not None:
         raise advice.exception()
-
-
-#: The namespaces each engine's schema was found compatible in, by ``id(engine)``: the
-#: engine (a weak reference: an id is reused once its engine is gone) and the namespaces.
-#: Read without a lock (one dict lookup on every API call); written under the lock.
-_compatible: dict[int, tuple[weakref.ref[Engine], frozenset[str]]] = {}
-_compatible_lock = threading.Lock()
-
-#: MySQL codes of a schema_state read in a namespace without assetq: no such table, no such
-#: database.
-_NOT_THERE = frozenset({"1146", "1049"})
-
-
-def schema_checked(engine: Engine, namespace: str) -> bool:
-    """Whether :func:`check_schema` already found ``namespace`` compatible on ``engine`` (a
-    dict lookup): a call that skips the check must ask this first."""
-    found = _compatible.get(id(engine))
-    return found is not None and namespace in found[1] and found[0]() is engine
-
-
-def check_schema(conn: Connection, namespace: str) -> None:
-    """Raise NotInstalled, SchemaTooOld or SchemaTooNew (with the fix) unless this package
-    works against the schema in ``namespace``; once per process for each engine and
-    namespace. Every API function calls it before its first statement: the first call on an
-    engine and namespace sends one statement more (schema_state, in the caller's transaction,
-    never failing it on PostgreSQL), later ones none (a dict lookup). A schema found
-    compatible stays so for the engine's life in this process (a rolling deploy upgrades only
-    additively under running processes; this process's own install, upgrade or uninstall
-    forgets it); one found incompatible is read again on the next call, so an upgrade that
-    fixes it is seen. Thread-safe: threads whose first calls overlap each check once."""
-    engine = conn.engine
-    found = _compatible.get(id(engine))
-    if found is not None and namespace in found[1] and found[0]() is engine:
-        return
-    dialect = dialect_for(conn)
-    sql = text(_upgrade_sql(dialect, "schema_state", namespace))
-    try:
-        row = conn.execute(sql, {"namespace": namespace}).first()
-    except DBAPIError as exc:
-        if dialect.error_code(exc) not in _NOT_THERE:
-            raise dialect.translate(exc) from exc
-        row = None
-    revision: str | None = None
-    marker = _MARKER.search(str(row.marker or "")) if row is not None else None
-    if row is not None and row.installed:
-        named = _MARKED_REVISION.match(str(row.marker or ""))
-        revision = row.revision or (named.group(1) if named else None)
-        if revision is None:  # no marker (an older package installed it): read the table
-            read = text(_upgrade_sql(dialect, "schema_revision", namespace))
-            revision = conn.execute(read).scalar()
-    advice = schema_advice(revision, marker.group(1) if marker else None, namespace)
-    if advice is not None:
-        raise advice.exception()
-    with _compatible_lock:
-        found = _compatible.get(id(engine))
-        namespaces = found[1] if found is not None and found[0]() is engine else frozenset()
-        _compatible[id(engine)] = (weakref.ref(engine), namespaces | {namespace})
-
-
-def forget_checks(engine: Engine | None = None, namespace: str | None = None) -> None:
-    """Forget what :func:`check_schema` found compatible: everything (tests), or
-    ``namespace`` of ``engine`` (after this process installed, upgraded or removed it)."""
-    with _compatible_lock:
-        if engine is None:
-            _compatible.clear()
-            return
-        found = _compatible.pop(id(engine), None)
-        if found is not None and found[0]() is engine and namespace is not None:
-            left = found[1] - {namespace}
-            if left:
-                _compatible[id(engine)] = (found[0], left)
 
 
 # -- offline: the same steps as SQL text ----------------------------------------------------
@@ -1474,7 +1179,7 @@ def write_sql(
     if postgres_transaction:
         put("BEGIN;")
     with _alembic_command():
-        if _position(target) > _position(start):
+        if position(target) > position(start):
             if start is None:
                 put(dialect.query("create_namespace", namespace) + ";")
             command.upgrade(cfg, f"{start}:{target}" if start else str(target), sql=True)
@@ -1482,7 +1187,7 @@ def write_sql(
                 put(_OFFLINE_ROUTINES)
                 for statement in routines.offline_statements(dialect.name, namespace):
                     put(statement)
-        elif _position(target) < _position(start):
+        elif position(target) < position(start):
             command.downgrade(cfg, f"{start}:{target or 'base'}", sql=True)
             if target is None:
                 put(dialect.query("drop_version_table", namespace) + ";")
@@ -1500,10 +1205,6 @@ def write_sql(
 
 def _quoted(dialect: Dialect, name: str) -> str:
     return dialect.quote + name.replace(dialect.quote, dialect.quote * 2) + dialect.quote
-
-
-#: The last development revision: its tables are the baseline's (tests/test_migrations.py).
-ADOPTABLE_REVISION = "0015_batch_lookups"
 
 
 def adopt_development(bind: Engine | Connection, namespace: str = DEFAULT_NAMESPACE) -> str:
@@ -1526,7 +1227,7 @@ def adopt_development(bind: Engine | Connection, namespace: str = DEFAULT_NAMESP
             current = current_revision(conn, namespace=namespace)
             if current != ADOPTABLE_REVISION:
                 if current in DEVELOPMENT_REVISIONS:
-                    raise SchemaTooOld(_development_advice(str(current), namespace))
+                    raise SchemaTooOld(development_advice(str(current), namespace))
                 raise InstallRefused(
                     f"namespace {namespace!r} holds assetq schema {current or 'nothing'}, not"
                     f" development schema {ADOPTABLE_REVISION}: there is nothing to adopt"
@@ -1588,7 +1289,7 @@ def repair(bind: Engine | Connection, *, namespace: str = DEFAULT_NAMESPACE) -> 
     with _transaction(bind) as conn:
         dialect = dialect_for(conn)
         revision = current_revision(conn, namespace=namespace)
-        _require_known(revision, namespace)
+        require_known(revision, namespace)
         advice = schema_advice(
             revision, read_marker(conn, namespace) if revision else None, namespace
         )

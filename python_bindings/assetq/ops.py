@@ -27,7 +27,7 @@ from .api import _translated, _utc, read_committed_transaction
 from .dialects import Dialect, dialect_for, dialect_of
 from .handles import Handle, connection_of, engine_of, keyword_namespace
 from .liveness import STALE_INTERVALS, ProcessKind
-from .migrate import DEFAULT_NAMESPACE
+from .namespace import DEFAULT_NAMESPACE
 from .validation import check_int, check_namespace, split_namespace
 
 log = logging.getLogger("assetq.ops")
@@ -1438,7 +1438,7 @@ def run_outputs(
     limit: int = 100,
     namespace: str = DEFAULT_NAMESPACE,
 ) -> list[Any]:
-    """The events whose source is ``run`` (a :class:`~assetq.RunInfo`) registered while its
+    """The events whose source is ``run`` (a :class:`~assetq.Run`) registered while its
     last attempt ran, by id, at most ``limit``: a successful run's output events (and any its
     handler registered itself naming the run as their source). Empty for a run that never
     started or has not ended. Reads the events registered during that attempt only (by
@@ -1497,7 +1497,7 @@ def run_attempts(
     limit: int = 100,
     namespace: str = DEFAULT_NAMESPACE,
 ) -> list[Attempt]:
-    """The attempts of ``run`` (a :class:`~assetq.RunInfo`), newest first, at most ``limit``:
+    """The attempts of ``run`` (a :class:`~assetq.Run`), newest first, at most ``limit``:
     the one under way when it is running, then the ended ones the schema recorded
     (dag_run_attempt, by its primary key). A run whose last attempt ended before revision
     0003_run_attempts has no record of it: that attempt is given from the run's own row,

@@ -40,9 +40,9 @@ except ImportError as exc:  # the extra is not installed
 
 from sqlalchemy import Engine
 
-from .api import Claim, Run, RunInfo
+from .api import Claim, Run
 from .metrics import AttemptOutcome, Metrics, WaitOutcome
-from .migrate import DEFAULT_NAMESPACE
+from .namespace import DEFAULT_NAMESPACE
 from .ops import DEFAULT_STUCK_AFTER, worker_coverage
 
 log = logging.getLogger("assetq.prometheus")
@@ -192,11 +192,11 @@ class PrometheusMetrics(Metrics):
         self.claim_failures.labels(code or "none").inc()
 
     def worker_completed(
-        self, claim: Claim, outcome: AttemptOutcome, run: RunInfo | None, seconds: float
+        self, claim: Claim, outcome: AttemptOutcome, run: Run | None, seconds: float
     ) -> None:
         self.attempt_duration.labels(outcome).observe(seconds)
 
-    def worker_retry(self, claim: Claim, run: RunInfo) -> None:
+    def worker_retry(self, claim: Claim, run: Run) -> None:
         self.retries.inc()
 
     def worker_wait(self, outcome: WaitOutcome) -> None:

@@ -51,7 +51,7 @@ from .handles import engine_of
 from .liveness import DEFAULT_INTERVAL, Liveness, check_interval
 from .logs import close_detached, connection_lost, log_retried, run_fields
 from .metrics import Metrics
-from .migrate import DEFAULT_NAMESPACE
+from .namespace import DEFAULT_NAMESPACE
 from .validation import check_int, check_namespace
 
 log = logging.getLogger("assetq.scheduler")

@@ -56,7 +56,7 @@ from .handles import engine_of
 from .liveness import DEFAULT_INTERVAL, Liveness, check_interval
 from .logs import attempt_fields, close_detached, connection_lost, first_line, log_retried
 from .metrics import AttemptOutcome, Metrics
-from .migrate import DEFAULT_NAMESPACE
+from .namespace import DEFAULT_NAMESPACE
 from .scheduler import _error_code, pooled_session, pooled_warning, run_latencies
 from .validation import WORKER_MAX, check_dag_id, check_int, check_name, check_namespace, seconds
 
@@ -254,7 +254,7 @@ class PassGate:
 FINAL_STATES = frozenset({"success", "failed", "cancelled"})
 
 
-def runs_next_pass(dialect: Dialect, claim: api.Claim, info: api.RunInfo | None) -> bool:
+def runs_next_pass(dialect: Dialect, claim: api.Claim, info: api.Run | None) -> bool:
     """Does the worker run a scheduler pass now, after this attempt (both shells ask)? When
     it ended ``claim``'s run, of a consumer that caps its active runs, on an engine with no
     notifications (MySQL): the pass creates that consumer's next run at once. PostgreSQL's
@@ -447,7 +447,7 @@ def log_claimed(logger: logging.Logger, slot_name: str, claim: api.Claim) -> Non
 
 
 def log_completed(
-    logger: logging.Logger, slot_name: str, claim: api.Claim, run: api.RunInfo
+    logger: logging.Logger, slot_name: str, claim: api.Claim, run: api.Run
 ) -> None:
     """The INFO line of an attempt whose completion was recorded: its outcome and the run's
     state now (``queued`` again for a retry), with the attempt's fields."""
@@ -482,7 +482,7 @@ def run_worker(
     listen_engine: Engine | None = None,
     heartbeat_interval: float | None = None,
     max_runs: int | None = None,
-    on_complete: Callable[[api.Claim, api.RunInfo | None, AttemptOutcome], None] | None = None,
+    on_complete: Callable[[api.Claim, api.Run | None, AttemptOutcome], None] | None = None,
     backoff_max: float = 30.0,
     metrics: Metrics | None = None,
     liveness_interval: float | None = DEFAULT_INTERVAL,
@@ -576,7 +576,7 @@ def run_worker(
     pass_failed = threading.Event()  # a worker's pass failed once: logged at WARNING once
     passes = PassGate("assetq worker")
 
-    def next_run_of(claim: api.Claim, info: api.RunInfo | None) -> None:
+    def next_run_of(claim: api.Claim, info: api.Run | None) -> None:
         """MySQL: the run of a capped consumer ended; run the pass that creates its next run
         now, instead of leaving it to a scheduler's poll (PostgreSQL's run_ended notifies)."""
         if not runs_next_pass(dialect, claim, info):
@@ -600,7 +600,7 @@ def run_worker(
             )
 
     def report(
-        claim: api.Claim, info: api.RunInfo | None, outcome: AttemptOutcome, took: float
+        claim: api.Claim, info: api.Run | None, outcome: AttemptOutcome, took: float
     ) -> None:
         next_run_of(claim, info)
         if metrics is not None:
@@ -623,7 +623,7 @@ def run_worker(
                 return  # its handler returned meanwhile: the slot's completion decides
             attempt.state = "abandoned"
         outcome: AttemptOutcome = "lost"
-        info: api.RunInfo | None = None
+        info: api.Run | None = None
         fields = attempt_fields(claim)
         if why == "timed out":
             error = timed_out_error(claim)
@@ -689,7 +689,7 @@ def run_worker(
             attempts[claim.id] = attempt
         heart.hold(claim)
         outcome: AttemptOutcome = "lost"
-        info: api.RunInfo | None = None
+        info: api.Run | None = None
         fields = attempt_fields(claim)
         try:
             try:

@@ -42,12 +42,12 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def run_dict(run: api.RunInfo) -> dict[str, Any]:
+def run_dict(run: api.Run) -> dict[str, Any]:
     """A run with the keys of `assetq run show --json`."""
     return {k: _jsonable(v) for k, v in asdict(run).items()}
 
 
-def event_dict(event: api.EventRecord) -> dict[str, Any]:
+def event_dict(event: api.Event) -> dict[str, Any]:
     """An event with the keys of `assetq events --json`."""
     return {
         "id": event.id,
@@ -78,7 +78,7 @@ def _cursor(value: str | None) -> tuple[datetime, int] | None:
         raise InvalidArgument(f"not a page cursor: {value!r}") from None
 
 
-def _event_cursor(event: api.EventRecord) -> str:
+def _event_cursor(event: api.Event) -> str:
     return f"{event.timestamp.isoformat()}~{event.id}"
 
 
@@ -271,7 +271,7 @@ def error_summary(error: str | None, width: int = 200) -> str:
     return line.strip()[:width]
 
 
-def timeline(run: api.RunInfo, attempts: list[ops.Attempt]) -> list[dict[str, Any]]:
+def timeline(run: api.Run, attempts: list[ops.Attempt]) -> list[dict[str, Any]]:
     """What happened to ``run``, oldest first: its creation, each attempt's claim and end
     (newest ``attempts`` first, as :func:`assetq.ops.run_attempts` gives them), a cancel
     before any claim, and when a queued run may next be claimed. Each entry is ``at`` (ISO
