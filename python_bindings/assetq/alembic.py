@@ -129,11 +129,11 @@ def _move(
             f" {namespace!r} holds, and no earlier assetq step of this run says it: pass"
             " from_revision=<the assetq revision installed before this step>"
         )
-    if direction == "up" and migrate._position(start) > migrate._position(target):
+    if direction == "up" and migrate.revision_position(start) > migrate.revision_position(target):
         raise SchemaTooNew(
             f"assetq.alembic.upgrade to {target} from {start}: an upgrade never downgrades"
         )
-    if direction == "down" and migrate._position(start) < migrate._position(target):
+    if direction == "down" and migrate.revision_position(start) < migrate.revision_position(target):
         raise SchemaTooOld(
             f"assetq.alembic.downgrade to {target} from {start}: a downgrade never upgrades"
         )

@@ -236,7 +236,7 @@ class EventRecord:
 
 
 def _utc_or_none(value: datetime | None) -> datetime | None:
-    return None if value is None else _utc(value)
+    return None if value is None else to_utc(value)
 
 
 #: Zones seen on timestamps the driver returned that are UTC itself (psycopg's zone for a
@@ -247,7 +247,7 @@ def _utc_or_none(value: datetime | None) -> datetime | None:
 _UTC_ZONES: dict[Any, bool] = {timezone.utc: True}
 
 
-def _utc(value: datetime) -> datetime:
+def to_utc(value: datetime) -> datetime:
     zone = value.tzinfo
     if zone is None:  # MySQL DATETIME(6) holds UTC without a zone
         return value.replace(tzinfo=timezone.utc)
@@ -272,7 +272,7 @@ def _checked(conn: Connection, namespace: str) -> Dialect:
 
 
 @contextmanager
-def _translated(dialect: Dialect) -> Iterator[None]:
+def translated(dialect: Dialect) -> Iterator[None]:
     try:
         yield
     except DBAPIError as exc:
@@ -370,7 +370,7 @@ def declare_asset(
     extra_text = None if extra is None else extra_json(extra)
     namespace = check_namespace(namespace)
     dialect = _checked(conn, namespace)
-    with _translated(dialect), _savepoint(conn, savepoint):
+    with translated(dialect), _savepoint(conn, savepoint):
         rows = dialect.execute(
             conn, "declare_asset", namespace, {"name": name, "uri": uri, "extra": extra_text}
         )
@@ -479,7 +479,7 @@ def declare_dag(
         "max_retry_delay_seconds": max_delay,
     }
     dialect = _checked(conn, namespace)
-    with _translated(dialect), _savepoint(conn, savepoint), dialect.several(conn):
+    with translated(dialect), _savepoint(conn, savepoint), dialect.several(conn):
         check_unkeyed = partitions_json is not None and not allow_unkeyed
         if check_unkeyed:
             before = dialect.execute(conn, "dag_partitioned", namespace, {"dag_id": dag_id})
@@ -531,7 +531,7 @@ def _set_paused(
     dag_id = check_dag_id(dag_id)
     namespace = check_namespace(namespace)
     dialect = _checked(conn, namespace)
-    with _translated(dialect), _savepoint(conn, savepoint):
+    with translated(dialect), _savepoint(conn, savepoint):
         dialect.execute(conn, "set_dag_paused", namespace, {"dag_id": dag_id, "paused": paused})
 
 
@@ -614,13 +614,13 @@ def register_event(
         "idempotency_key": key,
     }
     wanted = savepoint and (dialect.name, "register_event") not in _ONE_WRITE_STATEMENT
-    with _translated(dialect), _savepoint(conn, wanted):
+    with translated(dialect), _savepoint(conn, wanted):
         row = dialect.execute(conn, "register_event", namespace, params)[0]
     return Event(
         id=int(row.event_id),
         asset=asset,
         asset_id=int(row.asset_id),
-        timestamp=_utc(row.event_timestamp),
+        timestamp=to_utc(row.event_timestamp),
         created=bool(row.created),
     )
 
@@ -761,7 +761,7 @@ def register_events(
             " several calls (in one transaction they are still atomic together)"
         )
     dialect = _checked(conn, namespace)
-    with _translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
+    with translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
         rows = dialect.execute(conn, "register_events", namespace, {"events": payload})
     if [int(row.item_no) for row in rows] != list(range(1, len(items) + 1)):
         raise errors.DatabaseError(
@@ -772,7 +772,7 @@ def register_events(
             id=int(row.event_id),
             asset=asset,
             asset_id=int(row.asset_id),
-            timestamp=_utc(row.event_timestamp),
+            timestamp=to_utc(row.event_timestamp),
             created=bool(row.created),
             aliases=aliases if row.created else (),
             partition_key=part,
@@ -849,7 +849,7 @@ def _on_own_connection(
     began = conn.in_transaction()
     for attempt in range(1, max_attempts + 1):
         try:
-            with _translated(dialect):
+            with translated(dialect):
                 check_schema(conn, namespace)
                 if one_statement and dialect.atomic_routines:
                     rows = dialect.execute(conn, query, namespace, params)
@@ -915,14 +915,14 @@ def read_committed_transaction(
         try:
             if alone and schema_checked(engine, namespace):
                 # A worker's claim and heartbeat: straight from the pool to the driver.
-                with _translated(dialect):
+                with translated(dialect):
                     lean = dialect.execute_alone(engine, query, namespace, params)
                 if lean is not None:
                     logs.connection_back(engine)
                     return lean
-            # Connecting is inside _translated too: a server that is down, restarting or
+            # Connecting is inside translated too: a server that is down, restarting or
             # failing over raises at connect time, and that is a ConnectionLost to retry.
-            with _translated(dialect), engine.connect() as conn:
+            with translated(dialect), engine.connect() as conn:
                 if alone:
                     # psycopg's autocommit is a client-side switch: no round trip, here or
                     # when the pool resets the connection.
@@ -995,8 +995,8 @@ def schedule(
             dag_id=str(row.dag_id),
             run_id=str(row.run_id),
             seq=int(row.seq),
-            run_after=_utc(row.run_after),
-            created_at=_utc(row.created_at),
+            run_after=to_utc(row.run_after),
+            created_at=to_utc(row.created_at),
             event_ids=_event_ids(row.event_ids),
             triggering_event_id=None
             if row.triggering_event_id is None
@@ -1013,15 +1013,15 @@ def schedule(
 PAGE_MAX = 10_000
 
 
-def _run_info(row: Any) -> RunInfo:
+def run_info(row: Any) -> RunInfo:
     return RunInfo(
         id=int(row.dag_run_id),
         dag_id=str(row.dag_id),
         run_id=str(row.run_id),
         seq=int(row.seq),
         state=_run_state(row.state),
-        run_after=_utc(row.run_after),
-        created_at=_utc(row.created_at),
+        run_after=to_utc(row.run_after),
+        created_at=to_utc(row.created_at),
         started_at=_utc_or_none(row.started_at),
         ended_at=_utc_or_none(row.ended_at),
         triggering_event_id=None
@@ -1042,7 +1042,7 @@ def _run_info(row: Any) -> RunInfo:
     )
 
 
-def _event_record(row: Any) -> EventRecord:
+def event_record(row: Any) -> EventRecord:
     extra = row.extra
     if isinstance(extra, str | bytes):  # MySQL returns JSON as text
         extra = json.loads(extra)
@@ -1054,7 +1054,7 @@ def _event_record(row: Any) -> EventRecord:
         asset=str(row.asset_name),
         asset_id=int(row.asset_id),
         uri=None if row.asset_uri is None else str(row.asset_uri),
-        timestamp=_utc(row.event_timestamp),
+        timestamp=to_utc(row.event_timestamp),
         extra=extra,
         source=Source(
             dag_id=row.source_dag_id,
@@ -1109,9 +1109,9 @@ def set_run_state(
     namespace = check_namespace(namespace)
     dialect = _checked(conn, namespace)
     params = {"dag_id": dag_id, "run_id": run_id, "state": state}
-    with _translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
+    with translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
         rows = dialect.execute(conn, "set_run_state", namespace, params)
-    info = _run_info(rows[0])
+    info = run_info(rows[0])
     log.info(
         "assetq: run %s of %s is %s",
         run_id,
@@ -1130,11 +1130,11 @@ def get_run(
     dag_id, run_id = _run_key(dag_id, run_id)
     namespace = check_namespace(namespace)
     dialect = _checked(conn, namespace)
-    with _translated(dialect):
+    with translated(dialect):
         rows = dialect.execute(conn, "get_run", namespace, {"dag_id": dag_id, "run_id": run_id})
     if not rows:
         raise errors.UnknownRun(f"unknown run {run_id!r} of dag {dag_id!r}", code="AQ006")
-    return _run_info(rows[0])
+    return run_info(rows[0])
 
 
 def delete_dag(
@@ -1153,7 +1153,7 @@ def delete_dag(
     dag_id = check_dag_id(dag_id)
     namespace = check_namespace(namespace)
     dialect = _checked(conn, namespace)
-    with _translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
+    with translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
         dialect.execute(conn, "delete_dag", namespace, {"dag_id": dag_id})
     log.info("assetq: deleted dag %s", dag_id)
 
@@ -1174,7 +1174,7 @@ def delete_asset(
     asset = check_name(asset, "asset", ASSET_NAME_MAX)
     namespace = check_namespace(namespace)
     dialect = _checked(conn, namespace)
-    with _translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
+    with translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
         rows = dialect.execute(conn, "delete_asset", namespace, {"asset": asset})
     deleted = int(rows[0].deleted_events)
     log.info("assetq: deleted asset %s with %d events", asset, deleted)
@@ -1214,9 +1214,9 @@ def runs(
         "before_seq": None if before is None else before.seq,
         "limit": limit,
     }
-    with _translated(dialect):
+    with translated(dialect):
         rows = dialect.execute(conn, "runs_page", namespace, params)
-    return [_run_info(row) for row in rows]
+    return [run_info(row) for row in rows]
 
 
 def _check_before(before: object) -> None:
@@ -1240,9 +1240,9 @@ def _all_runs(
         "before_id": None if before is None else before.id,
         "limit": limit,
     }
-    with _translated(dialect):
+    with translated(dialect):
         rows = dialect.execute(conn, "runs_page_all", namespace, params)
-    return [_run_info(row) for row in rows]
+    return [run_info(row) for row in rows]
 
 
 def queued_events(
@@ -1264,13 +1264,13 @@ def queued_events(
     dialect = _checked(conn, namespace)
     params = {
         "dag_id": dag_id,
-        "after_timestamp": None if after is None else _db_time(dialect, after.timestamp),
+        "after_timestamp": None if after is None else db_time(dialect, after.timestamp),
         "after_id": None if after is None else after.id,
         "limit": limit,
     }
-    with _translated(dialect):
+    with translated(dialect):
         rows = dialect.execute(conn, "queued_events_page", namespace, params)
-    return [_event_record(row) for row in rows]
+    return [event_record(row) for row in rows]
 
 
 def consumed_events(
@@ -1298,11 +1298,11 @@ def consumed_events(
         "after_id": None if after is None else after.id,
         "limit": limit,
     }
-    with _translated(dialect):
+    with translated(dialect):
         rows = dialect.execute(conn, "consumed_events_page", namespace, params)
     if not rows:
         get_run(conn, dag_id, run_id, namespace=namespace)  # UnknownRun, or the end
-    return [_event_record(row) for row in rows]
+    return [event_record(row) for row in rows]
 
 
 def _check_after(after: object) -> None:
@@ -1313,7 +1313,7 @@ def _check_after(after: object) -> None:
         )
 
 
-def _db_time(dialect: Dialect, value: datetime) -> datetime:
+def db_time(dialect: Dialect, value: datetime) -> datetime:
     """A timestamp as the engine compares it: MySQL's DATETIME(6) holds naive UTC."""
     if dialect.name == "mysql":
         return value.astimezone(timezone.utc).replace(tzinfo=None)
@@ -1329,7 +1329,7 @@ def _claim_time(dialect: Dialect, claim: Claim) -> datetime | None:
     """The claim's fencing token: when it started its attempt, as the database recorded it
     (heartbeat_run_v2 and complete_run_v2 refuse a call whose claim is not the run's current
     one, a run made again with the same id and attempt included). None: the attempt alone."""
-    return None if claim.started_at is None else _db_time(dialect, claim.started_at)
+    return None if claim.started_at is None else db_time(dialect, claim.started_at)
 
 
 # -- runs as work (docs/workers.md) -------------------------------------------------------
@@ -1344,8 +1344,8 @@ def _claim(row: Any, lease: timedelta) -> Claim:
         dag_id=str(row.dag_id),
         run_id=str(row.run_id),
         seq=int(row.seq),
-        run_after=_utc(row.run_after),
-        created_at=_utc(row.created_at),
+        run_after=to_utc(row.run_after),
+        created_at=to_utc(row.created_at),
         event_ids=_event_ids(row.event_ids),
         triggering_event_id=None
         if row.triggering_event_id is None
@@ -1353,7 +1353,7 @@ def _claim(row: Any, lease: timedelta) -> Claim:
         state=_run_state(row.state),
         attempt=int(row.attempt),
         worker=str(row.worker),
-        lease_until=_utc(row.lease_until),
+        lease_until=to_utc(row.lease_until),
         lease=lease,
         started_at=_utc_or_none(row.started_at),
         partition_key=row.partition_key,
@@ -1486,7 +1486,7 @@ def heartbeat(
         engine, "heartbeat_run", namespace, params, "heartbeat", 3, one_statement=True
     )
     return replace(
-        claim, lease_until=_utc(rows[0].lease_until), lease=timedelta(seconds=lease_seconds)
+        claim, lease_until=to_utc(rows[0].lease_until), lease=timedelta(seconds=lease_seconds)
     )
 
 
@@ -1593,14 +1593,14 @@ def complete_run(
         assert connection is not None
         began = connection.in_transaction()
         dialect = _checked(connection, namespace)
-        with _translated(dialect), dialect.atomic(connection):
+        with translated(dialect), dialect.atomic(connection):
             rows = dialect.execute(connection, "complete_run", namespace, params)
         if not began and connection.in_transaction() and _autocommit(connection):
             # On a connection in autocommit mode the call was a transaction of its own;
             # SQLAlchemy's autobegin marked one it does not have (MySQL's path executes
             # through SQLAlchemy), which the caller's next conn.begin() must not find.
             connection.commit()
-    return _run_info(rows[0])
+    return run_info(rows[0])
 
 
 def retry_run(
@@ -1617,9 +1617,9 @@ def retry_run(
     dag_id, run_id = _run_key(dag_id, run_id)
     namespace = check_namespace(namespace)
     dialect = _checked(conn, namespace)
-    with _translated(dialect), dialect.atomic(conn):
+    with translated(dialect), dialect.atomic(conn):
         rows = dialect.execute(conn, "retry_run", namespace, {"dag_id": dag_id, "run_id": run_id})
-    info = _run_info(rows[0])
+    info = run_info(rows[0])
     log.info(
         "assetq: run %s of %s queued again for attempt %d",
         run_id,
@@ -1656,11 +1656,11 @@ def cancel_run(
         )
     namespace = check_namespace(namespace)
     dialect = _checked(conn, namespace)
-    with _translated(dialect), dialect.atomic(conn):
+    with translated(dialect), dialect.atomic(conn):
         rows = dialect.execute(
             conn, "cancel_run", namespace, {"dag_id": dag_id, "run_id": run_id, "reason": reason}
         )
-    info = _run_info(rows[0])
+    info = run_info(rows[0])
     log.info(
         "assetq: run %s of %s cancelled%s",
         run_id,

@@ -180,7 +180,7 @@ def resolve_revision(revision: str | None) -> str | None:
     )
 
 
-def _position(revision: str | None) -> int:
+def revision_position(revision: str | None) -> int:
     """-1 for base, else the revision's place in the history."""
     return -1 if revision is None else revisions().index(revision)
 
@@ -689,7 +689,7 @@ def _catalog(engine: str, revision: str | None) -> frozenset[_Object]:
     """The named objects assetq has at ``revision`` (nothing at base): its scripts replayed
     in order."""
     have: set[_Object] = set()
-    for rev in revisions()[: _position(revision) + 1]:
+    for rev in revisions()[: revision_position(revision) + 1]:
         for script in _revision_scripts(engine, rev):
             for created, obj in _script_changes(engine, script):
                 (have.add if created else have.discard)(obj)
@@ -702,7 +702,7 @@ def _creations(engine: str, current: str | None, target: str) -> dict[_Object, s
     """Every named object moving from ``current`` to ``target`` creates, with the revision
     that creates it first."""
     made: dict[_Object, str] = {}
-    for rev in revisions()[_position(current) + 1 : _position(target) + 1]:
+    for rev in revisions()[revision_position(current) + 1 : revision_position(target) + 1]:
         for script in _revision_scripts(engine, rev):
             for created, obj in _script_changes(engine, script):
                 if created:
@@ -796,7 +796,7 @@ def _check_conflicts(
     if current is not None:
         ours |= _recorded(conn, namespace)
     unfinished = _upgrading_to(conn, dialect, namespace) if current is not None else None
-    if unfinished in revisions() and _position(unfinished) > _position(current):
+    if unfinished in revisions() and revision_position(unfinished) > revision_position(current):
         ours |= set(_creations(dialect.name, current, unfinished))
     present = {(_KIND_GROUP[kind], name): kind for kind, name in _objects(conn, dialect, namespace)}
     prefix = split_namespace(namespace)[1]  # named as the database names them
@@ -941,10 +941,14 @@ def _install_stepwise(
     with _transaction(bind) as conn:
         existed = bool(_scalar(dialect_for(conn), conn, "namespace_exists", namespace))
         current = current_revision(conn, namespace=namespace) if existed else None
-    if current is None or current not in revisions() or _position(current) >= _position(target):
+    if (
+        current is None
+        or current not in revisions()
+        or revision_position(current) >= revision_position(target)
+    ):
         steps = [target]  # a fresh install, a no-op, or the refusal migrate_connection gives
     else:
-        steps = list(revisions()[_position(current) + 1 : _position(target) + 1])
+        steps = list(revisions()[revision_position(current) + 1 : revision_position(target) + 1])
     installed: str | None = current
     for step in steps:
         for attempt in range(1, max_attempts + 1):
@@ -1035,14 +1039,18 @@ def migrate_connection(
         current = current_revision(conn, namespace=namespace) if existed else None
         existed = existed and not held.created_namespace
         _require_known(current, namespace)
-        if past_is_done and direction == "up" and _position(current) >= _position(target):
+        if (
+            past_is_done
+            and direction == "up"
+            and revision_position(current) >= revision_position(target)
+        ):
             return current
-        if _position(current) > _position(target) and direction == "up":
+        if revision_position(current) > revision_position(target) and direction == "up":
             raise SchemaTooNew(
                 f"namespace {namespace!r} holds assetq schema {current}, newer than"
                 f" {target}: an upgrade never downgrades (assetq.alembic.downgrade does)"
             )
-        if _position(current) < _position(target) and direction == "down":
+        if revision_position(current) < revision_position(target) and direction == "down":
             raise SchemaTooOld(
                 f"namespace {namespace!r} holds assetq schema {current or 'nothing'}, older"
                 f" than {target}: a downgrade never upgrades"
@@ -1063,11 +1071,11 @@ def migrate_connection(
         elif current is None:
             _fresh_install(conn, dialect, namespace, target, existed=existed, creates=creates)
         else:
-            if creates and _position(current) < _position(target):
+            if creates and revision_position(current) < revision_position(target):
                 _mark_upgrading(conn, dialect, namespace, current, target)
             with _alembic_command():
                 cfg = _config(conn, namespace)
-                if _position(current) < _position(target):
+                if revision_position(current) < revision_position(target):
                     _lock_step_tables(conn, dialect, namespace)
                     command.upgrade(cfg, target)
                 else:
@@ -1474,7 +1482,7 @@ def write_sql(
     if postgres_transaction:
         put("BEGIN;")
     with _alembic_command():
-        if _position(target) > _position(start):
+        if revision_position(target) > revision_position(start):
             if start is None:
                 put(dialect.query("create_namespace", namespace) + ";")
             command.upgrade(cfg, f"{start}:{target}" if start else str(target), sql=True)
@@ -1482,7 +1490,7 @@ def write_sql(
                 put(_OFFLINE_ROUTINES)
                 for statement in routines.offline_statements(dialect.name, namespace):
                     put(statement)
-        elif _position(target) < _position(start):
+        elif revision_position(target) < revision_position(start):
             command.downgrade(cfg, f"{start}:{target or 'base'}", sql=True)
             if target is None:
                 put(dialect.query("drop_version_table", namespace) + ";")
