@@ -814,10 +814,20 @@ def _engine_or_autocommit(handle: object, function: str) -> Engine | Connection:
     return engine_of(handle, function)
 
 
-def _pause_before_retry(engine: Engine, what: str, attempt: int, exc: errors.AssetqError) -> None:
-    """Say that attempt ``attempt`` of ``what`` failed and sleep a jittered exponential
-    backoff before the next (read_committed_transaction and _on_own_connection)."""
-    delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
+def worth_retrying(exc: errors.AssetqError, retry_codes: frozenset[str] = frozenset()) -> bool:
+    """Whether another attempt of a call may cure ``exc``: a transient error, or one whose
+    code is in ``retry_codes``; never a read-only server, which stays read-only for longer
+    than a call's backoff (the caller's loop backs off from it, and the error says where to
+    point the URL). Both shells' calls ask (and assetq.aio's)."""
+    retry = isinstance(exc, errors.TransientError) or exc.code in retry_codes
+    return retry and not isinstance(exc, errors.ReadOnlyServer)
+
+
+def retry_delay(engine: Engine, what: str, attempt: int, exc: errors.AssetqError) -> float:
+    """Say that attempt ``attempt`` of ``what`` failed with ``exc``, and return the jittered
+    exponential backoff before the next: 10 ms doubling up to 1 s, times 0.5 to 1.5. The
+    sync calls sleep it (read_committed_transaction), assetq.aio awaits it."""
+    delay = float(min(1.0, 0.01 * 2**attempt) * (0.5 + random.random()))
     log.log(
         logs.retry_level(engine, exc),  # DEBUG while the connection stays lost
         "assetq: %s attempt %d failed ([%s] %s); retrying in %.0f ms",
@@ -827,7 +837,7 @@ def _pause_before_retry(engine: Engine, what: str, attempt: int, exc: errors.Ass
         logs.first_line(exc),
         delay * 1000,
     )
-    time.sleep(delay)
+    return delay
 
 
 def _on_own_connection(
@@ -867,11 +877,10 @@ def _on_own_connection(
             if not began and conn.in_transaction():
                 with contextlib.suppress(DBAPIError):
                     conn.rollback()
-            retry = isinstance(exc, errors.TransientError) or exc.code in retry_codes
-            retry = retry and not isinstance(exc, errors.ConnectionLost | errors.ReadOnlyServer)
+            retry = worth_retrying(exc, retry_codes) and not isinstance(exc, errors.ConnectionLost)
             if not retry or attempt == max_attempts:
                 raise
-            _pause_before_retry(conn.engine, what, attempt, exc)
+            time.sleep(retry_delay(conn.engine, what, attempt, exc))
     raise AssertionError("unreachable")
 
 
@@ -942,10 +951,7 @@ def read_committed_transaction(
             logs.connection_back(engine)
             return rows
         except errors.AssetqError as exc:
-            retry = isinstance(exc, errors.TransientError) or exc.code in retry_codes
-            # A read-only server stays read-only for longer than this backoff: the caller's
-            # loop backs off from it (and the error says where to point the URL).
-            retry = retry and not isinstance(exc, errors.ReadOnlyServer)
+            retry = worth_retrying(exc, retry_codes)
             # A server that is gone stays gone for longer than a large conflict budget
             # (max_attempts=50 on Galera, for certification conflicts) would keep the caller
             # inside one call: lost connections get at most CONNECTION_ATTEMPTS of them, and
@@ -955,7 +961,7 @@ def read_committed_transaction(
                 retry = retry and lost < connection_attempts
             if not retry or attempt == max_attempts:
                 raise
-            _pause_before_retry(engine, what, attempt, exc)
+            time.sleep(retry_delay(engine, what, attempt, exc))
     raise AssertionError("unreachable")
 
 
