@@ -198,13 +198,13 @@ def test_the_async_scheduler_is_woken_by_a_producers_commit(
     started the pass without a wake-up (seen under load in CI's PostgreSQL 18 pass)."""
     created: list[assetq.Run] = []
     listening = threading.Event()
-    wait = scheduler_module._Listener.wait
+    wait = scheduler_module.WakeupListener.wait
 
     def wait_for_notification(self: Any, timeout: float, stop: threading.Event) -> bool:
         listening.set()
         return wait(self, timeout, stop)
 
-    monkeypatch.setattr(scheduler_module._Listener, "wait", wait_for_notification)
+    monkeypatch.setattr(scheduler_module.WakeupListener, "wait", wait_for_notification)
 
     async def main() -> assetq.SchedulerStats:
         engine = _engine(db)
