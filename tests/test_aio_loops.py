@@ -198,13 +198,13 @@ def test_the_async_scheduler_is_woken_by_a_producers_commit(
     started the pass without a wake-up (seen under load in CI's PostgreSQL 18 pass)."""
     created: list[assetq.Run] = []
     listening = threading.Event()
-    wait = scheduler_module._Listener.wait
+    wait = scheduler_module.WakeupListener.wait
 
     def wait_for_notification(self: Any, timeout: float, stop: threading.Event) -> bool:
         listening.set()
         return wait(self, timeout, stop)
 
-    monkeypatch.setattr(scheduler_module._Listener, "wait", wait_for_notification)
+    monkeypatch.setattr(scheduler_module.WakeupListener, "wait", wait_for_notification)
 
     async def main() -> assetq.SchedulerStats:
         engine = _engine(db)
@@ -240,3 +240,54 @@ def test_the_async_scheduler_is_woken_by_a_producers_commit(
     stats = asyncio.run(main())
     assert [r.dag_id for r in created] == ["report"]
     assert (stats.arms, stats.wakeups, stats.passes) == (1, 1, 3)
+
+
+@pytest.mark.engines("postgresql")
+def test_an_idle_async_worker_is_woken_by_the_notification_when_a_pass_creates_runs(
+    db: TestDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sync worker's test, through the async shell: the listening connection waits in a
+    thread and wakes a slot that waits as a task. Its first idle wait is made as long as the
+    poll (30 s), so only the notification can end it within the 20 s deadline; the run is
+    created after that first, empty claim."""
+    monkeypatch.setattr(assetq.worker, "IDLE_FIRST", 30.0)
+    listening = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND query LIKE 'LISTEN %'"
+    )
+    done: list[int] = []
+    created: list[assetq.Run] = []
+    sent = [0]
+
+    async def main() -> assetq.WorkerStats:
+        engine = _engine(db)
+
+        def count(*args: Any) -> None:
+            if "claim_runs" in str(args[2]):
+                sent[0] += 1
+
+        sa.event.listen(engine.sync_engine, "after_cursor_execute", count)
+        async with engine.begin() as conn:
+            await aio.declare_dag(conn, "report", "orders")
+
+        async def handler(claim: assetq.Claim, conn: AsyncConnection) -> None:
+            done.append(claim.id)
+
+        worker = asyncio.ensure_future(
+            aio.run_worker(engine, {"report": handler}, worker="idle", poll_interval=30, max_runs=1)
+        )
+        for _ in range(_GUARD * 20):  # the first, empty claim made and the LISTEN sent
+            if sent[0] >= 1 and int(db.scalar(listening)):
+                break
+            await asyncio.sleep(0.05)
+        async with engine.begin() as conn:
+            await aio.register_event(conn, "orders")
+        created.extend(await aio.schedule(engine))
+        stats = await asyncio.wait_for(worker, 20)
+        await engine.dispose()
+        return stats
+
+    stats = asyncio.run(main())
+    assert done == [run.id for run in created] and len(done) == 1
+    assert stats.wakeups >= 1
+    assert sent[0] == 2  # the empty claim, and the one the wake-up started

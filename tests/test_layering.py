@@ -32,7 +32,9 @@ LAYERS: dict[str, frozenset[str]] = {
     # default and the compatibility check. Used by both the runtime and the migration side.
     "schema": frozenset({"catalogue", "namespace"}),
     # What producers, schedulers and workers run.
-    "runtime": frozenset({"api", "scheduler", "worker", "metrics", "liveness"}),
+    "runtime": frozenset(
+        {"api", "scheduler", "worker", "loops", "listening", "metrics", "liveness"}
+    ),
     # Install, upgrade, uninstall, repair; routines re-applied by checksum; alembic hooks.
     "migration": frozenset({"migrate", "routines", "alembic"}),
     # For operators and shells over all of the above.

@@ -291,7 +291,7 @@ def test_an_idle_worker_is_woken_by_the_notification_when_a_pass_creates_runs(
     if not backend.dialect.supports_notify:
         pytest.skip("no notifications on this engine: workers poll (the next test)")
     db: TestDatabase = request.getfixturevalue("db")
-    monkeypatch.setattr(assetq.worker, "_IDLE_FIRST", 30.0)
+    monkeypatch.setattr(assetq.worker, "IDLE_FIRST", 30.0)
     declare(db, "report", "orders")
     engine = db.new_engine()
     sent = _claims_sent(engine)

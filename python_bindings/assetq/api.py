@@ -249,7 +249,7 @@ else:
 
 
 def _utc_or_none(value: datetime | None) -> datetime | None:
-    return None if value is None else _utc(value)
+    return None if value is None else to_utc(value)
 
 
 #: Zones seen on timestamps the driver returned that are UTC itself (psycopg's zone for a
@@ -260,7 +260,7 @@ def _utc_or_none(value: datetime | None) -> datetime | None:
 _UTC_ZONES: dict[Any, bool] = {timezone.utc: True}
 
 
-def _utc(value: datetime) -> datetime:
+def to_utc(value: datetime) -> datetime:
     zone = value.tzinfo
     if zone is None:  # MySQL DATETIME(6) holds UTC without a zone
         return value.replace(tzinfo=timezone.utc)
@@ -285,7 +285,7 @@ def _checked(conn: Connection, namespace: str) -> Dialect:
 
 
 @contextmanager
-def _translated(dialect: Dialect) -> Iterator[None]:
+def translated(dialect: Dialect) -> Iterator[None]:
     try:
         yield
     except DBAPIError as exc:
@@ -383,7 +383,7 @@ def declare_asset(
     extra_text = None if extra is None else extra_json(extra)
     namespace = check_namespace(namespace)
     dialect = _checked(conn, namespace)
-    with _translated(dialect), _savepoint(conn, savepoint):
+    with translated(dialect), _savepoint(conn, savepoint):
         rows = dialect.execute(
             conn, "declare_asset", namespace, {"name": name, "uri": uri, "extra": extra_text}
         )
@@ -492,7 +492,7 @@ def declare_dag(
         "max_retry_delay_seconds": max_delay,
     }
     dialect = _checked(conn, namespace)
-    with _translated(dialect), _savepoint(conn, savepoint), dialect.several(conn):
+    with translated(dialect), _savepoint(conn, savepoint), dialect.several(conn):
         check_unkeyed = partitions_json is not None and not allow_unkeyed
         if check_unkeyed:
             before = dialect.execute(conn, "dag_partitioned", namespace, {"dag_id": dag_id})
@@ -544,7 +544,7 @@ def _set_paused(
     dag_id = check_dag_id(dag_id)
     namespace = check_namespace(namespace)
     dialect = _checked(conn, namespace)
-    with _translated(dialect), _savepoint(conn, savepoint):
+    with translated(dialect), _savepoint(conn, savepoint):
         dialect.execute(conn, "set_dag_paused", namespace, {"dag_id": dag_id, "paused": paused})
 
 
@@ -627,13 +627,13 @@ def register_event(
         "idempotency_key": key,
     }
     wanted = savepoint and (dialect.name, "register_event") not in _ONE_WRITE_STATEMENT
-    with _translated(dialect), _savepoint(conn, wanted):
+    with translated(dialect), _savepoint(conn, wanted):
         row = dialect.execute(conn, "register_event", namespace, params)[0]
     return Event(
         id=int(row.event_id),
         asset=asset,
         asset_id=int(row.asset_id),
-        timestamp=_utc(row.event_timestamp),
+        timestamp=to_utc(row.event_timestamp),
         created=bool(row.created),
     )
 
@@ -774,7 +774,7 @@ def register_events(
             " several calls (in one transaction they are still atomic together)"
         )
     dialect = _checked(conn, namespace)
-    with _translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
+    with translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
         rows = dialect.execute(conn, "register_events", namespace, {"events": payload})
     if [int(row.item_no) for row in rows] != list(range(1, len(items) + 1)):
         raise errors.DatabaseError(
@@ -785,7 +785,7 @@ def register_events(
             id=int(row.event_id),
             asset=asset,
             asset_id=int(row.asset_id),
-            timestamp=_utc(row.event_timestamp),
+            timestamp=to_utc(row.event_timestamp),
             created=bool(row.created),
             aliases=tuple(sorted(aliases)) if row.created else (),
             partition_key=part,
@@ -827,10 +827,20 @@ def _engine_or_autocommit(handle: object, function: str) -> Engine | Connection:
     return engine_of(handle, function)
 
 
-def _pause_before_retry(engine: Engine, what: str, attempt: int, exc: errors.AssetqError) -> None:
-    """Say that attempt ``attempt`` of ``what`` failed and sleep a jittered exponential
-    backoff before the next (read_committed_transaction and _on_own_connection)."""
-    delay = min(1.0, 0.01 * 2**attempt) * (0.5 + random.random())
+def worth_retrying(exc: errors.AssetqError, retry_codes: frozenset[str] = frozenset()) -> bool:
+    """Whether another attempt of a call may cure ``exc``: a transient error, or one whose
+    code is in ``retry_codes``; never a read-only server, which stays read-only for longer
+    than a call's backoff (the caller's loop backs off from it, and the error says where to
+    point the URL). Both shells' calls ask (and assetq.aio's)."""
+    retry = isinstance(exc, errors.TransientError) or exc.code in retry_codes
+    return retry and not isinstance(exc, errors.ReadOnlyServer)
+
+
+def retry_delay(engine: Engine, what: str, attempt: int, exc: errors.AssetqError) -> float:
+    """Say that attempt ``attempt`` of ``what`` failed with ``exc``, and return the jittered
+    exponential backoff before the next: 10 ms doubling up to 1 s, times 0.5 to 1.5. The
+    sync calls sleep it (read_committed_transaction), assetq.aio awaits it."""
+    delay = float(min(1.0, 0.01 * 2**attempt) * (0.5 + random.random()))
     log.log(
         logs.retry_level(engine, exc),  # DEBUG while the connection stays lost
         "assetq: %s attempt %d failed ([%s] %s); retrying in %.0f ms",
@@ -840,7 +850,7 @@ def _pause_before_retry(engine: Engine, what: str, attempt: int, exc: errors.Ass
         logs.first_line(exc),
         delay * 1000,
     )
-    time.sleep(delay)
+    return delay
 
 
 def _on_own_connection(
@@ -862,7 +872,7 @@ def _on_own_connection(
     began = conn.in_transaction()
     for attempt in range(1, max_attempts + 1):
         try:
-            with _translated(dialect):
+            with translated(dialect):
                 check_schema(conn, namespace)
                 if one_statement and dialect.atomic_routines:
                     rows = dialect.execute(conn, query, namespace, params)
@@ -880,11 +890,10 @@ def _on_own_connection(
             if not began and conn.in_transaction():
                 with contextlib.suppress(DBAPIError):
                     conn.rollback()
-            retry = isinstance(exc, errors.TransientError) or exc.code in retry_codes
-            retry = retry and not isinstance(exc, errors.ConnectionLost | errors.ReadOnlyServer)
+            retry = worth_retrying(exc, retry_codes) and not isinstance(exc, errors.ConnectionLost)
             if not retry or attempt == max_attempts:
                 raise
-            _pause_before_retry(conn.engine, what, attempt, exc)
+            time.sleep(retry_delay(conn.engine, what, attempt, exc))
     raise AssertionError("unreachable")
 
 
@@ -928,14 +937,14 @@ def read_committed_transaction(
         try:
             if alone and schema_checked(engine, namespace):
                 # A worker's claim and heartbeat: straight from the pool to the driver.
-                with _translated(dialect):
+                with translated(dialect):
                     lean = dialect.execute_alone(engine, query, namespace, params)
                 if lean is not None:
                     logs.connection_back(engine)
                     return lean
-            # Connecting is inside _translated too: a server that is down, restarting or
+            # Connecting is inside translated too: a server that is down, restarting or
             # failing over raises at connect time, and that is a ConnectionLost to retry.
-            with _translated(dialect), engine.connect() as conn:
+            with translated(dialect), engine.connect() as conn:
                 if alone:
                     # psycopg's autocommit is a client-side switch: no round trip, here or
                     # when the pool resets the connection.
@@ -955,10 +964,7 @@ def read_committed_transaction(
             logs.connection_back(engine)
             return rows
         except errors.AssetqError as exc:
-            retry = isinstance(exc, errors.TransientError) or exc.code in retry_codes
-            # A read-only server stays read-only for longer than this backoff: the caller's
-            # loop backs off from it (and the error says where to point the URL).
-            retry = retry and not isinstance(exc, errors.ReadOnlyServer)
+            retry = worth_retrying(exc, retry_codes)
             # A server that is gone stays gone for longer than a large conflict budget
             # (max_attempts=50 on Galera, for certification conflicts) would keep the caller
             # inside one call: lost connections get at most CONNECTION_ATTEMPTS of them, and
@@ -968,7 +974,7 @@ def read_committed_transaction(
                 retry = retry and lost < connection_attempts
             if not retry or attempt == max_attempts:
                 raise
-            _pause_before_retry(engine, what, attempt, exc)
+            time.sleep(retry_delay(engine, what, attempt, exc))
     raise AssertionError("unreachable")
 
 
@@ -1004,7 +1010,7 @@ def schedule(
     )
     runs = []
     for row in rows:
-        created_at = _utc(row.created_at)
+        created_at = to_utc(row.created_at)
         event_ids = _event_ids(row.event_ids)
         runs.append(
             Run(
@@ -1012,7 +1018,7 @@ def schedule(
                 dag_id=str(row.dag_id),
                 run_id=str(row.run_id),
                 seq=int(row.seq),
-                run_after=_utc(row.run_after),
+                run_after=to_utc(row.run_after),
                 created_at=created_at,
                 event_ids=event_ids,
                 event_count=len(event_ids),
@@ -1032,15 +1038,15 @@ def schedule(
 PAGE_MAX = 10_000
 
 
-def _run_info(row: Any) -> Run:
+def run_info(row: Any) -> Run:
     return Run(
         id=int(row.dag_run_id),
         dag_id=str(row.dag_id),
         run_id=str(row.run_id),
         seq=int(row.seq),
         state=_run_state(row.state),
-        run_after=_utc(row.run_after),
-        created_at=_utc(row.created_at),
+        run_after=to_utc(row.run_after),
+        created_at=to_utc(row.created_at),
         started_at=_utc_or_none(row.started_at),
         ended_at=_utc_or_none(row.ended_at),
         triggering_event_id=None
@@ -1061,7 +1067,7 @@ def _run_info(row: Any) -> Run:
     )
 
 
-def _event_record(row: Any) -> Event:
+def event_record(row: Any) -> Event:
     extra = row.extra
     if isinstance(extra, str | bytes):  # MySQL returns JSON as text
         extra = json.loads(extra)
@@ -1073,7 +1079,7 @@ def _event_record(row: Any) -> Event:
         asset=str(row.asset_name),
         asset_id=int(row.asset_id),
         uri=None if row.asset_uri is None else str(row.asset_uri),
-        timestamp=_utc(row.event_timestamp),
+        timestamp=to_utc(row.event_timestamp),
         extra=extra,
         source=Source(
             dag_id=row.source_dag_id,
@@ -1128,9 +1134,9 @@ def set_run_state(
     namespace = check_namespace(namespace)
     dialect = _checked(conn, namespace)
     params = {"dag_id": dag_id, "run_id": run_id, "state": state}
-    with _translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
+    with translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
         rows = dialect.execute(conn, "set_run_state", namespace, params)
-    info = _run_info(rows[0])
+    info = run_info(rows[0])
     log.info(
         "assetq: run %s of %s is %s",
         run_id,
@@ -1147,11 +1153,11 @@ def get_run(conn: Handle, dag_id: str, run_id: str, *, namespace: str = DEFAULT_
     dag_id, run_id = _run_key(dag_id, run_id)
     namespace = check_namespace(namespace)
     dialect = _checked(conn, namespace)
-    with _translated(dialect):
+    with translated(dialect):
         rows = dialect.execute(conn, "get_run", namespace, {"dag_id": dag_id, "run_id": run_id})
     if not rows:
         raise errors.UnknownRun(f"unknown run {run_id!r} of dag {dag_id!r}", code="AQ006")
-    return _run_info(rows[0])
+    return run_info(rows[0])
 
 
 def delete_dag(
@@ -1170,7 +1176,7 @@ def delete_dag(
     dag_id = check_dag_id(dag_id)
     namespace = check_namespace(namespace)
     dialect = _checked(conn, namespace)
-    with _translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
+    with translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
         dialect.execute(conn, "delete_dag", namespace, {"dag_id": dag_id})
     log.info("assetq: deleted dag %s", dag_id)
 
@@ -1191,7 +1197,7 @@ def delete_asset(
     asset = check_name(asset, "asset", ASSET_NAME_MAX)
     namespace = check_namespace(namespace)
     dialect = _checked(conn, namespace)
-    with _translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
+    with translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
         rows = dialect.execute(conn, "delete_asset", namespace, {"asset": asset})
     deleted = int(rows[0].deleted_events)
     log.info("assetq: deleted asset %s with %d events", asset, deleted)
@@ -1231,9 +1237,9 @@ def runs(
         "before_seq": None if before is None else before.seq,
         "limit": limit,
     }
-    with _translated(dialect):
+    with translated(dialect):
         rows = dialect.execute(conn, "runs_page", namespace, params)
-    return [_run_info(row) for row in rows]
+    return [run_info(row) for row in rows]
 
 
 def _check_before(before: object) -> None:
@@ -1257,9 +1263,9 @@ def _all_runs(
         "before_id": None if before is None else before.id,
         "limit": limit,
     }
-    with _translated(dialect):
+    with translated(dialect):
         rows = dialect.execute(conn, "runs_page_all", namespace, params)
-    return [_run_info(row) for row in rows]
+    return [run_info(row) for row in rows]
 
 
 def queued_events(
@@ -1281,13 +1287,13 @@ def queued_events(
     dialect = _checked(conn, namespace)
     params = {
         "dag_id": dag_id,
-        "after_timestamp": None if after is None else _db_time(dialect, after.timestamp),
+        "after_timestamp": None if after is None else db_time(dialect, after.timestamp),
         "after_id": None if after is None else after.id,
         "limit": limit,
     }
-    with _translated(dialect):
+    with translated(dialect):
         rows = dialect.execute(conn, "queued_events_page", namespace, params)
-    return [_event_record(row) for row in rows]
+    return [event_record(row) for row in rows]
 
 
 def consumed_events(
@@ -1315,11 +1321,11 @@ def consumed_events(
         "after_id": None if after is None else after.id,
         "limit": limit,
     }
-    with _translated(dialect):
+    with translated(dialect):
         rows = dialect.execute(conn, "consumed_events_page", namespace, params)
     if not rows:
         get_run(conn, dag_id, run_id, namespace=namespace)  # UnknownRun, or the end
-    return [_event_record(row) for row in rows]
+    return [event_record(row) for row in rows]
 
 
 def _check_after(after: object) -> None:
@@ -1329,7 +1335,7 @@ def _check_after(after: object) -> None:
         )
 
 
-def _db_time(dialect: Dialect, value: datetime) -> datetime:
+def db_time(dialect: Dialect, value: datetime) -> datetime:
     """A timestamp as the engine compares it: MySQL's DATETIME(6) holds naive UTC."""
     if dialect.name == "mysql":
         return value.astimezone(timezone.utc).replace(tzinfo=None)
@@ -1345,7 +1351,7 @@ def _claim_time(dialect: Dialect, claim: Claim) -> datetime | None:
     """The claim's fencing token: when it started its attempt, as the database recorded it
     (heartbeat_run_v2 and complete_run_v2 refuse a call whose claim is not the run's current
     one, a run made again with the same id and attempt included). None: the attempt alone."""
-    return None if claim.started_at is None else _db_time(dialect, claim.started_at)
+    return None if claim.started_at is None else db_time(dialect, claim.started_at)
 
 
 # -- runs as work (docs/workers.md) -------------------------------------------------------
@@ -1360,8 +1366,8 @@ def _claim(row: Any, lease: timedelta) -> Claim:
         dag_id=str(row.dag_id),
         run_id=str(row.run_id),
         seq=int(row.seq),
-        run_after=_utc(row.run_after),
-        created_at=_utc(row.created_at),
+        run_after=to_utc(row.run_after),
+        created_at=to_utc(row.created_at),
         event_ids=_event_ids(row.event_ids),
         triggering_event_id=None
         if row.triggering_event_id is None
@@ -1369,7 +1375,7 @@ def _claim(row: Any, lease: timedelta) -> Claim:
         state=_run_state(row.state),
         attempt=int(row.attempt),
         worker=str(row.worker),
-        lease_until=_utc(row.lease_until),
+        lease_until=to_utc(row.lease_until),
         lease=lease,
         started_at=_utc_or_none(row.started_at),
         partition_key=row.partition_key,
@@ -1502,7 +1508,7 @@ def heartbeat(
         engine, "heartbeat_run", namespace, params, "heartbeat", 3, one_statement=True
     )
     return replace(
-        claim, lease_until=_utc(rows[0].lease_until), lease=timedelta(seconds=lease_seconds)
+        claim, lease_until=to_utc(rows[0].lease_until), lease=timedelta(seconds=lease_seconds)
     )
 
 
@@ -1609,14 +1615,14 @@ def complete_run(
         assert connection is not None
         began = connection.in_transaction()
         dialect = _checked(connection, namespace)
-        with _translated(dialect), dialect.atomic(connection):
+        with translated(dialect), dialect.atomic(connection):
             rows = dialect.execute(connection, "complete_run", namespace, params)
         if not began and connection.in_transaction() and _autocommit(connection):
             # On a connection in autocommit mode the call was a transaction of its own;
             # SQLAlchemy's autobegin marked one it does not have (MySQL's path executes
             # through SQLAlchemy), which the caller's next conn.begin() must not find.
             connection.commit()
-    return _run_info(rows[0])
+    return run_info(rows[0])
 
 
 def retry_run(conn: Handle, dag_id: str, run_id: str, *, namespace: str = DEFAULT_NAMESPACE) -> Run:
@@ -1631,9 +1637,9 @@ def retry_run(conn: Handle, dag_id: str, run_id: str, *, namespace: str = DEFAUL
     dag_id, run_id = _run_key(dag_id, run_id)
     namespace = check_namespace(namespace)
     dialect = _checked(conn, namespace)
-    with _translated(dialect), dialect.atomic(conn):
+    with translated(dialect), dialect.atomic(conn):
         rows = dialect.execute(conn, "retry_run", namespace, {"dag_id": dag_id, "run_id": run_id})
-    info = _run_info(rows[0])
+    info = run_info(rows[0])
     log.info(
         "assetq: run %s of %s queued again for attempt %d",
         run_id,
@@ -1670,11 +1676,11 @@ def cancel_run(
         )
     namespace = check_namespace(namespace)
     dialect = _checked(conn, namespace)
-    with _translated(dialect), dialect.atomic(conn):
+    with translated(dialect), dialect.atomic(conn):
         rows = dialect.execute(
             conn, "cancel_run", namespace, {"dag_id": dag_id, "run_id": run_id, "reason": reason}
         )
-    info = _run_info(rows[0])
+    info = run_info(rows[0])
     log.info(
         "assetq: run %s of %s cancelled%s",
         run_id,

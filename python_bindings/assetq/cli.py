@@ -1486,10 +1486,10 @@ def _connected(args: argparse.Namespace) -> sa.Engine:
 
 
 def _server_now(conn: sa.Connection, namespace: str) -> datetime:
-    from .api import _utc
+    from .api import to_utc
 
     rows = dialect_of(conn.engine).execute(conn, "server_clock", namespace)
-    return _utc(rows[0].now)
+    return to_utc(rows[0].now)
 
 
 def _run_dict(run: Any) -> dict[str, Any]:
@@ -1754,12 +1754,12 @@ def _dags_arguments(parser: argparse.ArgumentParser) -> None:
     _json_option(parser, "the consumers")
 
 
-def _condition_text(condition: Any) -> str:
+def condition_text(condition: Any) -> str:
     """A stored condition as one writes it: orders, all_of(a, any_of(b, c)), alias('x')."""
     if isinstance(condition, dict) and len(condition) == 1:
         ((key, value),) = condition.items()
         if key in ("all_of", "any_of") and isinstance(value, list):
-            return f"{key}(" + ", ".join(_condition_text(v) for v in value) + ")"
+            return f"{key}(" + ", ".join(condition_text(v) for v in value) + ")"
         if key == "asset":
             return str(value)
         return f"{key}({value!r})"
@@ -1784,7 +1784,7 @@ def cmd_dags(args: argparse.Namespace) -> int:
             {
                 **asdict(d),
                 "oldest_queued_at": _iso(d.oldest_queued_at),
-                "condition_text": _condition_text(d.condition),
+                "condition_text": condition_text(d.condition),
             }
             for d in found
         ]
@@ -1800,7 +1800,7 @@ def cmd_dags(args: argparse.Namespace) -> int:
         (
             d.dag_id,
             "paused" if d.is_paused else "active",
-            _first_line(_condition_text(d.condition), 50),
+            _first_line(condition_text(d.condition), 50),
             "-" if d.max_active_runs is None else str(d.max_active_runs),
             str(d.max_attempts),
             "-" if d.timeout_seconds is None else _age(timedelta(seconds=d.timeout_seconds)),

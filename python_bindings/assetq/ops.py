@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from . import errors, migrate, routines, sqlfiles
-from .api import _translated, _utc, read_committed_transaction
+from .api import read_committed_transaction, to_utc, translated
 from .dialects import Dialect, dialect_for, dialect_of
 from .handles import Handle, connection_of, engine_of, keyword_namespace
 from .liveness import STALE_INTERVALS, ProcessKind
@@ -99,7 +99,7 @@ def _renamed(old: str, new: str) -> None:
 
 
 def _optional_utc(value: datetime | None) -> datetime | None:
-    return None if value is None else _utc(value)
+    return None if value is None else to_utc(value)
 
 
 @keyword_namespace
@@ -113,7 +113,7 @@ def status(conn: Handle, *, namespace: str = DEFAULT_NAMESPACE) -> list[DagStatu
     # MariaDB: the same read with hashed join buffers (queries.sql says why).
     mariadb = bool(getattr(conn.dialect, "is_mariadb", False))
     query = "dag_queue_status_hashed" if mariadb else "dag_queue_status"
-    with _translated(dialect):
+    with translated(dialect):
         rows = dialect.execute(conn, query, namespace)
     return [
         DagStatus(
@@ -181,7 +181,7 @@ def processes(conn: Handle, *, namespace: str = DEFAULT_NAMESPACE) -> list[Proce
     conn = connection_of(conn, "processes")
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
-    with _translated(dialect):
+    with translated(dialect):
         rows = dialect.execute(conn, "processes", namespace, {"stale_intervals": STALE_INTERVALS})
     return [
         ProcessStatus(
@@ -192,8 +192,8 @@ def processes(conn: Handle, *, namespace: str = DEFAULT_NAMESPACE) -> list[Proce
             pid=int(row.pid),
             version=str(row.version),
             interval_seconds=float(row.interval_seconds),
-            started_at=_utc(row.started_at),
-            last_seen_at=_utc(row.last_seen_at),
+            started_at=to_utc(row.started_at),
+            last_seen_at=to_utc(row.last_seen_at),
             last_seen_age_seconds=max(0.0, float(row.last_seen_age_seconds)),
             stale=bool(row.stale),
         )
@@ -257,7 +257,7 @@ def can_operate(conn: Handle, *, namespace: str = DEFAULT_NAMESPACE) -> bool | N
     conn = connection_of(conn, "can_operate")
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
-    with _translated(dialect):
+    with translated(dialect):
         (row,) = dialect.execute(conn, "can_operate", namespace)
     return None if row.can_operate is None else bool(row.can_operate)
 
@@ -281,7 +281,7 @@ def worker_coverage(
     if not handles_supported(migrate.current_revision(conn, namespace=namespace)):
         return []
     params = {"stuck_seconds": stuck_seconds, "stale_intervals": STALE_INTERVALS}
-    with _translated(dialect):
+    with translated(dialect):
         rows = dialect.execute(conn, "worker_coverage", namespace, params)
     return [
         WorkerCoverage(
@@ -414,7 +414,7 @@ def purge(
     _purge_process_dags(engine, namespace)
 
     result = PurgeResult(
-        cutoff=_utc(cutoff),
+        cutoff=to_utc(cutoff),
         runs_deleted=runs_deleted,
         events_deleted=events_deleted,
         events_examined=events_examined,
@@ -464,7 +464,7 @@ def _purge_processes(engine: Engine, namespace: str, cutoff: Any) -> int | None:
     STALE_INTERVALS of their interval: killed processes; a live one's row stays whatever the
     cutoff), in one short transaction; None on a schema without the liveness table."""
     dialect = dialect_of(engine)
-    with _translated(dialect), engine.begin() as conn:
+    with translated(dialect), engine.begin() as conn:
         if not processes_supported(migrate.current_revision(conn, namespace=namespace)):
             return None
         result = conn.execute(
@@ -479,7 +479,7 @@ def _purge_process_dags(engine: Engine, namespace: str) -> None:
     short transaction: a liveness row and its consumers go together. Nothing on a schema
     without process_dag."""
     dialect = dialect_of(engine)
-    with _translated(dialect), engine.begin() as conn:
+    with translated(dialect), engine.begin() as conn:
         if handles_supported(migrate.current_revision(conn, namespace=namespace)):
             conn.execute(dialect.statement("purge_process_dags", namespace))
 
@@ -515,7 +515,7 @@ def purge_preview(
     link = _table(namespace, "dagrun_asset_event", "dag_run_id", "asset_event_id")
     with engine.connect() as conn:
         dialect = dialect_for(conn)
-        with _translated(dialect):
+        with translated(dialect):
             cutoff = _cutoff(dialect, conn, namespace, older_than)
             # The runs purge_runs deletes: the same test as its WHERE clause (finished runs
             # only: a worker may still hold an active one).
@@ -545,7 +545,7 @@ def purge_preview(
                     )[0][0]
                 )
     return PurgePreview(
-        cutoff=_utc(cutoff), runs=int(runs), events=int(events), processes=old_processes
+        cutoff=to_utc(cutoff), runs=int(runs), events=int(events), processes=old_processes
     )
 
 
@@ -576,7 +576,7 @@ def uninstall_preview(engine: Engine, *, namespace: str = DEFAULT_NAMESPACE) -> 
     namespace = check_namespace(namespace)
     with engine.connect() as conn:
         dialect = dialect_for(conn)
-        with _translated(dialect):
+        with translated(dialect):
             revision = migrate.current_revision(conn, namespace=namespace)
             present = {
                 (str(r.kind), str(r.name))
@@ -680,7 +680,7 @@ def grant_roles(
     ]
     with engine.begin() as conn:
         dialect = dialect_for(conn)
-        with _translated(dialect):
+        with translated(dialect):
             for access, (name, host) in plan:
                 dialect.execute(
                     conn,
@@ -700,7 +700,7 @@ def revoke_roles(
     plan = _grantees(grantees)
     with engine.begin() as conn:
         dialect = dialect_for(conn)
-        with _translated(dialect):
+        with translated(dialect):
             for name, host in plan:
                 dialect.execute(conn, "revoke_access", namespace, {"grantee": name, "host": host})
                 log.info("assetq: revoked access of %s", name)
@@ -1298,7 +1298,7 @@ def doctor(
     _check_stuck_after(stuck_after)
     head = migrate.head_revision()
     dialect = dialect_of(engine)
-    with _translated(dialect), engine.connect() as conn:  # connect errors translated too
+    with translated(dialect), engine.connect() as conn:  # connect errors translated too
         settings = _settings(dialect, conn, namespace)
         server = settings.get("version") or f"PostgreSQL {settings.get('server_version')}"
         revision = migrate.current_revision(conn, namespace=namespace)
@@ -1386,7 +1386,7 @@ def dags(
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
     params = {"dag_id": dag_id, "after_dag_id": after, "limit": limit}
-    with _translated(dialect):
+    with translated(dialect):
         rows = dialect.execute(conn, "dags_page", namespace, params)
     return [
         DagInfo(
@@ -1443,7 +1443,7 @@ def run_outputs(
     handler registered itself naming the run as their source). Empty for a run that never
     started or has not ended. Reads the events registered during that attempt only (by
     timestamp), never the history. A read in the caller's transaction."""
-    from .api import PAGE_MAX, _db_time, _event_record
+    from .api import PAGE_MAX, db_time, event_record
 
     conn = connection_of(conn, "run_outputs")
     check_int(limit, "limit", 1, PAGE_MAX)
@@ -1454,14 +1454,14 @@ def run_outputs(
     params = {
         "dag_id": run.dag_id,
         "run_id": run.run_id,
-        "from_timestamp": _db_time(dialect, run.started_at - _OUTPUT_SLACK),
-        "to_timestamp": _db_time(dialect, run.ended_at + _OUTPUT_SLACK),
+        "from_timestamp": db_time(dialect, run.started_at - _OUTPUT_SLACK),
+        "to_timestamp": db_time(dialect, run.ended_at + _OUTPUT_SLACK),
         "after_id": None,
         "limit": limit,
     }
-    with _translated(dialect):
+    with translated(dialect):
         rows = dialect.execute(conn, "run_outputs_page", namespace, params)
-    return [_event_record(row) for row in rows]
+    return [event_record(row) for row in rows]
 
 
 #: What an attempt came to: the outcomes dag_run_attempt records, and ``running`` for the
@@ -1507,7 +1507,7 @@ def run_attempts(
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
     params = {"dag_run_id": run.id, "before_attempt": None, "limit": limit}
-    with _translated(dialect):
+    with translated(dialect):
         rows = dialect.execute(conn, "run_attempts_page", namespace, params)
     ended = [
         Attempt(
@@ -1568,7 +1568,7 @@ def pending_partitions(
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
     params = {"dag_id": dag_id, "after_key": after, "limit": limit}
-    with _translated(dialect):
+    with translated(dialect):
         rows = dialect.execute(conn, "pending_partitions_page", namespace, params)
     return [
         PendingPartition(
@@ -1594,14 +1594,14 @@ def asset_events(
     the database's clock), newest first, at most ``limit``. UnknownAsset when there is no
     such asset. The window bounds the read: no index orders one asset's events, so a
     longer ``since`` reads more. A read in the caller's transaction."""
-    from .api import PAGE_MAX, _event_record
+    from .api import PAGE_MAX, event_record
 
     conn = connection_of(conn, "asset_events")
     check_int(limit, "limit", 1, PAGE_MAX)
     since_seconds = _check_stuck_after(since, "since")
     namespace = check_namespace(namespace)
     dialect = dialect_for(conn)
-    with _translated(dialect):
+    with translated(dialect):
         found = dialect.execute(conn, "find_asset", namespace, {"asset": asset})
         if not found:
             raise errors.UnknownAsset(
@@ -1615,4 +1615,4 @@ def asset_events(
             "limit": limit,
         }
         rows = dialect.execute(conn, "asset_events_page", namespace, params)
-    return [_event_record(row) for row in rows]
+    return [event_record(row) for row in rows]

@@ -30,34 +30,50 @@ Errors never end the loop: it backs off (exponentially, capped, with jitter) and
 logging each error once (with its code) until a pass succeeds again. Stopping is graceful: the
 ``stop_event`` is looked at between passes, never during one, so a pass always commits or
 rolls back whole.
+
+One core, two shells: :class:`SchedulerLoop` makes every decision as steps
+(:mod:`assetq.loops`); :func:`run_scheduler` takes them in the calling thread,
+:func:`assetq.aio.run_scheduler` awaits them. The listening connection is
+:class:`assetq.listening.Listener`'s, with the lock protocol above (:class:`WakeupListener`).
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from . import api, errors
 from .dialects import Dialect, dialect_of
 from .handles import engine_of
+from .listening import Listener, pooled_warning
 from .liveness import DEFAULT_INTERVAL, Liveness, check_interval
-from .logs import close_detached, connection_lost, log_retried, run_fields
+from .logs import connection_lost, log_retried, run_fields
+from .loops import (
+    STOP_CHECK,
+    Blocking,
+    Call,
+    Retried,
+    Sleep,
+    Step,
+    Steps,
+    backoff,
+    drive,
+    error_code,
+    take_call,
+)
 from .metrics import Metrics
 from .namespace import DEFAULT_NAMESPACE
-from .validation import check_int, check_namespace
+from .validation import check_int, check_namespace, seconds
 
 log = logging.getLogger("assetq.scheduler")
 
-#: Longest stretch the loop waits without looking at its stop event, seconds.
-_STOP_CHECK = 0.25
 #: How often an idle loop that waits for another scheduler looks again, seconds.
 _RECHECK = 1.0
 
@@ -82,20 +98,6 @@ class SchedulerStats:
     head_starts: int = 0
 
 
-def _error_code(exc: BaseException) -> str | None:
-    if isinstance(exc, errors.AssetqError):
-        return exc.code
-    if isinstance(exc, DBAPIError):
-        orig = exc.orig
-        sqlstate = getattr(orig, "sqlstate", None)
-        if isinstance(sqlstate, str):
-            return sqlstate
-        args = getattr(orig, "args", ())
-        if args and isinstance(args[0], int):
-            return str(args[0])
-    return None
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(getattr(exc, "orig", None) or exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -111,103 +113,27 @@ _RUNS = "runs"
 #: worker_head_start), seconds: a worker's own pass and claim take a few milliseconds.
 WORKER_HEAD_START = 0.02
 
-#: What _Listener.settle says to do next.
+#: What WakeupListener.settle says to do next.
 PASS, ARMED, WOKEN, POLL = "pass", "armed", "woken", "poll"
 
-#: How many probe transactions the session check runs, one after the other.
-_PROBES = 3
 
-
-def pooled_session(engine: Engine, dialect: Dialect, namespace: str, driver: Any) -> str | None:
-    """None when ``driver`` (a psycopg connection of ``engine`` in autocommit, with nothing
-    set on it yet) holds one server session for as long as it lives; otherwise why not.
-
-    Session state (LISTEN, advisory locks, settings) is only safe on such a session (I11).
-    Directly connected, the server's own process id comes with the handshake and is the one
-    ``pg_backend_pid()`` gives. A pooler (PgBouncer, and the like) answers the handshake
-    itself with made-up keys: then the session is ours only in session pooling. In
-    transaction pooling the pooler lends the server connection to other clients between
-    our transactions, most recently used first: a probe transaction of another client right
-    after one of ours runs on our server process, or our next query runs on another one.
-    Both are looked for, with up to ``_PROBES`` probes, before anything is set.
-    (A pooler that hands out its idle server connections round robin may escape the probes:
-    give such a deployment a direct listen engine.)
-    """
-    pid = _backend_pid(driver, dialect, namespace)
-    if driver.info.backend_pid == pid:
-        return None
-    for _ in range(_PROBES):
-        # This session's query first, then at once another client's transaction: a pooler
-        # in transaction mode gives that one the server connection just released, ours.
-        # One probe at a time, never held while this session queries: in session pooling
-        # each probe holds a server connection of the pool, and the pool may have few.
-        now = _backend_pid(driver, dialect, namespace)
-        if now != pid:
-            return f"its server process changed between two transactions ({pid}, {now})"
-        probe = engine.raw_connection()
-        try:
-            cursor = probe.cursor()
-            cursor.execute(dialect.query("backend_pid", namespace))
-            row = cursor.fetchone()
-            cursor.close()
-        except BaseException as exc:
-            # Not returned to the pool: its reset would fail on a connection the server cut
-            # (an ERROR traceback from sqlalchemy.pool), and nobody should get it again.
-            probe.invalidate(exc)
-            raise
-        try:
-            probe.close()  # rolled back and returned to the engine's pool
-        except Exception:
-            log.debug("assetq: closing a session probe failed", exc_info=True)
-        if row is not None and row[0] == pid:
-            return (
-                f"another client's transaction ran on this session's server process ({pid})"
-                " between two of its transactions"
-            )
-    return None
-
-
-def _backend_pid(driver: Any, dialect: Dialect, namespace: str) -> Any:
-    row = driver.execute(dialect.query("backend_pid", namespace)).fetchone()
-    return None if row is None else row[0]
-
-
-def pooled_warning(who: str, reason: str, poll: float) -> None:
-    """The one warning of a loop whose listening connection goes through a transaction
-    pooler: it polls instead."""
-    log.warning(
-        "%s: the listening connection does not hold one server session (%s): it goes through"
-        " a pooler in transaction mode (PgBouncer pool_mode=transaction?), where LISTEN,"
-        " advisory locks and settings would stay on server connections other clients get,"
-        " and notifications are lost. Not listening: polling every %g s. Give it a direct"
-        " connection to listen on: listen_engine=, --listen-url or ASSETQ_LISTEN_URL"
-        " (docs/deployment.md)",
-        who,
-        reason,
-        poll,
-    )
-
-
-class _Listener:
-    """A connection of its own that LISTENs on the namespace's channel (PostgreSQL), and
-    holds the namespace's wake-up lock while the loop waits.
-
-    Taken from the engine (so it gets the engine's connect arguments and hooks), detached
-    from its pool (it is never handed to anyone else) and switched to autocommit (LISTEN in
-    a transaction would only take effect at commit). The lock is a session lock of this
-    connection: when the connection goes, so does the lock.
+class WakeupListener(Listener):
+    """The scheduler's listening connection (PostgreSQL), which holds the namespace's
+    wake-up lock while the loop waits, and its busy lock while its passes create runs (the
+    module's docstring tells the protocol). Both are session locks of this connection: when
+    the connection goes, so do the locks.
     """
 
-    def __init__(self, engine: Engine, dialect: Dialect, namespace: str) -> None:
-        self._engine = engine
-        self._dialect = dialect
-        self._namespace = namespace
-        self._raw: Any = None
-        self._driver: Any = None
-        self._failed_once = False
-        #: Why the engine cannot listen (not one server session: a transaction pooler);
-        #: set by connect(), then the loop polls for good.
-        self.pooled: str | None = None
+    def __init__(self, engine: Engine, dialect: Dialect, namespace: str, who: str) -> None:
+        super().__init__(
+            engine,
+            dialect,
+            namespace,
+            ("listen", "listener_settings"),
+            who,
+            "polling meanwhile, it reconnects before the next pass",
+            log,
+        )
         #: The wake-up lock is held: producers notify.
         self.armed = False
         #: The busy lock is held (shared): other schedulers need not be woken.
@@ -218,65 +144,14 @@ class _Listener:
         #: producers, 'ended' from a capped consumer's run that ended).
         self.woken_by: set[str] = set()
 
-    @property
-    def connected(self) -> bool:
-        return self._driver is not None
-
-    def _run(self, name: str) -> None:
-        self._driver.execute(self._dialect.query(name, self._namespace))
-
-    def connect(self) -> None:
-        raw = self._engine.raw_connection()
-        try:
-            driver: Any = raw.driver_connection  # the psycopg connection; read before detach
-            raw.detach()
-            driver.autocommit = True
-            # Before anything is set on the session: through a transaction pooler it would
-            # stay on a server connection other clients get (I11).
-            self.pooled = pooled_session(self._engine, self._dialect, self._namespace, driver)
-            if self.pooled is None:
-                driver.execute(self._dialect.query("listen", self._namespace))
-                driver.execute(self._dialect.query("listener_settings", self._namespace))
-        except BaseException:
-            close_detached(raw)
-            raise
-        if self.pooled is not None:
-            close_detached(raw)
-            return
-        self._raw, self._driver = raw, driver
-        if self._failed_once:
-            log.info("assetq scheduler: listening for wake-ups again")
-            self._failed_once = False
-        else:
-            log.debug("assetq scheduler: listening on channel %s", self._namespace)
-
-    def lost(self, exc: BaseException) -> None:
-        if not self._failed_once:
-            log_retried(
-                log,
-                exc,
-                "assetq scheduler: %s the wake-up connection (%s); polling meanwhile, it"
-                " reconnects before the next pass",
-                "lost" if connection_lost(exc) else "error on",
-                _first_line(exc),
-            )
-            self._failed_once = True
-        else:
-            log.debug("assetq scheduler: the wake-up connection failed again", exc_info=exc)
-        self.close()
-
-    def _ask(self, name: str) -> bool:
-        row = self._driver.execute(self._dialect.query(name, self._namespace)).fetchone()
-        return bool(row[0])
-
     def _arm_waiting(self, long: bool) -> bool:
         """Wait for the wake-up lock, up to the session's lock_timeout (the short one first,
         the long one while producers keep it): True when taken."""
         if long != self._long_timeout:
-            self._run("wakeup_lock_timeout_long" if long else "wakeup_lock_timeout_short")
+            self.run("wakeup_lock_timeout_long" if long else "wakeup_lock_timeout_short")
             self._long_timeout = long
         try:
-            self._run("wakeup_arm")
+            self.run("wakeup_arm")
         except Exception as exc:
             if getattr(exc, "sqlstate", None) != _LOCK_TIMEOUT:
                 raise
@@ -285,12 +160,12 @@ class _Listener:
 
     def _disarm(self) -> None:
         if self.armed:
-            self._run("wakeup_disarm")
+            self.run("wakeup_disarm")
             self.armed = False
 
     def _unmark(self) -> None:
         if self.busy:
-            self._run("busy_unmark")
+            self.run("busy_unmark")
             self.busy = False
 
     def release(self) -> None:
@@ -312,7 +187,7 @@ class _Listener:
         self.woken_by = set()
         if productive:
             if not self.busy:  # tried again after every busy pass until it is held
-                self.busy = self._ask("busy_mark")
+                self.busy = self.ask("busy_mark")
             self._disarm()
             return PASS
         self._unmark()
@@ -320,7 +195,7 @@ class _Listener:
         if self.armed:
             # (A query each time also proves the connection is alive: a wait alone would
             # not notice a half-open one.)
-            if not self._ask("busy_others"):
+            if not self.ask("busy_others"):
                 return WOKEN if self.wait(timeout, stop) else POLL
             self._disarm()  # another scheduler is busy: it takes what comes
         return self._idle(deadline, stop)
@@ -345,16 +220,16 @@ class _Listener:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            if self._ask("busy_others"):
+            if self.ask("busy_others"):
                 log.debug("assetq scheduler: another scheduler is busy; waiting for it")
                 if self.wait(min(_RECHECK, remaining), stop):
                     return WOKEN
                 continue
-            taken = self._ask("wakeup_try")
-            held = not taken and self._ask("wakeup_held_by_scheduler")
+            taken = self.ask("wakeup_try")
+            held = not taken and self.ask("wakeup_held_by_scheduler")
             if taken or (not held and self._arm_waiting(long)):
                 self.armed = True
-                if self._ask("busy_others"):  # became busy meanwhile: it takes what comes
+                if self.ask("busy_others"):  # became busy meanwhile: it takes what comes
                     self._disarm()
                     continue
                 self._drain()  # from commits the pass that follows sees anyway
@@ -372,7 +247,7 @@ class _Listener:
     def _drain(self) -> bool:
         """Read the notifications that arrived; True when there was one for schedulers."""
         woken = False
-        for note in self._driver.notifies(timeout=0):
+        for note in self.notifications(0):
             if note.payload != _RUNS:
                 woken = True
                 self.woken_by.add(note.payload)
@@ -382,13 +257,12 @@ class _Listener:
         """Wait up to ``timeout`` seconds for a notification; True when one came. Returns
         early (False) when ``stop`` is set."""
         deadline = time.monotonic() + timeout
-        driver = self._driver
         while not stop.is_set():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
             woken = False
-            for note in driver.notifies(timeout=min(remaining, _STOP_CHECK), stop_after=1):
+            for note in self.notifications(min(remaining, STOP_CHECK), stop_after=1):
                 woken = note.payload != _RUNS
                 if woken:
                     self.woken_by.add(note.payload)
@@ -403,7 +277,7 @@ class _Listener:
         claim their consumers' runs themselves, one hop from the producers' commit, without
         this pass taking their consumers first; what arrives meanwhile is for that pass. A
         run that ended ('ended') is passed at once. True when it waited."""
-        if not seconds or self.woken_by != {"queued"} or not self._ask("workers_listening"):
+        if not seconds or self.woken_by != {"queued"} or not self.ask("workers_listening"):
             return False
         log.debug(
             "assetq scheduler: woken by producers, a worker listens: a head start of %g s", seconds
@@ -413,12 +287,9 @@ class _Listener:
         return True
 
     def close(self) -> None:
-        raw = self._raw
-        self._raw = self._driver = None
         self.armed = self.busy = False  # session locks: they go with the connection
         self._long_timeout = None
-        if raw is not None:
-            close_detached(raw)
+        super().close()
 
 
 class _Round:
@@ -473,21 +344,24 @@ class _Round:
 class _ErrorLog:
     """Logs each error once with its code, not once per retry, and the recovery."""
 
-    def __init__(self) -> None:
+    def __init__(self, who: str, logger: logging.Logger) -> None:
         self.failures = 0
         self._last: tuple[str, str | None, str] | None = None
+        self._who = who
+        self._log = logger
 
     def failed(self, exc: BaseException, delay: float) -> None:
         self.failures += 1
-        code = _error_code(exc)
+        code = error_code(exc)
         key = (type(exc).__name__, code, _first_line(exc))
         if key != self._last:
             self._last = key
             log_retried(
-                log,
+                self._log,
                 exc,
-                "assetq scheduler: pass failed: %s%s [%s] %s; retrying with backoff (first in"
+                "%s: pass failed: %s%s [%s] %s; retrying with backoff (first in"
                 " %.2f s); the same error is not logged again until a pass succeeds",
+                self._who,
                 "lost the connection to the database: " if connection_lost(exc) else "",
                 key[0],
                 code or "no code",
@@ -495,8 +369,9 @@ class _ErrorLog:
                 delay,
             )
         else:
-            log.debug(
-                "assetq scheduler: pass failed again (%d in a row), next in %.1f s",
+            self._log.debug(
+                "%s: pass failed again (%d in a row), next in %.1f s",
+                self._who,
                 self.failures,
                 delay,
                 exc_info=exc,
@@ -504,7 +379,7 @@ class _ErrorLog:
 
     def succeeded(self) -> None:
         if self.failures:
-            log.info("assetq scheduler: recovered after %d failed passes", self.failures)
+            self._log.info("%s: recovered after %d failed passes", self._who, self.failures)
         self.failures = 0
         self._last = None
 
@@ -561,6 +436,232 @@ def check_head_start(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 10:
         raise errors.InvalidArgument(f"worker_head_start must be 0 to 10 seconds, got {value!r}")
     return float(value)
+
+
+class SchedulerLoop:
+    """The scheduler loop's decisions, for both shells (:mod:`assetq.loops`): the arguments
+    of :func:`run_scheduler` checked once, and :meth:`steps`, the loop itself. ``stopped``
+    says whether the caller's stop event is set; ``thread_stop`` is the threading.Event the
+    listener's waits look at (the stop event itself in the sync shell)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        options: Mapping[str, Any],
+        who: str,
+        logger: logging.Logger,
+        stopped: Callable[[], bool],
+        thread_stop: threading.Event,
+    ) -> None:
+        """``options``: the keyword arguments of either shell's run_scheduler, by name (the
+        asyncio one has no ``summary_interval``: it logs no summary); ``who`` and ``logger``:
+        the shell's name and logger; ``stopped``: whether the caller's stop is set."""
+        listen_engine: Engine | None = options["listen_engine"]
+        summary_interval: float | None = options.get("summary_interval")
+        limit: int = options["limit"]
+        max_attempts: int = options["max_attempts"]
+        max_passes: int | None = options["max_passes"]
+        check_int(limit, "limit", 1, 1_000_000)
+        check_int(max_attempts, "max_attempts", 1, 100)
+        if max_passes is not None:
+            check_int(max_passes, "max_passes", 0, 2**62)
+        self.poll = seconds(options["poll_interval"], "poll_interval")
+        self.summary = (
+            None if summary_interval is None else seconds(summary_interval, "summary_interval")
+        )
+        self.backoff_initial = seconds(options["backoff_initial"], "backoff_initial")
+        self.backoff_max = seconds(options["backoff_max"], "backoff_max")
+        self.head_start = check_head_start(options["worker_head_start"])
+        self.namespace = check_namespace(options["namespace"])
+        # From the engine, without connecting: a database that is down at start is an error
+        # the loop backs off from, like any other.
+        self.dialect = dialect_of(engine)
+        if listen_engine is not None and dialect_of(listen_engine) is not self.dialect:
+            raise errors.InvalidArgument("listen_engine must reach the same engine kind as engine")
+        self.engine = engine
+        self.who = who
+        self.log = logger
+        self.stopped = stopped
+        self.thread_stop = thread_stop
+        self.limit = limit
+        self.max_passes = max_passes
+        self.max_attempts = max_attempts
+        self.on_run: Callable[[api.Run], None] | None = options["on_run"]
+        self.on_pass: Callable[[list[api.Run]], None] | None = options["on_pass"]
+        self.metrics: Metrics | None = options["metrics"]
+        self.listener = (
+            WakeupListener(listen_engine or engine, self.dialect, self.namespace, who)
+            if options["listen"] and self.dialect.supports_notify
+            else None
+        )
+        self.alive = Liveness(
+            engine,
+            self.namespace,
+            "scheduler",
+            check_interval(options["liveness_interval"]),
+            shown_interval=self.poll,
+        )
+        self.stats = SchedulerStats()
+
+    def _done(self) -> bool:
+        return self.stopped() or (
+            self.max_passes is not None and self.stats.passes >= self.max_passes
+        )
+
+    def steps(self) -> Steps[SchedulerStats]:
+        """The loop: passes until stopped, as steps for a shell to take."""
+        stats, listener, poll = self.stats, self.listener, self.poll
+        window = SchedulerStats()
+        rounds = _Round(self.engine, self.dialect, self.namespace)
+        error_log = _ErrorLog(self.who, self.log)
+        started = last_summary = time.monotonic()
+        self.log.info(
+            "%s: started on namespace %s (%s, limit %d, %s)",
+            self.who,
+            self.namespace,
+            self.dialect.name,
+            self.limit,
+            f"woken by NOTIFY, polling every {poll:g} s"
+            if listener is not None
+            else f"polling every {poll:g} s",
+        )
+        try:
+            yield Call(self.alive.beat_if_due)
+            while not self._done():
+                yield Call(self.alive.beat_if_due)  # between passes, in a transaction of its own
+                if listener is not None and not listener.connected:
+                    try:
+                        # Before the pass: nothing committed after it is missed.
+                        yield Blocking(listener.connect)
+                    except Exception as exc:  # psycopg's own errors, not SQLAlchemy's
+                        listener.lost(exc)
+                    if listener.pooled is not None:
+                        pooled_warning(self.who, listener.pooled, poll)
+                        listener = None
+
+                stats.passes += 1
+                window.passes += 1
+                yield Call(rounds.start)
+                pass_started = time.monotonic()
+                try:
+                    runs: list[api.Run] = yield Retried(
+                        api.schedule,
+                        (self.engine,),
+                        {
+                            "limit": self.limit,
+                            "namespace": self.namespace,
+                            "max_attempts": self.max_attempts,
+                        },
+                        what="scheduler pass",
+                    )
+                except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
+                    stats.errors += 1
+                    window.errors += 1
+                    if self.metrics is not None:
+                        self.metrics.scheduler_pass_failed(
+                            time.monotonic() - pass_started, error_code(exc)
+                        )
+                    if listener is not None and listener.connected:
+                        try:
+                            yield Blocking(listener.release)  # others take over meanwhile
+                        except Exception as lost:
+                            listener.lost(lost)
+                    delay = backoff(error_log.failures, self.backoff_initial, self.backoff_max)
+                    error_log.failed(exc, delay)
+                    yield Sleep(delay)
+                    continue
+                error_log.succeeded()
+                yield from self._created(runs, time.monotonic() - pass_started, window)
+
+                now = time.monotonic()
+                if self.summary is not None and now - last_summary >= self.summary:
+                    self.log.info(
+                        "%s: %d passes, %d runs, %d events consumed, %d errors,"
+                        " %d wake-ups in the last %.0f s",
+                        self.who,
+                        window.passes,
+                        window.runs,
+                        window.events,
+                        window.errors,
+                        window.wakeups,
+                        now - last_summary,
+                    )
+                    window = SchedulerStats()
+                    last_summary = now
+
+                if self._done():
+                    continue
+                if runs:
+                    rounds.reset()
+                elif (yield Call(rounds.again)):
+                    continue  # a ready consumer may be waiting outside this pass's window
+                if listener is not None and listener.connected:
+                    outcome = yield from self._settle(listener, bool(runs), window)
+                    if self.metrics is not None and not self.stopped() and outcome in (WOKEN, POLL):
+                        self.metrics.scheduler_wait("woken" if outcome == WOKEN else "polled")
+                elif not runs and not (yield Sleep(poll)) and self.metrics is not None:
+                    self.metrics.scheduler_wait("polled")
+                else:
+                    yield Sleep(0)  # a turn for whatever else runs beside the loop
+        finally:
+            if listener is not None:
+                yield Blocking(listener.close)
+            yield Call(self.alive.gone)
+            self.log.info(
+                "%s: stopped after %d passes, %d runs, %d events, %d errors in %.0f s",
+                self.who,
+                stats.passes,
+                stats.runs,
+                stats.events,
+                stats.errors,
+                time.monotonic() - started,
+            )
+        return stats
+
+    def _created(self, runs: list[api.Run], took: float, window: SchedulerStats) -> Steps[None]:
+        """Tell the metrics, the log and the callbacks of a pass's ``runs``."""
+        if self.metrics is not None:
+            self.metrics.scheduler_pass(took, len(runs), sum(len(run.event_ids) for run in runs))
+            latencies = yield Call(run_latencies, (self.engine, self.namespace, runs))
+            for run, latency in zip(runs, latencies, strict=True):
+                self.metrics.run_created(run, latency)
+        for run in runs:
+            log_created(self.log, self.who, run)
+            for counts in (self.stats, window):
+                counts.runs += 1
+                counts.events += len(run.event_ids)
+            if self.on_run is not None:
+                self.on_run(run)
+        if self.on_pass is not None:
+            self.on_pass(runs)
+
+    def _settle(
+        self, listener: WakeupListener, productive: bool, window: SchedulerStats
+    ) -> Steps[str]:
+        """After a pass, on the listening connection: what comes next (PASS, ARMED, WOKEN or
+        POLL), waiting for it (WakeupListener.settle), and the head start after a wake-up."""
+        try:
+            outcome: str = yield Blocking(
+                listener.settle, (productive, self.poll, self.thread_stop)
+            )
+        except Exception as exc:  # the connection broke, and its locks with it
+            listener.lost(exc)
+            outcome = PASS
+            if not productive and not (yield Sleep(self.poll)):  # poll; reconnect after that
+                outcome = POLL
+        if outcome == WOKEN:
+            self.stats.wakeups += 1
+            window.wakeups += 1
+            try:
+                if (yield Blocking(listener.head_start, (self.head_start, self.thread_stop))):
+                    self.stats.head_starts += 1
+                    window.head_starts += 1
+            except Exception as exc:  # the connection broke: poll until it is back
+                listener.lost(exc)
+        elif outcome == ARMED:  # one more pass, now that producers notify
+            self.stats.arms += 1
+            window.arms += 1
+        return outcome
 
 
 def run_scheduler(
@@ -630,165 +731,16 @@ def run_scheduler(
     longest the loop may go between two looks), and status calls it stale after three of
     them. A failed heartbeat is one WARNING and never stops the loop. None: no row.
     """
+    options = dict(locals())  # checked by SchedulerLoop
     engine = engine_of(engine, "run_scheduler")
     if listen_engine is not None:
-        listen_engine = engine_of(listen_engine, "run_scheduler")
-    check_int(limit, "limit", 1, 1_000_000)
-    check_int(max_attempts, "max_attempts", 1, 100)
-    if max_passes is not None:
-        check_int(max_passes, "max_passes", 0, 2**62)
-    for value, what in (
-        (poll_interval, "poll_interval"),
-        (summary_interval, "summary_interval"),
-        (backoff_initial, "backoff_initial"),
-        (backoff_max, "backoff_max"),
-    ):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise errors.InvalidArgument(f"{what} must be a positive number of seconds")
-    worker_head_start = check_head_start(worker_head_start)
-    namespace = check_namespace(namespace)
-    liveness_interval = check_interval(liveness_interval)
+        options["listen_engine"] = engine_of(listen_engine, "run_scheduler")
     stop = stop_event if stop_event is not None else threading.Event()
+    loop = SchedulerLoop(engine, options, "assetq scheduler", log, stop.is_set, stop)
 
-    # From the engine, without connecting: a database that is down at start is an error the
-    # loop backs off from, like any other.
-    dialect = dialect_of(engine)
-    if listen_engine is not None and dialect_of(listen_engine) is not dialect:
-        raise errors.InvalidArgument("listen_engine must reach the same engine kind as engine")
-    listener = (
-        _Listener(listen_engine or engine, dialect, namespace)
-        if listen and dialect.supports_notify
-        else None
-    )
+    def take(step: Step) -> Any:
+        if isinstance(step, Call):
+            return take_call(step)
+        return stop.wait(step.seconds) if step.seconds else stop.is_set()
 
-    rounds = _Round(engine, dialect, namespace)
-    alive = Liveness(
-        engine, namespace, "scheduler", liveness_interval, shown_interval=float(poll_interval)
-    )
-    stats = SchedulerStats()
-    window = SchedulerStats()
-    error_log = _ErrorLog()
-    started = last_summary = time.monotonic()
-    log.info(
-        "assetq scheduler: started on namespace %s (%s, limit %d, %s)",
-        namespace,
-        dialect.name,
-        limit,
-        f"woken by NOTIFY, polling every {poll_interval:g} s"
-        if listener is not None
-        else f"polling every {poll_interval:g} s",
-    )
-    try:
-        alive.beat_if_due()
-        while not stop.is_set() and (max_passes is None or stats.passes < max_passes):
-            alive.beat_if_due()  # between passes, in a transaction of its own
-            if listener is not None and not listener.connected:
-                try:
-                    listener.connect()  # before the pass: nothing committed after it is missed
-                except Exception as exc:  # psycopg's own errors, not SQLAlchemy's, come from here
-                    listener.lost(exc)
-                if listener.pooled is not None:
-                    pooled_warning("assetq scheduler", listener.pooled, poll_interval)
-                    listener = None
-
-            stats.passes += 1
-            window.passes += 1
-            rounds.start()
-            pass_started = time.monotonic()
-            try:
-                runs = api.schedule(
-                    engine, limit=limit, namespace=namespace, max_attempts=max_attempts
-                )
-            except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
-                stats.errors += 1
-                window.errors += 1
-                if metrics is not None:
-                    metrics.scheduler_pass_failed(time.monotonic() - pass_started, _error_code(exc))
-                if listener is not None and listener.connected:
-                    try:
-                        listener.release()  # others take over during the backoff
-                    except Exception as lost:
-                        listener.lost(lost)
-                delay = min(backoff_max, backoff_initial * 2 ** min(error_log.failures, 30))
-                delay *= random.uniform(0.5, 1.0)  # schedulers that failed together spread out
-                error_log.failed(exc, delay)
-                stop.wait(delay)
-                continue
-            error_log.succeeded()
-            if metrics is not None:
-                metrics.scheduler_pass(
-                    time.monotonic() - pass_started,
-                    len(runs),
-                    sum(len(run.event_ids) for run in runs),
-                )
-                for run, latency in zip(runs, run_latencies(engine, namespace, runs), strict=True):
-                    metrics.run_created(run, latency)
-            for run in runs:
-                log_created(log, "assetq scheduler", run)
-                stats.runs += 1
-                window.runs += 1
-                stats.events += len(run.event_ids)
-                window.events += len(run.event_ids)
-                if on_run is not None:
-                    on_run(run)
-            if on_pass is not None:
-                on_pass(runs)
-
-            now = time.monotonic()
-            if now - last_summary >= summary_interval:
-                log.info(
-                    "assetq scheduler: %d passes, %d runs, %d events consumed, %d errors,"
-                    " %d wake-ups in the last %.0f s",
-                    window.passes,
-                    window.runs,
-                    window.events,
-                    window.errors,
-                    window.wakeups,
-                    now - last_summary,
-                )
-                window = SchedulerStats()
-                last_summary = now
-
-            if stop.is_set() or (max_passes is not None and stats.passes >= max_passes):
-                continue
-            if runs:
-                rounds.reset()
-            elif rounds.again():
-                continue  # a ready consumer may be waiting outside this pass's window
-            if listener is not None and listener.connected:
-                try:
-                    outcome = listener.settle(bool(runs), poll_interval, stop)
-                except Exception as exc:  # the connection broke, and its locks with it
-                    listener.lost(exc)
-                    outcome = PASS
-                    if not runs and not stop.wait(poll_interval):  # poll; reconnect after that
-                        outcome = POLL
-                if outcome == WOKEN:
-                    stats.wakeups += 1
-                    window.wakeups += 1
-                    try:
-                        if listener.head_start(worker_head_start, stop):
-                            stats.head_starts += 1
-                            window.head_starts += 1
-                    except Exception as exc:  # the connection broke: poll until it is back
-                        listener.lost(exc)
-                elif outcome == ARMED:  # one more pass, now that producers notify
-                    stats.arms += 1
-                    window.arms += 1
-                if metrics is not None and not stop.is_set() and outcome in (WOKEN, POLL):
-                    metrics.scheduler_wait("woken" if outcome == WOKEN else "polled")
-            elif not runs and not stop.wait(poll_interval) and metrics is not None:
-                metrics.scheduler_wait("polled")
-    finally:
-        if listener is not None:
-            listener.close()
-        alive.gone()
-        log.info(
-            "assetq scheduler: stopped after %d passes, %d runs, %d events, %d errors in %.0f s",
-            stats.passes,
-            stats.runs,
-            stats.events,
-            stats.errors,
-            time.monotonic() - started,
-        )
-    return stats
+    return drive(loop.steps(), take)

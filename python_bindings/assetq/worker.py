@@ -30,18 +30,20 @@ is cancelled (:func:`assetq.cancel_run`, seen by the next heartbeat) is let go: 
 ``cancelled`` event is set for the handler to see, a timed-out attempt is recorded as failed
 ("timed out after 30s"), and the slot goes on with a new thread at once; the handler's thread
 is left to return whenever it does, and its completion is refused (the attempt is fenced).
+
+One core, two shells: :class:`WorkerLoop` makes every decision (what to claim, when to back
+off, heartbeat, let an attempt go, what to log and count) as steps (:mod:`assetq.loops`);
+:func:`run_worker` takes them in threads, :func:`assetq.aio.run_worker` awaits them.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
 import secrets
 import socket
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -53,11 +55,30 @@ from sqlalchemy.exc import SQLAlchemyError
 from . import api, errors
 from .dialects import Dialect, dialect_of
 from .handles import engine_of
+from .listening import wake_slots, worker_listener
 from .liveness import DEFAULT_INTERVAL, Liveness, check_interval
-from .logs import attempt_fields, close_detached, connection_lost, first_line, log_retried
+from .logs import attempt_fields, connection_lost, first_line, log_retried
+from .loops import (
+    NOTHING,
+    QUIT,
+    STOP,
+    STOP_CHECK,
+    Call,
+    Idle,
+    Retried,
+    Sleep,
+    Step,
+    Steps,
+    Wakeup,
+    backoff,
+    drive,
+    error_code,
+    error_text,
+    take_call,
+)
 from .metrics import AttemptOutcome, Metrics
 from .namespace import DEFAULT_NAMESPACE
-from .scheduler import _error_code, pooled_session, pooled_warning, run_latencies
+from .scheduler import run_latencies
 from .validation import WORKER_MAX, check_dag_id, check_int, check_name, check_namespace, seconds
 
 log = logging.getLogger("assetq.worker")
@@ -65,11 +86,6 @@ log = logging.getLogger("assetq.worker")
 #: What a handler is called with and may return: ``handler(claim, conn)`` runs inside the
 #: transaction that completes the run and returns the run's output events (or None).
 Handler = Callable[[api.Claim, Connection], "Iterable[api.NewEvent | Mapping[str, Any]] | None"]
-
-#: The first idle wait after a claim found nothing, seconds; it doubles up to poll_interval.
-_IDLE_FIRST = 0.05
-#: Longest stretch a wait goes without looking at the stop event, seconds.
-_STOP_CHECK = 0.25
 
 
 @dataclass
@@ -106,115 +122,6 @@ class WorkerStats:
 def default_worker_name() -> str:
     """``host:pid:random``: unique per process, readable in ``assetq status``."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"[:WORKER_MAX]
-
-
-class _Wakeup:
-    """Idle slots wait here; the listener (PostgreSQL) wakes them all when runs are created,
-    and when a producer's events were queued (then the first slot to claim runs a pass of
-    its own first: :meth:`take_queued`)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._generation = 0
-        self._queued = False
-
-    @property
-    def generation(self) -> int:
-        with self._cond:
-            return self._generation
-
-    def wake(self, queued: bool = False) -> None:
-        with self._cond:
-            self._generation += 1
-            self._queued = self._queued or queued
-            self._cond.notify_all()
-
-    def take_queued(self) -> bool:
-        """True once after each ``wake(queued=True)``: the slot that takes it claims with a
-        pass of its own first (claim_runs' ``schedule``), one hop from the producer's commit."""
-        with self._cond:
-            queued, self._queued = self._queued, False
-            return queued
-
-    def wait(self, generation: int, timeout: float, stop: threading.Event) -> bool:
-        """Wait up to ``timeout`` seconds for a wake-up after ``generation``; True if one came."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while self._generation == generation and not stop.is_set():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._cond.wait(min(remaining, _STOP_CHECK))
-            return self._generation != generation
-
-
-class _Listener(threading.Thread):
-    """A connection of its own (detached from the pool, autocommit) that LISTENs on the
-    namespace's channel and wakes idle slots on each ``runs`` notification (a pass made
-    runs) and ``queued`` one (a producer's events: the first slot claims with a pass of its
-    own, :meth:`_Wakeup.take_queued`). Reconnects after
-    ``retry`` seconds when the connection breaks; slots poll meanwhile."""
-
-    def __init__(
-        self, engine: Engine, namespace: str, wakeup: _Wakeup, stop: threading.Event, retry: float
-    ) -> None:
-        super().__init__(name="assetq-worker-listener", daemon=True)
-        self._engine = engine
-        self._namespace = namespace
-        self._wakeup = wakeup
-        self._stop_event = stop
-        self._retry = retry
-        self.woken = 0
-        #: Why the engine cannot listen (a transaction pooler); then slots poll for good.
-        self.pooled: str | None = None
-
-    def run(self) -> None:
-        dialect = dialect_of(self._engine)
-        failed = False
-        while not self._stop_event.is_set():
-            raw = None
-            try:
-                raw = self._engine.raw_connection()
-                driver: Any = raw.driver_connection
-                raw.detach()
-                driver.autocommit = True
-                # Before LISTEN: through a transaction pooler it would stay on a server
-                # connection other clients get (I11), and notifications would be lost.
-                pooled = pooled_session(self._engine, dialect, self._namespace, driver)
-                if pooled is not None:
-                    pooled_warning("assetq worker", pooled, self._retry)
-                    self.pooled = pooled
-                    return  # slots poll (the finally closes the connection)
-                # Schedulers woken by producers give listening workers a head start. Before
-                # LISTEN, the session's last statement while it waits.
-                driver.execute(dialect.query("workers_listen_mark", self._namespace))
-                driver.execute(dialect.query("listen", self._namespace))
-                if failed:
-                    log.info("assetq worker: listening for new runs again")
-                    failed = False
-                while not self._stop_event.is_set():
-                    for note in driver.notifies(timeout=_STOP_CHECK):
-                        if note.payload in ("runs", "queued"):
-                            self.woken += 1
-                            self._wakeup.wake(queued=note.payload == "queued")
-            except Exception as exc:  # psycopg's own errors come from here
-                if not failed:
-                    log_retried(
-                        log,
-                        exc,
-                        "assetq worker: %s the wake-up connection (%s); slots poll meanwhile,"
-                        " reconnecting every %g s",
-                        "lost" if connection_lost(exc) else "error on",
-                        str(exc).strip().splitlines()[0] if str(exc).strip() else exc,
-                        self._retry,
-                    )
-                    failed = True
-                else:
-                    log.debug("assetq worker: the wake-up connection failed again", exc_info=exc)
-                self._stop_event.wait(self._retry)
-            finally:
-                if raw is not None:
-                    close_detached(raw)
 
 
 class PassGate:
@@ -279,144 +186,8 @@ def timed_out_error(claim: api.Claim) -> str:
     return f"timed out after {attempt_timeout(claim) or 0:g}s"
 
 
-class _Heartbeat(threading.Thread):
-    """Renews the lease of every claim the slots hold, every ``interval`` seconds, and lets
-    go of an attempt at its deadline or when its lease is lost (cancelled): ``let_go(claim,
-    why)`` is called once for it ("timed out" or "lost"), from this thread."""
-
-    def __init__(
-        self,
-        engine: Engine,
-        namespace: str,
-        interval: float,
-        stop: threading.Event,
-        let_go: Callable[[api.Claim, str], None] | None = None,
-    ) -> None:
-        super().__init__(name="assetq-worker-heartbeat", daemon=True)
-        self._engine = engine
-        self._namespace = namespace
-        self._interval = interval
-        self._stop_event = stop
-        self._let_go = let_go
-        self._held: dict[int, api.Claim] = {}
-        #: Local (monotonic) deadline of each held claim that has one.
-        self._deadlines: dict[int, float] = {}
-        self._lock = threading.Lock()
-        self._failing = False
-
-    def hold(self, claim: api.Claim) -> None:
-        timeout = attempt_timeout(claim)
-        with self._lock:
-            self._held[claim.id] = claim
-            if timeout is not None:
-                self._deadlines[claim.id] = time.monotonic() + timeout
-
-    def drop(self, claim: api.Claim) -> None:
-        with self._lock:
-            self._held.pop(claim.id, None)
-            self._deadlines.pop(claim.id, None)
-
-    def run(self) -> None:
-        next_beat = time.monotonic() + self._interval
-        while not self._stop_event.is_set():
-            self._stop_event.wait(max(0.0, min(next_beat - time.monotonic(), self._until_due())))
-            self.expire()
-            if time.monotonic() >= next_beat and not self._stop_event.is_set():
-                self.beat()
-                next_beat = time.monotonic() + self._interval
-        # Stopping: slots finish their runs; keep their leases alive until they are done.
-        while True:
-            with self._lock:
-                if not self._held:
-                    return
-            time.sleep(min(self._interval, _STOP_CHECK))
-            self.expire()
-            self.beat(only_due=True)
-
-    def _until_due(self) -> float:
-        """Seconds to the nearest deadline of a held claim (at most _STOP_CHECK)."""
-        with self._lock:
-            nearest = min(self._deadlines.values(), default=None)
-        if nearest is None:
-            return _STOP_CHECK
-        return min(_STOP_CHECK, max(0.0, nearest - time.monotonic()))
-
-    def expire(self) -> None:
-        """Let go of every held claim whose deadline has come."""
-        now = time.monotonic()
-        with self._lock:
-            due = [self._held[i] for i, end in self._deadlines.items() if end <= now]
-        for claim in due:
-            self._release(claim, "timed out")
-
-    def _release(self, claim: api.Claim, why: str) -> None:
-        """Stop holding ``claim``, tell its handler (claim.cancelled), and let its attempt go."""
-        self.drop(claim)
-        claim.cancelled.set()
-        if self._let_go is not None:
-            self._let_go(claim, why)
-
-    def beat(self, *, only_due: bool = False) -> None:
-        with self._lock:
-            held = list(self._held.values())
-        now = time.time()
-        for claim in held:
-            if only_due and claim.lease_until is not None:
-                left = claim.lease_until.timestamp() - now
-                if left > claim.lease.total_seconds() * 2 / 3:
-                    continue
-            try:
-                renewed = api.heartbeat(self._engine, claim, namespace=self._namespace)
-            except errors.LeaseLost as exc:
-                log.warning(
-                    "assetq worker: lost run %s of %s (attempt %d): %s; its completion will"
-                    " be refused, its handler is told (claim.cancelled) and let go",
-                    claim.run_id,
-                    claim.dag_id,
-                    claim.attempt,
-                    exc,
-                    extra=attempt_fields(claim),
-                )
-                self._release(claim, "lost")
-                continue
-            except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
-                if not self._failing:
-                    log_retried(
-                        log,
-                        exc,
-                        "assetq worker: heartbeat of run %s of %s failed: %s; trying again in %g s",
-                        claim.run_id,
-                        claim.dag_id,
-                        first_line(exc),
-                        self._interval,
-                        extra=attempt_fields(claim),
-                    )
-                    self._failing = True
-                continue
-            self._failing = False
-            with self._lock:
-                if claim.id in self._held:
-                    self._held[claim.id] = renewed
-
-
-@dataclass
-class _Attempt:
-    """An attempt a slot is running: the slot's number, when it started (monotonic), and its
-    state: "running" while its handler runs, "completing" once the handler returned (the
-    slot's thread ends it), or "abandoned" by the heartbeat thread (let_go) at its deadline
-    or when its run was lost while the handler ran. Changed under run_worker's attempts
-    lock."""
-
-    slot: int
-    started: float
-    state: str = "running"
-
-
-class _LetGo(Exception):
-    """Raised in a slot's thread to roll back the completion of an attempt let go of."""
-
-
-def _handlers(handlers: object) -> dict[str, Handler]:
+def check_handlers(handlers: object) -> dict[str, Handler]:
+    """``handlers`` checked: a non-empty mapping of declared-looking dag ids to callables."""
     if not isinstance(handlers, Mapping) or not handlers:
         raise errors.InvalidArgumentType(
             "handlers must be a non-empty mapping of dag id -> callable(claim, conn)"
@@ -462,10 +233,499 @@ def log_completed(
     )
 
 
-def _error_text(exc: BaseException) -> str:
-    """What a failed attempt records: the exception and the last frames of its traceback."""
-    lines = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-8)
-    return "".join(lines).strip()
+#: The first idle wait after a claim found nothing, seconds; it doubles up to poll_interval.
+IDLE_FIRST = 0.05
+
+
+def fail_alone(engine: Engine, claim: api.Claim, *, error: str, namespace: str) -> api.Run:
+    """Record ``claim``'s attempt as failed with ``error``, in a transaction of its own."""
+    with engine.connect() as conn, conn.begin():
+        return api.complete_run(conn, claim, "failed", error=error, namespace=namespace)
+
+
+@dataclass(frozen=True)
+class Execute:
+    """A slot's step: run ``claim``'s handler and complete the attempt (the shell's own
+    way: a thread, a task), then take :meth:`WorkerLoop.ended`; the result: whether the slot
+    goes on (False: its attempt was let go, and the slot carries on elsewhere)."""
+
+    slot_name: str
+    number: int
+    claim: api.Claim
+
+
+#: How an attempt ended, besides its run (success) or an exception (the handler's, or the
+#: completion's): at its deadline, or let go when its run was lost or cancelled meanwhile.
+TIMED_OUT, LOST = "timed out", "lost"
+
+
+class _Budget:
+    """Attempts left to start (``max_runs``; None: no limit), taken by every slot."""
+
+    def __init__(self, left: int | None) -> None:
+        self._left = left
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self._left is None:
+                return True
+            if self._left <= 0:
+                return False
+            self._left -= 1
+            return True
+
+    def give_back(self) -> None:
+        with self._lock:
+            if self._left is not None:
+                self._left += 1
+
+
+class Leases:
+    """The claims a worker's slots hold, and the heartbeat's decisions about them: renew
+    every lease every ``interval`` seconds (:meth:`steps`), and let go of an attempt at its
+    deadline or when its lease is lost (cancelled): ``let_go(claim, why)`` is called once
+    for it, with TIMED_OUT or LOST, after ``claim.cancelled`` was set. Safe across threads."""
+
+    def __init__(
+        self,
+        loop: WorkerLoop,
+        let_go: Callable[[api.Claim, str], None],
+        quitting: Callable[[], bool],
+    ) -> None:
+        self._loop = loop
+        self._let_go = let_go
+        self._quitting = quitting
+        self._held: dict[int, api.Claim] = {}
+        #: Local (monotonic) deadline of each held claim that has one.
+        self._deadlines: dict[int, float] = {}
+        self._lock = threading.Lock()
+        self._failing = False
+
+    def hold(self, claim: api.Claim) -> None:
+        timeout = attempt_timeout(claim)
+        with self._lock:
+            self._held[claim.id] = claim
+            if timeout is not None:
+                self._deadlines[claim.id] = time.monotonic() + timeout
+
+    def drop(self, claim: api.Claim) -> None:
+        with self._lock:
+            self._held.pop(claim.id, None)
+            self._deadlines.pop(claim.id, None)
+
+    def holding(self) -> bool:
+        with self._lock:
+            return bool(self._held)
+
+    def steps(self) -> Steps[None]:
+        """The heartbeat: until the worker quits, and then until no run is held (slots
+        finish their runs: their leases stay alive until they are done)."""
+        interval = self._loop.interval
+        next_beat = time.monotonic() + interval
+        while not self._quitting():
+            yield Sleep(max(0.0, min(next_beat - time.monotonic(), self._until_due())), QUIT)
+            self.expire()
+            if time.monotonic() >= next_beat and not self._quitting():
+                yield from self.beat()
+                next_beat = time.monotonic() + interval
+        while self.holding():
+            yield Sleep(min(interval, STOP_CHECK), NOTHING)
+            self.expire()
+            yield from self.beat(only_due=True)
+
+    def _until_due(self) -> float:
+        """Seconds to the nearest deadline of a held claim (at most STOP_CHECK)."""
+        with self._lock:
+            nearest = min(self._deadlines.values(), default=None)
+        if nearest is None:
+            return STOP_CHECK
+        return min(STOP_CHECK, max(0.0, nearest - time.monotonic()))
+
+    def expire(self) -> None:
+        """Let go of every held claim whose deadline has come."""
+        now = time.monotonic()
+        with self._lock:
+            due = [self._held[i] for i, end in self._deadlines.items() if end <= now]
+        for claim in due:
+            self._release(claim, TIMED_OUT)
+
+    def _release(self, claim: api.Claim, why: str) -> None:
+        """Stop holding ``claim``, tell its handler (claim.cancelled), and let its attempt go."""
+        self.drop(claim)
+        claim.cancelled.set()
+        self._let_go(claim, why)
+
+    def beat(self, *, only_due: bool = False) -> Steps[None]:
+        """Renew the held leases (``only_due``: those with less than two thirds left)."""
+        loop = self._loop
+        with self._lock:
+            held = list(self._held.values())
+        now = time.time()
+        for claim in held:
+            if only_due and claim.lease_until is not None:
+                left = claim.lease_until.timestamp() - now
+                if left > claim.lease.total_seconds() * 2 / 3:
+                    continue
+            try:
+                renewed = yield Call(
+                    api.heartbeat, (loop.engine, claim), {"namespace": loop.namespace}
+                )
+            except errors.LeaseLost as exc:
+                loop.log.warning(
+                    "%s: lost run %s of %s (attempt %d): %s; its completion will be refused,"
+                    " its handler is told (claim.cancelled) and let go",
+                    loop.who,
+                    claim.run_id,
+                    claim.dag_id,
+                    claim.attempt,
+                    exc,
+                    extra=attempt_fields(claim),
+                )
+                self._release(claim, LOST)
+                continue
+            except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
+                if not self._failing:
+                    log_retried(
+                        loop.log,
+                        exc,
+                        "%s: heartbeat of run %s of %s failed: %s; trying again in %g s",
+                        loop.who,
+                        claim.run_id,
+                        claim.dag_id,
+                        first_line(exc),
+                        loop.interval,
+                        extra=attempt_fields(claim),
+                    )
+                    self._failing = True
+                continue
+            self._failing = False
+            with self._lock:
+                if claim.id in self._held:
+                    self._held[claim.id] = renewed
+
+
+class WorkerLoop:
+    """The worker loop's decisions, for both shells (:mod:`assetq.loops`): the arguments of
+    :func:`run_worker` checked once, a slot's loop (:meth:`slot`), how an attempt's end is
+    logged, counted, recorded and reported (:meth:`ended`), and the heartbeat (:class:`Leases`,
+    :attr:`leases`)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        table: dict[str, Any],
+        options: Mapping[str, Any],
+        who: str,
+        logger: logging.Logger,
+        stopped: Callable[[], bool],
+        quitting: Callable[[], bool],
+        let_go: Callable[[api.Claim, str], None],
+    ) -> None:
+        """``options``: the keyword arguments of either shell's run_worker, by name; ``who``
+        and ``logger``: the shell's name and logger; ``stopped``: whether the caller's stop
+        is set; ``quitting``: whether the shell quits (the heartbeat's end); ``let_go``: the
+        shell's way to let go of an attempt (:class:`Leases`)."""
+        worker: str | None = options["worker"]
+        concurrency: int = options["concurrency"]
+        heartbeat_interval: float | None = options["heartbeat_interval"]
+        max_runs: int | None = options["max_runs"]
+        timeout: timedelta | float | None = options["timeout"]
+        self.name = (
+            default_worker_name() if worker is None else check_name(worker, "worker", WORKER_MAX)
+        )
+        check_int(concurrency, "concurrency", 1, 256)
+        self.lease = seconds(options["lease"], "lease")
+        self.interval = (
+            self.lease / 3
+            if heartbeat_interval is None
+            else seconds(heartbeat_interval, "heartbeat_interval")
+        )
+        if self.interval >= self.lease:
+            raise errors.InvalidArgument(
+                f"heartbeat_interval ({self.interval:g} s) must be shorter than the lease"
+                f" ({self.lease:g} s)"
+            )
+        self.poll = seconds(options["poll_interval"], "poll_interval")
+        self.backoff_cap = seconds(options["backoff_max"], "backoff_max")
+        if max_runs is not None:
+            check_int(max_runs, "max_runs", 1, 2**62)
+        self.timeout = None if timeout is None else seconds(timeout, "timeout")
+        self.namespace = check_namespace(options["namespace"])
+        self.engine = engine
+        self.dialect = dialect_of(engine)
+        self.table = table
+        self.dag_ids = sorted(table)
+        self.concurrency = concurrency
+        self.who = who
+        self.log = logger
+        self._stopped = stopped
+        #: ``max_runs`` attempts were started: slots claim no more.
+        self.finished = False
+        self.on_complete: Callable[[api.Claim, api.Run | None, AttemptOutcome], None] | None = (
+            options["on_complete"]
+        )
+        self.metrics: Metrics | None = options["metrics"]
+        self.stats = WorkerStats()
+        self.wakeup = Wakeup()
+        self.passes = PassGate(who)
+        self.leases = Leases(self, let_go, quitting)
+        self.alive = Liveness(
+            engine,
+            self.namespace,
+            "worker",
+            check_interval(options["liveness_interval"]),
+            name=self.name,
+            handles=self.dag_ids,
+            strict=options["strict"],
+        )
+        self._budget = _Budget(max_runs)
+        self._pass_failed = False  # a worker's pass failed once: logged at WARNING once
+
+    def stopping(self) -> bool:
+        """Slots claim no more: the caller's stop is set, or ``max_runs`` were started."""
+        return self.finished or self._stopped()
+
+    def slot_name(self, number: int) -> str:
+        return self.name if self.concurrency == 1 else f"{self.name}#{number}"
+
+    def started(self, listening: bool) -> None:
+        self.log.info(
+            "%s: %s started on namespace %s (%s, %d slots, lease %g s, consumers %s, %s)",
+            self.who,
+            self.name,
+            self.namespace,
+            self.dialect.name,
+            self.concurrency,
+            self.lease,
+            ", ".join(self.dag_ids),
+            "woken by NOTIFY" if listening else f"polling up to every {self.poll:g} s",
+        )
+
+    def stopped(self, took: float) -> None:
+        stats = self.stats
+        self.log.info(
+            "%s: %s stopped after %d claims: %d succeeded, %d failed, %d lost, %d errors in %.0f s",
+            self.who,
+            self.name,
+            stats.claimed,
+            stats.succeeded,
+            stats.failed,
+            stats.lost,
+            stats.errors,
+            took,
+        )
+
+    def slot(self, number: int) -> Steps[None]:
+        """Slot ``number``: claim one run at a time, back off from errors, wait when idle,
+        and :class:`Execute` each claim, until stopping."""
+        slot_name = self.slot_name(number)
+        stats, metrics, wakeup = self.stats, self.metrics, self.wakeup
+        idle = IDLE_FIRST
+        failing = 0
+        while not self.stopping():
+            generation = wakeup.generation
+            if not self._budget.take():
+                self.finished = True
+                return
+            claim_started = time.monotonic()
+            with_pass = self.passes.open(wakeup.take_queued())
+            try:
+                claims: list[api.Claim] = yield Retried(
+                    api.claim_runs,
+                    (self.engine, slot_name),
+                    {
+                        "lease": self.lease,
+                        "dag_ids": self.dag_ids,
+                        "namespace": self.namespace,
+                        "timeout": self.timeout,
+                        "schedule": with_pass,
+                        "max_attempts": 8,
+                    },
+                    what="claim",
+                )
+            except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
+                self._budget.give_back()
+                stats.add(errors=1)
+                if with_pass and self.passes.refuse(exc):
+                    continue  # claims at once, without a pass
+                if metrics is not None:
+                    metrics.worker_claim_failed(time.monotonic() - claim_started, error_code(exc))
+                delay = backoff(failing, 0.5, self.backoff_cap)
+                if not failing:
+                    log_retried(
+                        self.log,
+                        exc,
+                        "%s: %s: claim failed: %s%s; retrying with backoff (first in %.2f s);"
+                        " not logged again until a claim succeeds",
+                        self.who,
+                        slot_name,
+                        "lost the connection to the database: " if connection_lost(exc) else "",
+                        first_line(exc),
+                        delay,
+                    )
+                else:
+                    self.log.debug("%s: %s: claim failed again", self.who, slot_name, exc_info=exc)
+                failing += 1
+                yield Sleep(delay)
+                continue
+            if failing:
+                self.log.info("%s: %s: claims work again", self.who, slot_name)
+                failing = 0
+            if metrics is not None:
+                metrics.worker_claim(time.monotonic() - claim_started, len(claims))
+            if not claims:
+                self._budget.give_back()
+                if (yield Idle(generation, idle)):
+                    stats.add(wakeups=1)
+                    idle = IDLE_FIRST
+                    if metrics is not None:
+                        metrics.worker_wait("woken")
+                else:
+                    idle = min(self.poll, idle * 2)
+                    if metrics is not None and not self.stopping():
+                        metrics.worker_wait("polled")
+                continue
+            idle = IDLE_FIRST
+            stats.add(claimed=1)
+            log_claimed(self.log, f"{self.who}: {slot_name}", claims[0])
+            if not (yield Execute(slot_name, number, claims[0])):
+                return  # let go: the slot carries on elsewhere
+
+    def ended(self, slot_name: str, claim: api.Claim, started: float, result: Any) -> Steps[None]:
+        """An attempt ended with ``result``: its run (a success committed), TIMED_OUT, LOST,
+        or the exception its handler or its completion raised. Logged, counted, a failure
+        recorded in a transaction of its own, and reported (:meth:`report`)."""
+        outcome: AttemptOutcome = "lost"
+        info: api.Run | None = None
+        fields = attempt_fields(claim)
+        where = f"{self.who}: {slot_name}"
+        if isinstance(result, api.Run):
+            outcome, info = "success", result
+            self.stats.add(succeeded=1)
+            log_completed(self.log, where, claim, result)
+        elif result == LOST:  # the heartbeat said so
+            self.stats.add(lost=1, abandoned=1)
+        elif isinstance(result, errors.LeaseLost):
+            self.log.warning(
+                "%s: completion of run %s of %s (attempt %d) refused, its writes rolled back: %s",
+                where,
+                claim.run_id,
+                claim.dag_id,
+                claim.attempt,
+                result,
+                extra=fields,
+            )
+            self.stats.add(lost=1)
+        else:
+            if result == TIMED_OUT:
+                error = timed_out_error(claim)
+                self.log.warning(
+                    "%s: run %s of %s (attempt %d) %s: its handler is let go (claim.cancelled"
+                    " set) and the attempt recorded as failed",
+                    where,
+                    claim.run_id,
+                    claim.dag_id,
+                    claim.attempt,
+                    error,
+                    extra=fields,
+                )
+            else:
+                error = error_text(result)
+                self.log.warning(
+                    "%s: run %s of %s (attempt %d) failed: %s: %s",
+                    where,
+                    claim.run_id,
+                    claim.dag_id,
+                    claim.attempt,
+                    type(result).__name__,
+                    result,
+                    extra=fields,
+                )
+            timed_out = int(result == TIMED_OUT)
+            try:
+                info = yield Call(
+                    fail_alone,
+                    (self.engine, claim),
+                    {"error": error, "namespace": self.namespace},
+                )
+                outcome = "failed"
+                self.stats.add(failed=1, timed_out=timed_out)
+                log_completed(self.log, where, claim, info)
+            except errors.LeaseLost:
+                self.stats.add(lost=1, abandoned=timed_out)
+            except (errors.AssetqError, SQLAlchemyError, OSError) as again:
+                self.stats.add(errors=1, timed_out=timed_out)
+                log_retried(
+                    self.log,
+                    again,
+                    "%s: could not record the failure of run %s of %s: %s; when its lease"
+                    " expires it is claimed again, or failed if that was its last attempt",
+                    where,
+                    claim.run_id,
+                    claim.dag_id,
+                    first_line(again),
+                    extra=fields,
+                )
+        yield from self.report(claim, info, outcome, time.monotonic() - started)
+
+    def report(
+        self, claim: api.Claim, info: api.Run | None, outcome: AttemptOutcome, took: float
+    ) -> Steps[None]:
+        """After an attempt: the pass that creates a capped consumer's next run (MySQL:
+        :func:`runs_next_pass`), the metrics, ``on_complete``."""
+        if runs_next_pass(self.dialect, claim, info):
+            try:
+                yield Retried(
+                    api.schedule,
+                    (self.engine,),
+                    {"namespace": self.namespace, "max_attempts": 2},
+                    what="scheduler pass",
+                )
+            except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
+                if self._pass_failed:
+                    self.log.debug("%s: the pass after run %s failed again", self.who, claim.run_id)
+                else:
+                    self._pass_failed = True
+                    log_retried(
+                        self.log,
+                        exc,
+                        "%s: the pass after run %s of %s ended failed: %s; its consumer's"
+                        " next run waits for a scheduler (grant this account worker access"
+                        " again: it includes schedule_pass on MySQL)",
+                        self.who,
+                        claim.run_id,
+                        claim.dag_id,
+                        first_line(exc),
+                    )
+        metrics = self.metrics
+        if metrics is not None:
+            if claim.made:  # this slot's own pass made the run (after the handler: off its path)
+                (latency,) = yield Call(run_latencies, (self.engine, self.namespace, [claim]))
+                metrics.run_created(claim, latency)
+            metrics.worker_completed(claim, outcome, info, took)
+            if outcome == "failed" and info is not None and info.state == "queued":
+                metrics.worker_retry(claim, info)
+        if self.on_complete is not None:
+            self.on_complete(claim, info, outcome)
+
+
+@dataclass
+class _Attempt:
+    """An attempt a sync slot is running: the slot's number and name, when it started
+    (monotonic), and its state: "running" while its handler runs, "completing" once the
+    handler returned (the slot's thread ends it), or "abandoned" by the heartbeat thread
+    (let_go) at its deadline or when its run was lost while the handler ran. Changed under
+    run_worker's attempts lock."""
+
+    slot: int
+    slot_name: str
+    started: float
+    state: str = "running"
+
+
+class _LetGo(Exception):
+    """Raised in a slot's thread to roll back the completion of an attempt let go of."""
 
 
 def run_worker(
@@ -533,140 +793,34 @@ def run_worker(
     refused; its transaction is rolled back). A handler that can stop early watches
     ``claim.cancelled``.
     """
+    options = dict(locals())  # checked by WorkerLoop
     engine = engine_of(engine, "run_worker")
-    table = _handlers(handlers)
-    name = default_worker_name() if worker is None else check_name(worker, "worker", WORKER_MAX)
-    check_int(concurrency, "concurrency", 1, 256)
-    lease_seconds = seconds(lease, "lease")
-    interval = (
-        lease_seconds / 3
-        if heartbeat_interval is None
-        else seconds(heartbeat_interval, "heartbeat_interval")
-    )
-    if interval >= lease_seconds:
-        raise errors.InvalidArgument(
-            f"heartbeat_interval ({interval:g} s) must be shorter than the lease"
-            f" ({lease_seconds:g} s)"
-        )
-    poll = seconds(poll_interval, "poll_interval")
-    backoff_cap = seconds(backoff_max, "backoff_max")
-    if max_runs is not None:
-        check_int(max_runs, "max_runs", 1, 2**62)
-    timeout_seconds = None if timeout is None else seconds(timeout, "timeout")
-    namespace = check_namespace(namespace)
-    liveness_interval = check_interval(liveness_interval)
     stop_event = stop if stop is not None else threading.Event()
-    dialect = dialect_of(engine)
-    if listen_engine is not None and dialect_of(listen_engine) is not dialect:
-        raise errors.InvalidArgument("listen_engine must reach the same engine kind as engine")
-    dag_ids = sorted(table)
-    stats = WorkerStats()
-    finished = threading.Event()  # max_runs reached
-    budget = threading.Semaphore(max_runs) if max_runs is not None else None
-    quit_ = threading.Event()  # stop or max_runs: no new claims
-
-    def stopping() -> bool:
-        return stop_event.is_set() or finished.is_set()
-
-    wakeup = _Wakeup()
+    quit_ = threading.Event()  # the slots are done (or one failed): the heartbeat ends
     attempts_lock = threading.Lock()  # guards attempts and each _Attempt's state
     attempts: dict[int, _Attempt] = {}
     slot_threads: dict[int, threading.Thread] = {}
-
-    pass_failed = threading.Event()  # a worker's pass failed once: logged at WARNING once
-    passes = PassGate("assetq worker")
-
-    def next_run_of(claim: api.Claim, info: api.Run | None) -> None:
-        """MySQL: the run of a capped consumer ended; run the pass that creates its next run
-        now, instead of leaving it to a scheduler's poll (PostgreSQL's run_ended notifies)."""
-        if not runs_next_pass(dialect, claim, info):
-            return
-        try:
-            api.schedule(engine, namespace=namespace, max_attempts=2)
-        except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
-            if pass_failed.is_set():
-                log.debug("assetq worker: the pass after run %s failed again", claim.run_id)
-                return
-            pass_failed.set()
-            log_retried(
-                log,
-                exc,
-                "assetq worker: the pass after run %s of %s ended failed: %s; its consumer's"
-                " next run waits for a scheduler (grant this account worker access again:"
-                " it includes schedule_pass on MySQL)",
-                claim.run_id,
-                claim.dag_id,
-                first_line(exc),
-            )
-
-    def report(
-        claim: api.Claim, info: api.Run | None, outcome: AttemptOutcome, took: float
-    ) -> None:
-        next_run_of(claim, info)
-        if metrics is not None:
-            if claim.made:  # this slot's own pass made the run (after the handler: off its path)
-                (latency,) = run_latencies(engine, namespace, [claim])
-                metrics.run_created(claim, latency)
-            metrics.worker_completed(claim, outcome, info, took)
-            if outcome == "failed" and info is not None and info.state == "queued":
-                metrics.worker_retry(claim, info)
-        if on_complete is not None:
-            on_complete(claim, info, outcome)
+    failures: list[BaseException] = []
 
     def let_go(claim: api.Claim, why: str) -> None:
-        """The heartbeat thread's: stop waiting for ``claim``'s handler (timed out, or its run
-        lost or cancelled), record a timeout as the attempt's failure, and give its slot a
-        new thread."""
+        """The heartbeat thread's: stop waiting for ``claim``'s handler, end the attempt as
+        ``why`` (WorkerLoop.ended), and give its slot a new thread."""
         with attempts_lock:
             attempt = attempts.get(claim.id)
             if attempt is None or attempt.state != "running":
                 return  # its handler returned meanwhile: the slot's completion decides
             attempt.state = "abandoned"
-        outcome: AttemptOutcome = "lost"
-        info: api.Run | None = None
-        fields = attempt_fields(claim)
-        if why == "timed out":
-            error = timed_out_error(claim)
-            log.warning(
-                "assetq worker: run %s of %s (attempt %d) %s: its handler is let go"
-                " (claim.cancelled set) and the attempt recorded as failed",
-                claim.run_id,
-                claim.dag_id,
-                claim.attempt,
-                error,
-                extra=fields,
-            )
-            try:
-                with engine.connect() as conn, conn.begin():
-                    info = api.complete_run(conn, claim, "failed", error=error, namespace=namespace)
-                outcome = "failed"
-                stats.add(failed=1, timed_out=1)
-            except errors.LeaseLost:
-                stats.add(lost=1, abandoned=1)
-            except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
-                stats.add(errors=1, timed_out=1)
-                log_retried(
-                    log,
-                    exc,
-                    "assetq worker: could not record the timeout of run %s of %s: %s; the next"
-                    " claim ends the attempt",
-                    claim.run_id,
-                    claim.dag_id,
-                    first_line(exc),
-                    extra=fields,
-                )
-        else:
-            stats.add(lost=1, abandoned=1)
-        if not stopping():
+        if not loop.stopping():
             spawn(attempt.slot)
-        report(claim, info, outcome, time.monotonic() - attempt.started)
+        drive(loop.ended(attempt.slot_name, claim, attempt.started, why), take)
 
-    heart = _Heartbeat(engine, namespace, interval, quit_, let_go)
-    listener = (
-        _Listener(listen_engine or engine, namespace, wakeup, quit_, poll)
-        if listen and dialect.supports_notify
-        else None
+    table = check_handlers(handlers)
+    loop = WorkerLoop(
+        engine, table, options, "assetq worker", log, stop_event.is_set, quit_.is_set, let_go
     )
+    if listen_engine is not None and dialect_of(listen_engine) is not loop.dialect:
+        raise errors.InvalidArgument("listen_engine must reach the same engine kind as engine")
+    listening = listen and loop.dialect.supports_notify
 
     def completing(claim: api.Claim) -> bool:
         """The handler returned (or raised): from now on this slot ends the attempt itself,
@@ -679,103 +833,64 @@ def run_worker(
             attempt.state = "completing"
             return True
 
-    def execute(slot_name: str, number: int, claim: api.Claim) -> bool:
-        """Run ``claim``'s handler and complete the attempt; False when the attempt was let go
-        meanwhile (this thread's slot has a new thread: this one ends)."""
-        handler = table[claim.dag_id]
-        log_claimed(log, f"assetq worker: {slot_name}", claim)
-        attempt = _Attempt(slot=number, started=time.monotonic())
-        with attempts_lock:
-            attempts[claim.id] = attempt
-        heart.hold(claim)
-        outcome: AttemptOutcome = "lost"
-        info: api.Run | None = None
-        fields = attempt_fields(claim)
+    def attempt(claim: api.Claim) -> Any:
+        """Run ``claim``'s handler in the transaction that completes its run: the run, or
+        the exception raised (None when the attempt was let go meanwhile)."""
         try:
-            try:
-                with engine.connect() as conn, conn.begin():
-                    produced = handler(claim, conn)
-                    if not completing(claim):
-                        raise _LetGo
-                    info = api.complete_run(
-                        conn, claim, "success", events=produced, namespace=namespace
-                    )
-                outcome = "success"
-                stats.add(succeeded=1)
-                log_completed(log, f"assetq worker: {slot_name}", claim, info)
-            except _LetGo:
-                pass
-            except errors.LeaseLost as exc:
-                log.warning(
-                    "assetq worker: %s: completion of run %s of %s (attempt %d) refused, its"
-                    " writes rolled back: %s",
-                    slot_name,
-                    claim.run_id,
-                    claim.dag_id,
-                    claim.attempt,
-                    exc,
-                    extra=fields,
+            with engine.connect() as conn, conn.begin():
+                produced = loop.table[claim.dag_id](claim, conn)
+                if not completing(claim):
+                    raise _LetGo
+                return api.complete_run(
+                    conn, claim, "success", events=produced, namespace=loop.namespace
                 )
-                stats.add(lost=1)
-            except Exception as exc:  # the handler's error, or the completion's
-                if not completing(claim):  # it saw claim.cancelled, likely: already recorded
-                    pass
-                else:
-                    log.warning(
-                        "assetq worker: %s: run %s of %s (attempt %d) failed: %s: %s",
-                        slot_name,
-                        claim.run_id,
-                        claim.dag_id,
-                        claim.attempt,
-                        type(exc).__name__,
-                        exc,
-                        extra=fields,
-                    )
-                    try:
-                        with engine.connect() as conn, conn.begin():
-                            info = api.complete_run(
-                                conn, claim, "failed", error=_error_text(exc), namespace=namespace
-                            )
-                        outcome = "failed"
-                        stats.add(failed=1)
-                        log_completed(log, f"assetq worker: {slot_name}", claim, info)
-                    except errors.LeaseLost:
-                        stats.add(lost=1)
-                    except (errors.AssetqError, SQLAlchemyError, OSError) as again:
-                        stats.add(errors=1)
-                        log_retried(
-                            log,
-                            again,
-                            "assetq worker: %s: could not record the failure of run %s of %s:"
-                            " %s; when its lease expires it is claimed again, or failed if that"
-                            " was its last attempt",
-                            slot_name,
-                            claim.run_id,
-                            claim.dag_id,
-                            first_line(again),
-                            extra=fields,
-                        )
+        except _LetGo:
+            return None
+        except Exception as exc:  # the handler's error, or the completion's
+            completing(claim)  # let go first: it saw claim.cancelled, likely
+            return exc
+
+    def execute(step: Execute) -> bool:
+        """Run an attempt in this thread; False when it was let go meanwhile (this thread's
+        slot has a new thread: this one ends)."""
+        claim = step.claim
+        started = _Attempt(slot=step.number, slot_name=step.slot_name, started=time.monotonic())
+        with attempts_lock:
+            attempts[claim.id] = started
+        loop.leases.hold(claim)
+        try:
+            result = attempt(claim)
         finally:
-            heart.drop(claim)
+            loop.leases.drop(claim)
             with attempts_lock:
                 attempts.pop(claim.id, None)
         # Popped under the lock: let_go can no longer change its state.
-        if attempt.state == "abandoned":
+        if started.state == "abandoned":
             log.info(
                 "assetq worker: %s: the handler of run %s of %s (attempt %d), let go, returned"
                 " after %.1f s; its thread ends",
-                slot_name,
+                step.slot_name,
                 claim.run_id,
                 claim.dag_id,
                 claim.attempt,
-                time.monotonic() - attempt.started,
-                extra=fields,
+                time.monotonic() - started.started,
+                extra=attempt_fields(claim),
             )
             return False
-        report(claim, info, outcome, time.monotonic() - attempt.started)
+        drive(loop.ended(step.slot_name, claim, started.started, result), take)
         return True
 
-    failures: list[BaseException] = []
+    def take(step: Step) -> Any:
+        if isinstance(step, Call):
+            return take_call(step)
+        if isinstance(step, Idle):
+            return loop.wakeup.wait(step.generation, step.seconds, stop_event)
+        if isinstance(step, Execute):
+            return execute(step)
+        if step.until == NOTHING:
+            time.sleep(step.seconds)
+            return False
+        return (stop_event if step.until == STOP else quit_).wait(step.seconds)
 
     def spawn(number: int) -> None:
         """Start slot ``number``'s thread; a thread let go of is replaced (never joined)."""
@@ -787,96 +902,41 @@ def run_worker(
         thread.start()
 
     def slot(number: int) -> None:
-        slot_name = name if concurrency == 1 else f"{name}#{number}"
-        idle = _IDLE_FIRST
-        failing = 0
         try:
-            while not stopping():
-                generation = wakeup.generation
-                if budget is not None and not budget.acquire(blocking=False):
-                    finished.set()
-                    break
-                claim_started = time.monotonic()
-                with_pass = passes.open(wakeup.take_queued())
-                try:
-                    claims = api.claim_runs(
-                        engine,
-                        slot_name,
-                        lease=lease_seconds,
-                        dag_ids=dag_ids,
-                        namespace=namespace,
-                        timeout=timeout_seconds,
-                        schedule=with_pass,
-                    )
-                except (errors.AssetqError, SQLAlchemyError, OSError) as exc:
-                    if budget is not None:
-                        budget.release()
-                    stats.add(errors=1)
-                    if with_pass and passes.refuse(exc):
-                        continue  # claims at once, without a pass
-                    if metrics is not None:
-                        metrics.worker_claim_failed(
-                            time.monotonic() - claim_started, _error_code(exc)
-                        )
-                    delay = min(backoff_cap, 0.5 * 2 ** min(failing, 30)) * random.uniform(0.5, 1)
-                    if not failing:
-                        log_retried(
-                            log,
-                            exc,
-                            "assetq worker: %s: claim failed: %s%s; retrying with backoff"
-                            " (first in %.2f s); not logged again until a claim succeeds",
-                            slot_name,
-                            "lost the connection to the database: " if connection_lost(exc) else "",
-                            first_line(exc),
-                            delay,
-                        )
-                    else:
-                        log.debug("assetq worker: %s: claim failed again", slot_name, exc_info=exc)
-                    failing += 1
-                    stop_event.wait(delay)
-                    continue
-                if failing:
-                    log.info("assetq worker: %s: claims work again", slot_name)
-                    failing = 0
-                if metrics is not None:
-                    metrics.worker_claim(time.monotonic() - claim_started, len(claims))
-                if not claims:
-                    if budget is not None:
-                        budget.release()
-                    if wakeup.wait(generation, idle, stop_event):
-                        stats.add(wakeups=1)
-                        idle = _IDLE_FIRST
-                        if metrics is not None:
-                            metrics.worker_wait("woken")
-                    else:
-                        idle = min(poll, idle * 2)
-                        if metrics is not None and not stopping():
-                            metrics.worker_wait("polled")
-                    continue
-                idle = _IDLE_FIRST
-                stats.add(claimed=1)
-                if not execute(slot_name, number, claims[0]):
-                    return  # let go: the slot's new thread carries on
+            drive(loop.slot(number), take)
         except BaseException as exc:  # a handler's KeyboardInterrupt, on_complete's error
             failures.append(exc)
             quit_.set()
             stop_event.set()
 
-    log.info(
-        "assetq worker: %s started on namespace %s (%s, %d slots, lease %g s, consumers %s, %s)",
-        name,
-        namespace,
-        dialect.name,
-        concurrency,
-        lease_seconds,
-        ", ".join(dag_ids),
-        "woken by NOTIFY" if listener is not None else f"polling up to every {poll:g} s",
+    heart = threading.Thread(
+        target=drive, args=(loop.leases.steps(), take), name="assetq-worker-heartbeat", daemon=True
     )
+    listener = (
+        threading.Thread(
+            target=wake_slots,
+            args=(
+                worker_listener(
+                    listen_engine or engine,
+                    loop.dialect,
+                    loop.namespace,
+                    "assetq worker",
+                    loop.poll,
+                    log,
+                ),
+                loop.wakeup,
+                quit_,
+                loop.poll,
+            ),
+            name="assetq-worker-listener",
+            daemon=True,
+        )
+        if listening
+        else None
+    )
+    loop.started(listening)
     started = time.monotonic()
-    alive = Liveness(
-        engine, namespace, "worker", liveness_interval, name=name, handles=dag_ids, strict=strict
-    )
-    alive.beat()
+    loop.alive.beat()
     heart.start()
     if listener is not None:
         listener.start()
@@ -888,25 +948,15 @@ def run_worker(
                 current = [t for t in slot_threads.values() if t.is_alive()]
             if not current:
                 break
-            current[0].join(_STOP_CHECK)
-            alive.beat_if_due()
+            current[0].join(STOP_CHECK)
+            loop.alive.beat_if_due()
     finally:
         quit_.set()
         heart.join(timeout=5)
         if listener is not None:
             listener.join(timeout=5)
-        alive.gone()
-        log.info(
-            "assetq worker: %s stopped after %d claims: %d succeeded, %d failed, %d lost,"
-            " %d errors in %.0f s",
-            name,
-            stats.claimed,
-            stats.succeeded,
-            stats.failed,
-            stats.lost,
-            stats.errors,
-            time.monotonic() - started,
-        )
+        loop.alive.gone()
+        loop.stopped(time.monotonic() - started)
     if failures:
         raise failures[0]
-    return stats
+    return loop.stats

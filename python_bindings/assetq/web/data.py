@@ -62,9 +62,9 @@ def event_dict(event: api.Event) -> dict[str, Any]:
 
 
 def condition_text(condition: Any) -> str:
-    from ..cli import _condition_text
+    from .. import cli
 
-    return _condition_text(condition)
+    return cli.condition_text(condition)
 
 
 def _cursor(value: str | None) -> tuple[datetime, int] | None:
@@ -190,7 +190,7 @@ def dag(
         namespace,
         {"dag_id": dag_id, "state": state, "before_seq": before, "limit": limit},
     )
-    runs = [api._run_info(row) for row in rows]
+    runs = [api.run_info(row) for row in rows]
     after = _cursor(events_after)
     queued = dialect.execute(
         conn,
@@ -198,12 +198,12 @@ def dag(
         namespace,
         {
             "dag_id": dag_id,
-            "after_timestamp": None if after is None else api._db_time(dialect, after[0]),
+            "after_timestamp": None if after is None else api.db_time(dialect, after[0]),
             "after_id": None if after is None else after[1],
             "limit": limit,
         },
     )
-    events = [api._event_record(row) for row in queued]
+    events = [api.event_record(row) for row in queued]
     partitions = (
         ops.pending_partitions(
             conn, dag_id, after=partitions_after, limit=limit, namespace=namespace
@@ -350,12 +350,12 @@ def asset(
             {
                 "asset_id": asset_id,
                 "since_seconds": ASSET_EVENTS_WINDOW_SECONDS,
-                "before_timestamp": None if cursor is None else api._db_time(dialect, cursor[0]),
+                "before_timestamp": None if cursor is None else api.db_time(dialect, cursor[0]),
                 "before_id": None if cursor is None else cursor[1],
                 "limit": limit,
             },
         )
-    events = [api._event_record(row) for row in rows]
+    events = [api.event_record(row) for row in rows]
     aliases = dialect.execute(
         conn, "web_asset_aliases", namespace, {"asset_id": asset_id, "limit": limit}
     )
