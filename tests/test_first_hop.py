@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -383,7 +384,15 @@ def test_a_claim_with_a_pass_is_lost_whole_in_a_crash_and_kept_by_a_durable_comm
                 for pid in stopped:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGCONT)
-            node.start()
+            # A postmaster killed here may stay a zombie (no init reaps it in a container),
+            # which its lock files would name as alive: they go with the crash.
+            (node.datadir / "postmaster.pid").unlink(missing_ok=True)
+            (node.datadir.parent / f".s.PGSQL.{node.port}.lock").unlink(missing_ok=True)
+            try:
+                node.start()
+            except subprocess.CalledProcessError:
+                print(node.log.read_text()[-2000:])
+                raise
             with engine.connect() as conn:
                 runs = conn.execute(sa.text("SELECT count(*) FROM assetq.dag_run")).scalar()
                 queued = (
