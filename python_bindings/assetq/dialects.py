@@ -188,8 +188,17 @@ class Dialect:
 
     def translate(self, exc: DBAPIError) -> errors.AssetqError:
         """Turn a driver error into assetq's exception for it, keeping the code."""
-        code = self.error_code(exc)
-        message = _message(exc)
+        return self._classified(self.error_code(exc), _message(exc), exc)
+
+    def reported(self, code: str, message: str) -> errors.AssetqError:
+        """assetq's exception for an error a routine caught and reported in its result
+        (``error_code``, ``error_message``: register_event_v2) instead of raising it: the
+        same class and code as :meth:`translate` gives the error raised."""
+        return self._classified(code, message, None)
+
+    def _classified(
+        self, code: str | None, message: str, exc: DBAPIError | None
+    ) -> errors.AssetqError:
         found = _AQ_CODE.search(message)
         if found:
             code = found.group(1)
@@ -220,11 +229,12 @@ class Dialect:
         return errors.DatabaseError(message, code=code)
 
     def _deployment_error(
-        self, exc: DBAPIError, code: str | None, message: str
+        self, exc: DBAPIError | None, code: str | None, message: str
     ) -> errors.AssetqError | None:
         """Errors that say something about the deployment rather than the call: a pooler
         that mixes up prepared statements, a lost or unreachable server, a read-only one, a
-        server setting assetq cannot work with. Each message says what to do."""
+        server setting assetq cannot work with. Each message says what to do. ``exc`` None:
+        an error a routine reported, never a lost connection (the session survived it)."""
         if code in self.prepared_statement_codes and any(
             sign in message for sign in _PREPARED_STATEMENT_SIGNS
         ):
@@ -249,6 +259,8 @@ class Dialect:
         # Raised at connect time (outside any transaction) as well as mid-transaction: the
         # transaction, if any, went with the connection, so retrying it whole is safe (and
         # exactly-once, with an idempotency key for producers).
+        if exc is None:
+            return None
         lost = exc.connection_invalidated or code in self.connection_codes
         if not lost and code is None:
             # No code from the server: the driver's own "connection refused", "server closed
@@ -287,9 +299,21 @@ def _message(exc: DBAPIError) -> str:
     return str(orig)
 
 
-#: The calls a worker makes for every run: sent straight through the driver's cursor when
-#: nothing listens to the connection's statements (see _PostgreSQL.execute).
-_DRIVER_QUERIES = frozenset({"claim_runs", "schedule_and_claim", "heartbeat_run", "complete_run"})
+#: The calls a worker makes for every run, and a producer's for every event: sent straight
+#: through the driver's cursor when nothing listens to the connection's statements (see
+#: _PostgreSQL.execute).
+_DRIVER_QUERIES = frozenset(
+    {
+        "claim_runs",
+        "schedule_and_claim",
+        "heartbeat_run",
+        "complete_run",
+        "register_event",
+        "register_event_v2",
+        "register_events",
+        "register_events_v2",
+    }
+)
 #: Named queries as the driver takes them (SQLAlchemy's compilation of the same text), and
 #: their result columns once seen, by (query, quoted namespace[, SQLAlchemy paramstyle]).
 _driver_sql_cache: dict[tuple[str, str, str], str] = {}
