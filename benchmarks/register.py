@@ -1,11 +1,16 @@
 """Registration throughput: ``assetq.register_event`` against the same rows written by plain
 client statements.
 
-Two variants, measured side by side:
+Three variants, measured side by side, each event in the caller's transaction on an
+Engine's connection (``with conn.begin():``, as an application writes it):
 
 ``assetq.register_event``
-    one round trip: the registration routine inserts the event and the ``AFTER INSERT``
-    trigger writes one queue row per consumer.
+    the default path: one round trip; the registration routine inserts the event and the
+    ``AFTER INSERT`` trigger writes one queue row per consumer, and an assetq error leaves
+    the caller's transaction usable (the routine's own savepoint on PostgreSQL).
+``savepoint=False``
+    the same call without that guarantee (after an error the caller must roll back): what
+    the guarantee costs is the ratio of the two.
 ``plain INSERTs``
     what a client without assetq's routines would send for the same rows: ``INSERT INTO
     asset_event ... RETURNING id, asset_id, "timestamp"``, then ``INSERT INTO
@@ -20,13 +25,18 @@ unique indexes and the idempotency constraint stay on in both. We did not use
 ``session_replication_role = replica`` on the plain connections instead: it would silently
 skip the foreign-key triggers too, so the plain variant would check less than the routine.
 Both namespaces live in the same database, so they share the server, WAL and cache; rounds
-of the two variants alternate (and alternate which goes first), so both tables grow alike.
+of the variants alternate (and alternate which goes first), so both tables grow alike.
 After the run the rows are checked: in both namespaces every event has exactly one queue
 row per consumer, carrying the event's timestamp.
 
-Each thread has its own connection; each event is its own committed transaction. A round runs
-for ``--seconds``; each (threads, variant) cell is repeated ``--repetitions`` times and the
-table shows the median with min-max, and the ratio per repetition (median, min-max).
+Each thread has its own connection; each event is its own committed transaction. On
+PostgreSQL the benchmark's sessions run with ``synchronous_commit = off`` unless
+``--durable``, as bench.py's do: the figure compares client and server work, not the disk.
+A round runs for ``--seconds``; each (threads, variant) cell is repeated ``--repetitions``
+times, each variant going first in turn, and the table shows the median with min-max, and
+each assetq variant's ratio to the plain one per repetition (median, min-max).
+``--output FILE`` writes the table as markdown too (docs/benchmarks/register.md, which
+benchmarks/report.py includes in docs/benchmarks.md).
 
 Without ``--url`` a fresh database ``aqd_bench_<pid>`` is created on the local PostgreSQL
 (postgres@127.0.0.1:5432) and dropped at the end. With ``--url`` the namespaces
@@ -40,6 +50,7 @@ plain namespace and its two statements, and register it in ``PLAIN_PATHS`` under
 name (``assetq.dialects.dialect_for(conn).name``); the rest is engine-neutral.
 
     python benchmarks/register.py [--url URL] [--seconds 2] [--threads 1,8] [--repetitions 5]
+                                  [--consumers 4] [--output FILE]
 """
 
 from __future__ import annotations
@@ -174,7 +185,8 @@ class Variant:
     register: Callable[[Connection, str], None]
 
 
-def _variants(dialect: Dialect) -> tuple[Variant, Variant]:
+def _variants(dialect: Dialect) -> tuple[Variant, ...]:
+    """assetq's variants first, the plain one last (the ratios' denominator)."""
     plain = PLAIN_PATHS.get(dialect.name)
     if plain is None:
         raise SystemExit(
@@ -185,11 +197,15 @@ def _variants(dialect: Dialect) -> tuple[Variant, Variant]:
     def via_assetq(conn: Connection, asset: str) -> None:
         assetq.register_event(conn, asset, namespace=PROC_NS)
 
+    def via_assetq_bare(conn: Connection, asset: str) -> None:
+        assetq.register_event(conn, asset, namespace=PROC_NS, savepoint=False)
+
     def via_plain(conn: Connection, asset: str) -> None:
         plain.register(conn, dialect, PLAIN_NS, asset)
 
     return (
         Variant("assetq.register_event", PROC_NS, via_assetq),
+        Variant("savepoint=False", PROC_NS, via_assetq_bare),
         Variant("plain INSERTs", PLAIN_NS, via_plain),
     )
 
@@ -297,20 +313,37 @@ def _server(engine: Engine) -> str:
 def run(url: URL, args: argparse.Namespace) -> None:
     thread_counts = sorted({int(t) for t in args.threads.split(",")})
     load_before = os.getloadavg()[0]
-    engine = sa.create_engine(url, pool_size=max(thread_counts) + 2, max_overflow=0)
+    began = time.monotonic()
+    # Commits that do not wait for the disk, as bench.py's figures (a session setting of the
+    # benchmark's connections, not a change to the server): the figure compares the work of
+    # client and server, not the disk's flush. --durable keeps the server's setting. MySQL
+    # has no session switch for it: the server's innodb_flush_log_at_trx_commit stands.
+    fast = url.get_backend_name() == "postgresql" and not args.durable
+    engine = sa.create_engine(
+        url,
+        pool_size=max(thread_counts) + 2,
+        max_overflow=0,
+        connect_args={"options": "-c synchronous_commit=off"} if fast else {},
+    )
     try:
         dialect = _setup(engine, args.consumers, args.assets)
         variants = _variants(dialect)
         rates: dict[tuple[int, str], list[float]] = {}
-        ratios: dict[int, list[float]] = {t: [] for t in thread_counts}
+        plain = variants[-1]
+        ratios: dict[tuple[int, str], list[float]] = {}
         for rep in range(args.repetitions):
             for threads in thread_counts:
-                order = variants if rep % 2 == 0 else variants[::-1]
+                # Each variant goes first in turn: load from elsewhere falls on all alike.
+                shift = rep % len(variants)
+                order = variants[shift:] + variants[:shift]
                 got: dict[str, float] = {}
                 for variant in order:
                     got[variant.label] = _round(engine, variant, threads, args.seconds, args.assets)
                     rates.setdefault((threads, variant.label), []).append(got[variant.label])
-                ratios[threads].append(got[variants[0].label] / got[variants[1].label])
+                for variant in variants[:-1]:
+                    ratios.setdefault((threads, variant.label), []).append(
+                        got[variant.label] / got[plain.label]
+                    )
                 print(
                     f"  repetition {rep + 1}/{args.repetitions}, {threads} threads: "
                     + ", ".join(f"{label} {rate:,.0f}/s" for label, rate in got.items()),
@@ -322,33 +355,56 @@ def run(url: URL, args: argparse.Namespace) -> None:
     finally:
         engine.dispose()
 
-    headers = ["threads", f"{variants[0].label} (events/s)", f"{variants[1].label} (events/s)"]
-    headers.append("ratio")
+    headers = ["threads", *(f"{v.label}, events/s" for v in variants)]
+    headers += [f"{v.label} / {plain.label}" for v in variants[:-1]]
     table = [
         [
             str(threads),
-            _summary(rates[(threads, variants[0].label)]),
-            _summary(rates[(threads, variants[1].label)]),
-            _summary(ratios[threads], 2),
+            *(_summary(rates[(threads, v.label)]) for v in variants),
+            *(_summary(ratios[(threads, v.label)], 2) + "x" for v in variants[:-1]),
         ]
         for threads in thread_counts
     ]
-    widths = [max(len(row[i]) for row in [headers, *table]) for i in range(len(headers))]
-    print(
+    took = time.monotonic() - began
+    load_after = os.getloadavg()[0]
+    title = (
         f"Registration throughput on {server} ({os.cpu_count()} CPUs): each thread its own"
-        f" connection, each event its own committed transaction, {args.consumers} consumers"
-        f" per asset (fan-out {args.consumers}); median (min-max) of {args.repetitions}"
-        f" interleaved rounds of {args.seconds:g} s."
+        f" connection, each event its own committed transaction (`with conn.begin():`),"
+        f" {args.consumers} consumer(s) per asset, PostgreSQL's synchronous_commit"
+        f" {'as the server sets it' if args.durable else 'off'}; median (min-max) of"
+        f" {args.repetitions} interleaved rounds of {args.seconds:g} s."
     )
+    load = (
+        f"load average (1 min) before {load_before:.2f}, after {load_after:.2f}:"
+        " other work on the machine shows up as spread"
+    )
+    widths = [max(len(row[i]) for row in [headers, *table]) for i in range(len(headers))]
+    print(title)
     print(" | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
     print("-|-".join("-" * w for w in widths))
     for row in table:
         print(" | ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
     print(f"rows written, same shape in both: {rows_note}")
-    print(
-        f"load average (1 min) before {load_before:.2f}, after {os.getloadavg()[0]:.2f}:"
-        " other work on the machine shows up as spread"
-    )
+    print(load)
+    if args.output:
+        command = "python benchmarks/register.py " + " ".join(args.argv)
+        lines = [
+            f"Measured with `{command.strip()}` on"
+            f" {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} ({took:.0f} s), assetq"
+            f" {assetq.__version__}; {load} (shared machine).",
+            "",
+            title,
+            "",
+            "| " + " | ".join(headers) + " |",
+            "|" + "|".join("---" for _ in headers) + "|",
+            *("| " + " | ".join(row) + " |" for row in table),
+            "",
+            f"Rows written, the same shape in both namespaces: {rows_note}.",
+        ]
+        with open(args.output, "a" if args.append else "w", encoding="utf-8") as out:
+            if args.append:
+                out.write("\n")
+            out.write("\n".join(lines) + "\n")
 
 
 @dataclass
@@ -385,7 +441,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repetitions", type=int, default=5, help="rounds per cell (5)")
     parser.add_argument("--consumers", type=int, default=4, help="consumers per asset (4)")
     parser.add_argument("--assets", type=int, default=4, help="assets, spread over threads (4)")
+    parser.add_argument(
+        "--durable", action="store_true", help="PostgreSQL: keep synchronous_commit as set"
+    )
+    parser.add_argument("--output", help="also write the table as markdown to this file")
+    parser.add_argument(
+        "--append", action="store_true", help="append to --output (another engine's table)"
+    )
     args = parser.parse_args(argv)
+    # The command as the page shows it: a URL (a password, this machine's port) as URL.
+    args.argv = ["URL" if "://" in a else a for a in (sys.argv[1:] if argv is None else argv)]
     if args.repetitions < 1 or args.seconds <= 0 or args.consumers < 1 or args.assets < 1:
         parser.error("--repetitions, --seconds, --consumers and --assets must be positive")
 
