@@ -40,22 +40,24 @@ benchmarks/report.py includes in docs/benchmarks.md).
 
 Without ``--url`` a fresh database ``aqd_bench_<pid>`` is created on the local PostgreSQL
 (postgres@127.0.0.1:5432) and dropped at the end. With ``--url`` the namespaces
-``aqbench_proc`` and ``aqbench_plain`` are (re)created in that database and removed at the
-end. On MySQL/MariaDB a namespace is a database: the two namespaces are two databases on the
-server of ``--url`` (``mysql://user:password@host:port``), whose own database is not used; the
-plain namespace's fan-out trigger is dropped (MySQL cannot disable a trigger).
+``aqbench_<pid>_proc`` and ``aqbench_<pid>_plain`` are created in that database and removed
+at the end. On MySQL/MariaDB a namespace is a database: the two namespaces are two databases
+on the server of ``--url`` (``mysql://user:password@host:port``), whose own database is not
+used; the plain namespace's fan-out trigger is dropped (MySQL cannot disable a trigger).
+``--mysql-private`` starts a throw-away MariaDB server instead (tests/dbs.py's, as bench.py).
 
 Another engine: subclass :class:`PlainPath` with its way of switching the trigger off in the
 plain namespace and its two statements, and register it in ``PLAIN_PATHS`` under the dialect
 name (``assetq.dialects.dialect_for(conn).name``); the rest is engine-neutral.
 
-    python benchmarks/register.py [--url URL] [--seconds 2] [--threads 1,8] [--repetitions 5]
-                                  [--consumers 4] [--output FILE]
+    python benchmarks/register.py [--url URL | --mysql-private] [--seconds 2]
+        [--threads 1,8] [--repetitions 5] [--consumers 4] [--output FILE [--append]]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import statistics
 import sys
@@ -63,6 +65,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
@@ -72,8 +75,9 @@ import assetq
 from assetq.dialects import Dialect, dialect_for
 
 LOCAL_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-PROC_NS = "aqbench_proc"
-PLAIN_NS = "aqbench_plain"
+#: Namespaces of this run (a MySQL namespace is a database: two runs on one server never meet).
+PROC_NS = f"aqbench_{os.getpid()}_proc"
+PLAIN_NS = f"aqbench_{os.getpid()}_plain"
 
 
 class PlainPath:
@@ -301,13 +305,17 @@ def _summary(values: Sequence[float], digits: int = 0) -> str:
     )
 
 
-def _server(engine: Engine) -> str:
+def _server(engine: Engine) -> tuple[str, str]:
+    """The server's name and version, and the setting that decides whether a commit waits
+    for the disk, as the benchmark's sessions have it."""
     with engine.connect() as conn:
         version = ".".join(str(v) for v in (conn.dialect.server_version_info or ())[:2])
-        name = conn.dialect.name
-    if name == "postgresql":
-        return f"PostgreSQL {version}"
-    return f"{'MariaDB' if getattr(engine.dialect, 'is_mariadb', False) else 'MySQL'} {version}"
+        if conn.dialect.name == "postgresql":
+            setting = conn.execute(sa.text("SHOW synchronous_commit")).scalar_one()
+            return f"PostgreSQL {version}", f"synchronous_commit = {setting}"
+        flush = conn.execute(sa.text("SELECT @@innodb_flush_log_at_trx_commit")).scalar_one()
+    name = "MariaDB" if getattr(engine.dialect, "is_mariadb", False) else "MySQL"
+    return f"{name} {version}", f"innodb_flush_log_at_trx_commit = {flush}"
 
 
 def run(url: URL, args: argparse.Namespace) -> None:
@@ -351,7 +359,7 @@ def run(url: URL, args: argparse.Namespace) -> None:
                     flush=True,
                 )
         rows_note = _check_rows(engine, dialect, args.consumers)
-        server = _server(engine)
+        server, commits = _server(engine)
     finally:
         engine.dispose()
 
@@ -370,8 +378,7 @@ def run(url: URL, args: argparse.Namespace) -> None:
     title = (
         f"Registration throughput on {server} ({os.cpu_count()} CPUs): each thread its own"
         f" connection, each event its own committed transaction (`with conn.begin():`),"
-        f" {args.consumers} consumer(s) per asset, PostgreSQL's synchronous_commit"
-        f" {'as the server sets it' if args.durable else 'off'}; median (min-max) of"
+        f" {args.consumers} consumer(s) per asset, {commits}; median (min-max) of"
         f" {args.repetitions} interleaved rounds of {args.seconds:g} s."
     )
     load = (
@@ -427,6 +434,25 @@ def _fresh_local_database() -> _Database:
     return _Database(make_url(LOCAL_POSTGRES).set(database=name), drop)
 
 
+def _private_mysql() -> _Database:
+    """A throw-away MariaDB/MySQL server started from this machine's mariadbd (the test
+    suite's, tests/dbs.py), which flushes its log once a second as bench.py's does: the
+    figure compares client and server work, not the disk."""
+    tests = str(Path(__file__).resolve().parent.parent / "tests")
+    if tests not in sys.path:
+        sys.path.append(tests)
+    dbs = importlib.import_module("dbs")
+    backend = dbs.MySQLBackend(private=True)
+    database = backend.database(installed=False)
+
+    def drop() -> None:
+        backend.drop(database)
+        backend.close()
+
+    url: URL = database.url
+    return _Database(url, drop)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0] if __doc__ else None,
@@ -435,6 +461,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--url",
         help="database URL (default: a fresh database on the local PostgreSQL, dropped after)",
+    )
+    parser.add_argument(
+        "--mysql-private",
+        action="store_true",
+        help="a throw-away MariaDB server of this machine's mariadbd instead of --url",
     )
     parser.add_argument("--seconds", type=float, default=2.0, help="length of a round (2)")
     parser.add_argument("--threads", default="1,8", help="comma-separated thread counts (1,8)")
@@ -466,7 +497,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 assetq.uninstall(engine, namespace=namespace)
             engine.dispose()
     else:
-        database = _fresh_local_database()
+        database = _private_mysql() if args.mysql_private else _fresh_local_database()
         try:
             run(database.url, args)
         finally:
