@@ -1,7 +1,7 @@
-"""benchmarks/register.py cannot rot: a tiny run on each engine measures the three variants
-(the default path, savepoint=False, the plain INSERTs), checks that they wrote the same
-rows, writes its markdown table, and leaves none of its namespaces behind. Timing decides
-nothing."""
+"""benchmarks/register.py cannot rot: a tiny run on each engine measures the four variants
+(the default path, savepoint=False, the client's savepoint, the plain INSERTs), checks that
+they wrote the same rows, writes its markdown table, and leaves none of its namespaces
+behind. Timing decides nothing."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _namespaces(db: TestDatabase) -> set[str]:
         return {str(r[0]) for r in conn.execute(sa.text(query))}
 
 
-def test_a_tiny_run_writes_the_table_of_the_three_variants(
+def test_a_tiny_run_writes_the_table_of_the_four_variants(
     db: TestDatabase, register: ModuleType, tmp_path: Path
 ) -> None:
     before = _namespaces(db)
@@ -45,12 +45,13 @@ def test_a_tiny_run_writes_the_table_of_the_three_variants(
     assert "python benchmarks/register.py --url URL --seconds 0.1" in page  # no URL shown
     header = (
         "| threads | assetq.register_event, events/s | savepoint=False, events/s"
-        " | plain INSERTs, events/s | assetq.register_event / plain INSERTs"
-        " | savepoint=False / plain INSERTs |"
+        " | SAVEPOINT, call, RELEASE, events/s | plain INSERTs, events/s"
+        " | assetq.register_event / plain INSERTs | savepoint=False / plain INSERTs"
+        " | SAVEPOINT, call, RELEASE / plain INSERTs |"
     )
     assert header in page
     rows = [line for line in page.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
-    assert len(rows) == 2 and all(row.count("x |") == 2 for row in rows), rows
+    assert len(rows) == 2 and all(row.count("x |") == 3 for row in rows), rows
     # Every event of both namespaces has its two queue rows: the variants wrote alike.
     assert "Rows written, the same shape in both namespaces:" in page
     assert _namespaces(db) == before
