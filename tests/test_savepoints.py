@@ -283,6 +283,21 @@ def test_a_lost_connection_during_the_call_raises_connection_lost_not_a_savepoin
             assetq.register_event(conn, "orders")
 
 
+def test_a_lost_connection_on_the_lean_path_raises_connection_lost(app: TestDatabase) -> None:
+    """The same with nothing listening, so the call goes straight through the driver's cursor
+    (both engines): the caller gets ConnectionLost and the pool never hands the dead
+    connection out again."""
+    with app.engine.connect() as conn:
+        conn.begin()
+        assetq.register_event(conn, "orders")
+        app.kill(conn)
+        with pytest.raises(assetq.ConnectionLost):
+            assetq.register_event(conn, "orders")
+        assert conn.invalidated
+    with app.engine.begin() as conn:  # a fresh connection from the pool works
+        assetq.register_event(conn, "orders")
+
+
 # -- why it is the default: the engines differ without it -----------------------------------
 
 
