@@ -544,7 +544,13 @@ class _MySQL(Dialect):
         a third of a registration's time on MariaDB (docs/benchmarks.md, "The producer's
         default path").
         """
-        if name in _MYSQL_DRIVER_QUERIES and not _listened(conn):
+        # Named parameters only (PyMySQL's pyformat): aiomysql's SQLAlchemy dialect takes
+        # them by position, which the compiled statement alone does not give.
+        if (
+            name in _MYSQL_DRIVER_QUERIES
+            and conn.dialect.paramstyle == "pyformat"
+            and not _listened(conn)
+        ):
             dbapi_connection = conn.connection.dbapi_connection
             assert dbapi_connection is not None  # a Connection in use always has one
             if not conn.in_transaction():
