@@ -939,9 +939,10 @@ def producer_section(producer: str | None) -> list[str]:
             " 0.61x and 0.33x, and this command (3 rounds, without the third column) 0.66x"
             " and 0.49x at the commit before the change, 5719ce3. Each variant writes in the"
             " caller's transaction through what an application would use: the plain INSERTs"
-            " through SQLAlchemy's Connection.execute, whose client work counts (at 8 threads on 2 cores it is a"
-            " large part of the plain side's time); assetq's calls through the driver's cursor,"
-            " as the package sends them when nothing listens to the connection's statements.",
+            " through SQLAlchemy's Connection.execute, whose client work counts (at 8"
+            " threads on 2 cores it is a large part of the plain side's time); assetq's calls"
+            " through the driver's cursor, as the package sends them when nothing listens to"
+            " the connection's statements.",
         ]
     return [
         *heading,
