@@ -1,11 +1,19 @@
 """Registration throughput: ``assetq.register_event`` against the same rows written by plain
 client statements.
 
-Two variants, measured side by side:
+Four variants, measured side by side, each event in the caller's transaction on an
+Engine's connection (``with conn.begin():``, as an application writes it):
 
 ``assetq.register_event``
-    one round trip: the registration routine inserts the event and the ``AFTER INSERT``
-    trigger writes one queue row per consumer.
+    the default path: one round trip; the registration routine inserts the event and the
+    ``AFTER INSERT`` trigger writes one queue row per consumer, and an assetq error leaves
+    the caller's transaction usable (the routine's own savepoint on PostgreSQL).
+``savepoint=False``
+    the same call without that guarantee (after an error the caller must roll back): what
+    the guarantee costs is the ratio of the two.
+``SAVEPOINT, call, RELEASE``
+    the guarantee as the client gave it before the routines took it over (0.1.0's default
+    on PostgreSQL): ``savepoint=False`` inside ``conn.begin_nested()``, two round trips more.
 ``plain INSERTs``
     what a client without assetq's routines would send for the same rows: ``INSERT INTO
     asset_event ... RETURNING id, asset_id, "timestamp"``, then ``INSERT INTO
@@ -20,31 +28,39 @@ unique indexes and the idempotency constraint stay on in both. We did not use
 ``session_replication_role = replica`` on the plain connections instead: it would silently
 skip the foreign-key triggers too, so the plain variant would check less than the routine.
 Both namespaces live in the same database, so they share the server, WAL and cache; rounds
-of the two variants alternate (and alternate which goes first), so both tables grow alike.
+of the variants alternate (and alternate which goes first), so both tables grow alike.
 After the run the rows are checked: in both namespaces every event has exactly one queue
 row per consumer, carrying the event's timestamp.
 
-Each thread has its own connection; each event is its own committed transaction. A round runs
-for ``--seconds``; each (threads, variant) cell is repeated ``--repetitions`` times and the
-table shows the median with min-max, and the ratio per repetition (median, min-max).
+Each thread has its own connection; each event is its own committed transaction. On
+PostgreSQL the benchmark's sessions run with ``synchronous_commit = off`` unless
+``--durable``, as bench.py's do: the figure compares client and server work, not the disk.
+A round runs for ``--seconds``; each (threads, variant) cell is repeated ``--repetitions``
+times, each variant going first in turn, and the table shows the median with min-max, and
+each assetq variant's ratio to the plain one per repetition (median, min-max).
+``--output FILE`` writes the table as markdown too (docs/benchmarks/register.md, which
+benchmarks/report.py includes in docs/benchmarks.md).
 
 Without ``--url`` a fresh database ``aqd_bench_<pid>`` is created on the local PostgreSQL
 (postgres@127.0.0.1:5432) and dropped at the end. With ``--url`` the namespaces
-``aqbench_proc`` and ``aqbench_plain`` are (re)created in that database and removed at the
-end. On MySQL/MariaDB a namespace is a database: the two namespaces are two databases on the
-server of ``--url`` (``mysql://user:password@host:port``), whose own database is not used; the
-plain namespace's fan-out trigger is dropped (MySQL cannot disable a trigger).
+``aqbench_<pid>_proc`` and ``aqbench_<pid>_plain`` are created in that database and removed
+at the end. On MySQL/MariaDB a namespace is a database: the two namespaces are two databases
+on the server of ``--url`` (``mysql://user:password@host:port``), whose own database is not
+used; the plain namespace's fan-out trigger is dropped (MySQL cannot disable a trigger).
+``--mysql-private`` starts a throw-away MariaDB server instead (tests/dbs.py's, as bench.py).
 
 Another engine: subclass :class:`PlainPath` with its way of switching the trigger off in the
 plain namespace and its two statements, and register it in ``PLAIN_PATHS`` under the dialect
 name (``assetq.dialects.dialect_for(conn).name``); the rest is engine-neutral.
 
-    python benchmarks/register.py [--url URL] [--seconds 2] [--threads 1,8] [--repetitions 5]
+    python benchmarks/register.py [--url URL | --mysql-private] [--seconds 2]
+        [--threads 1,8] [--repetitions 5] [--consumers 4] [--output FILE [--append]]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import statistics
 import sys
@@ -52,6 +68,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
@@ -61,8 +78,9 @@ import assetq
 from assetq.dialects import Dialect, dialect_for
 
 LOCAL_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-PROC_NS = "aqbench_proc"
-PLAIN_NS = "aqbench_plain"
+#: Namespaces of this run (a MySQL namespace is a database: two runs on one server never meet).
+PROC_NS = f"aqbench_{os.getpid()}_proc"
+PLAIN_NS = f"aqbench_{os.getpid()}_plain"
 
 
 class PlainPath:
@@ -174,7 +192,8 @@ class Variant:
     register: Callable[[Connection, str], None]
 
 
-def _variants(dialect: Dialect) -> tuple[Variant, Variant]:
+def _variants(dialect: Dialect) -> tuple[Variant, ...]:
+    """assetq's variants first, the plain one last (the ratios' denominator)."""
     plain = PLAIN_PATHS.get(dialect.name)
     if plain is None:
         raise SystemExit(
@@ -185,11 +204,20 @@ def _variants(dialect: Dialect) -> tuple[Variant, Variant]:
     def via_assetq(conn: Connection, asset: str) -> None:
         assetq.register_event(conn, asset, namespace=PROC_NS)
 
+    def via_assetq_bare(conn: Connection, asset: str) -> None:
+        assetq.register_event(conn, asset, namespace=PROC_NS, savepoint=False)
+
+    def via_client_savepoint(conn: Connection, asset: str) -> None:
+        with conn.begin_nested():
+            assetq.register_event(conn, asset, namespace=PROC_NS, savepoint=False)
+
     def via_plain(conn: Connection, asset: str) -> None:
         plain.register(conn, dialect, PLAIN_NS, asset)
 
     return (
         Variant("assetq.register_event", PROC_NS, via_assetq),
+        Variant("savepoint=False", PROC_NS, via_assetq_bare),
+        Variant("SAVEPOINT, call, RELEASE", PROC_NS, via_client_savepoint),
         Variant("plain INSERTs", PLAIN_NS, via_plain),
     )
 
@@ -285,32 +313,53 @@ def _summary(values: Sequence[float], digits: int = 0) -> str:
     )
 
 
-def _server(engine: Engine) -> str:
+def _server(engine: Engine) -> tuple[str, str]:
+    """The server's name and version, and the setting that decides whether a commit waits
+    for the disk, as the benchmark's sessions have it."""
     with engine.connect() as conn:
         version = ".".join(str(v) for v in (conn.dialect.server_version_info or ())[:2])
-        name = conn.dialect.name
-    if name == "postgresql":
-        return f"PostgreSQL {version}"
-    return f"{'MariaDB' if getattr(engine.dialect, 'is_mariadb', False) else 'MySQL'} {version}"
+        if conn.dialect.name == "postgresql":
+            setting = conn.execute(sa.text("SHOW synchronous_commit")).scalar_one()
+            return f"PostgreSQL {version}", f"synchronous_commit = {setting}"
+        flush = conn.execute(sa.text("SELECT @@innodb_flush_log_at_trx_commit")).scalar_one()
+    name = "MariaDB" if getattr(engine.dialect, "is_mariadb", False) else "MySQL"
+    return f"{name} {version}", f"innodb_flush_log_at_trx_commit = {flush}"
 
 
 def run(url: URL, args: argparse.Namespace) -> None:
     thread_counts = sorted({int(t) for t in args.threads.split(",")})
     load_before = os.getloadavg()[0]
-    engine = sa.create_engine(url, pool_size=max(thread_counts) + 2, max_overflow=0)
+    began = time.monotonic()
+    # Commits that do not wait for the disk, as bench.py's figures (a session setting of the
+    # benchmark's connections, not a change to the server): the figure compares the work of
+    # client and server, not the disk's flush. --durable keeps the server's setting. MySQL
+    # has no session switch for it: the server's innodb_flush_log_at_trx_commit stands.
+    fast = url.get_backend_name() == "postgresql" and not args.durable
+    engine = sa.create_engine(
+        url,
+        pool_size=max(thread_counts) + 2,
+        max_overflow=0,
+        connect_args={"options": "-c synchronous_commit=off"} if fast else {},
+    )
     try:
         dialect = _setup(engine, args.consumers, args.assets)
         variants = _variants(dialect)
         rates: dict[tuple[int, str], list[float]] = {}
-        ratios: dict[int, list[float]] = {t: [] for t in thread_counts}
+        plain = variants[-1]
+        ratios: dict[tuple[int, str], list[float]] = {}
         for rep in range(args.repetitions):
             for threads in thread_counts:
-                order = variants if rep % 2 == 0 else variants[::-1]
+                # Each variant goes first in turn: load from elsewhere falls on all alike.
+                shift = rep % len(variants)
+                order = variants[shift:] + variants[:shift]
                 got: dict[str, float] = {}
                 for variant in order:
                     got[variant.label] = _round(engine, variant, threads, args.seconds, args.assets)
                     rates.setdefault((threads, variant.label), []).append(got[variant.label])
-                ratios[threads].append(got[variants[0].label] / got[variants[1].label])
+                for variant in variants[:-1]:
+                    ratios.setdefault((threads, variant.label), []).append(
+                        got[variant.label] / got[plain.label]
+                    )
                 print(
                     f"  repetition {rep + 1}/{args.repetitions}, {threads} threads: "
                     + ", ".join(f"{label} {rate:,.0f}/s" for label, rate in got.items()),
@@ -318,37 +367,59 @@ def run(url: URL, args: argparse.Namespace) -> None:
                     flush=True,
                 )
         rows_note = _check_rows(engine, dialect, args.consumers)
-        server = _server(engine)
+        server, commits = _server(engine)
     finally:
         engine.dispose()
 
-    headers = ["threads", f"{variants[0].label} (events/s)", f"{variants[1].label} (events/s)"]
-    headers.append("ratio")
+    headers = ["threads", *(f"{v.label}, events/s" for v in variants)]
+    headers += [f"{v.label} / {plain.label}" for v in variants[:-1]]
     table = [
         [
             str(threads),
-            _summary(rates[(threads, variants[0].label)]),
-            _summary(rates[(threads, variants[1].label)]),
-            _summary(ratios[threads], 2),
+            *(_summary(rates[(threads, v.label)]) for v in variants),
+            *(_summary(ratios[(threads, v.label)], 2) + "x" for v in variants[:-1]),
         ]
         for threads in thread_counts
     ]
-    widths = [max(len(row[i]) for row in [headers, *table]) for i in range(len(headers))]
-    print(
+    took = time.monotonic() - began
+    load_after = os.getloadavg()[0]
+    title = (
         f"Registration throughput on {server} ({os.cpu_count()} CPUs): each thread its own"
-        f" connection, each event its own committed transaction, {args.consumers} consumers"
-        f" per asset (fan-out {args.consumers}); median (min-max) of {args.repetitions}"
-        f" interleaved rounds of {args.seconds:g} s."
+        f" connection, each event its own committed transaction (`with conn.begin():`),"
+        f" {args.consumers} consumer(s) per asset, {commits}; median (min-max) of"
+        f" {args.repetitions} interleaved rounds of {args.seconds:g} s."
     )
+    load = (
+        f"load average (1 min) before {load_before:.2f}, after {load_after:.2f}:"
+        " other work on the machine shows up as spread"
+    )
+    widths = [max(len(row[i]) for row in [headers, *table]) for i in range(len(headers))]
+    print(title)
     print(" | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
     print("-|-".join("-" * w for w in widths))
     for row in table:
         print(" | ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
     print(f"rows written, same shape in both: {rows_note}")
-    print(
-        f"load average (1 min) before {load_before:.2f}, after {os.getloadavg()[0]:.2f}:"
-        " other work on the machine shows up as spread"
-    )
+    print(load)
+    if args.output:
+        command = "python benchmarks/register.py " + " ".join(args.argv)
+        lines = [
+            f"Measured with `{command.strip()}` on"
+            f" {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} ({took:.0f} s), assetq"
+            f" {assetq.__version__}; {load} (shared machine).",
+            "",
+            title,
+            "",
+            "| " + " | ".join(headers) + " |",
+            "|" + "|".join("---" for _ in headers) + "|",
+            *("| " + " | ".join(row) + " |" for row in table),
+            "",
+            f"Rows written, the same shape in both namespaces: {rows_note}.",
+        ]
+        with open(args.output, "a" if args.append else "w", encoding="utf-8") as out:
+            if args.append:
+                out.write("\n")
+            out.write("\n".join(lines) + "\n")
 
 
 @dataclass
@@ -371,6 +442,25 @@ def _fresh_local_database() -> _Database:
     return _Database(make_url(LOCAL_POSTGRES).set(database=name), drop)
 
 
+def _private_mysql() -> _Database:
+    """A throw-away MariaDB/MySQL server started from this machine's mariadbd (the test
+    suite's, tests/dbs.py), which flushes its log once a second as bench.py's does: the
+    figure compares client and server work, not the disk."""
+    tests = str(Path(__file__).resolve().parent.parent / "tests")
+    if tests not in sys.path:
+        sys.path.append(tests)
+    dbs = importlib.import_module("dbs")
+    backend = dbs.MySQLBackend(private=True)
+    database = backend.database(installed=False)
+
+    def drop() -> None:
+        backend.drop(database)
+        backend.close()
+
+    url: URL = database.url
+    return _Database(url, drop)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0] if __doc__ else None,
@@ -380,12 +470,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--url",
         help="database URL (default: a fresh database on the local PostgreSQL, dropped after)",
     )
+    parser.add_argument(
+        "--mysql-private",
+        action="store_true",
+        help="a throw-away MariaDB server of this machine's mariadbd instead of --url",
+    )
     parser.add_argument("--seconds", type=float, default=2.0, help="length of a round (2)")
     parser.add_argument("--threads", default="1,8", help="comma-separated thread counts (1,8)")
     parser.add_argument("--repetitions", type=int, default=5, help="rounds per cell (5)")
     parser.add_argument("--consumers", type=int, default=4, help="consumers per asset (4)")
     parser.add_argument("--assets", type=int, default=4, help="assets, spread over threads (4)")
+    parser.add_argument(
+        "--durable", action="store_true", help="PostgreSQL: keep synchronous_commit as set"
+    )
+    parser.add_argument("--output", help="also write the table as markdown to this file")
+    parser.add_argument(
+        "--append", action="store_true", help="append to --output (another engine's table)"
+    )
     args = parser.parse_args(argv)
+    # The command as the page shows it: a URL (a password, this machine's port) as URL.
+    args.argv = ["URL" if "://" in a else a for a in (sys.argv[1:] if argv is None else argv)]
     if args.repetitions < 1 or args.seconds <= 0 or args.consumers < 1 or args.assets < 1:
         parser.error("--repetitions, --seconds, --consumers and --assets must be positive")
 
@@ -401,7 +505,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 assetq.uninstall(engine, namespace=namespace)
             engine.dispose()
     else:
-        database = _fresh_local_database()
+        database = _private_mysql() if args.mysql_private else _fresh_local_database()
         try:
             run(database.url, args)
         finally:

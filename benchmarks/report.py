@@ -914,11 +914,49 @@ def wakeup_gap_section(wakeup: str | None) -> list[str]:
     ]
 
 
+#: Written by benchmarks/register.py --output, next to the plots; included in the page.
+PRODUCER = "register.md"
+
+
+def producer_section(producer: str | None) -> list[str]:
+    """The page's section on benchmarks/register.py: its --output file, or how to make it."""
+    heading = ["", "## The producer's default path", ""]
+    if producer:
+        return [
+            *heading,
+            "From benchmarks/register.py (issue 29, item 5), a separate run from the figures"
+            " above: `assetq.register_event` as an application calls it, in its own"
+            " transaction on an Engine's connection, with the default `savepoint=True` (an"
+            " assetq error leaves the caller's transaction usable) and with `savepoint=False`,"
+            " against the same rows written by two plain INSERTs (docs/python.md, What an"
+            " error leaves of your transaction, says how the savepoint costs no round trip):",
+            "",
+            producer.rstrip("\n"),
+            "",
+            "Targets (issue 29, item 5), PostgreSQL, by default: >= 0.9x the plain INSERTs at"
+            " 1 thread and >= 0.7x at 8. Before, the default was the SAVEPOINT, call, RELEASE"
+            " column's path, with the call through SQLAlchemy's execute: the issue measured"
+            " 0.61x and 0.33x, and this command (3 rounds, without the third column) 0.66x"
+            " and 0.49x at the commit before the change, 5719ce3. Each variant writes in the"
+            " caller's transaction through what an application would use: the plain INSERTs"
+            " through SQLAlchemy's Connection.execute, whose client work counts (at 8"
+            " threads on 2 cores it is a large part of the plain side's time); assetq's calls"
+            " through the driver's cursor, as the package sends them when nothing listens to"
+            " the connection's statements.",
+        ]
+    return [
+        *heading,
+        "Not measured for this page: `python benchmarks/register.py --output"
+        f" docs/{PLOTS}/{PRODUCER}` writes the figures that go here.",
+    ]
+
+
 def markdown(
     report: dict[str, Any],
     plots: Sequence[str],
     latency: str | None = None,
     wakeup: str | None = None,
+    producer: str | None = None,
 ) -> str:
     machine = report["machine"]
     cfg = report["config"]
@@ -1116,6 +1154,7 @@ def markdown(
     out += peers_section(report)
     out += latency_section(latency)
     out += wakeup_gap_section(wakeup)
+    out += producer_section(producer)
     if plots:
         out += ["", "## Plots", ""]
         out += [f"![{name[:-4]}]({PLOTS}/{name})" for name in plots]
@@ -1189,8 +1228,9 @@ def markdown(
 
 def write(report: dict[str, Any], out: Path) -> None:
     """docs/benchmarks.json, docs/benchmarks/*.png and docs/benchmarks.md (which includes
-    docs/benchmarks/latency.md when benchmarks/latency.py wrote it, and
-    docs/benchmarks/wakeup_gap.md when benchmarks/wakeup_gap.py did)."""
+    docs/benchmarks/latency.md when benchmarks/latency.py wrote it,
+    docs/benchmarks/wakeup_gap.md when benchmarks/wakeup_gap.py did, and
+    docs/benchmarks/register.md when benchmarks/register.py did)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "benchmarks.json").write_text(json.dumps(report, indent=1) + "\n", "utf-8")
     plots = _plots(report, out / PLOTS)
@@ -1198,7 +1238,11 @@ def write(report: dict[str, Any], out: Path) -> None:
     text = latency.read_text("utf-8") if latency.exists() else None
     gap = out / PLOTS / WAKEUP_GAP
     gap_text = gap.read_text("utf-8") if gap.exists() else None
-    (out / "benchmarks.md").write_text(markdown(report, plots, text, gap_text), "utf-8")
+    producer = out / PLOTS / PRODUCER
+    producer_text = producer.read_text("utf-8") if producer.exists() else None
+    (out / "benchmarks.md").write_text(
+        markdown(report, plots, text, gap_text, producer_text), "utf-8"
+    )
 
 
 if __name__ == "__main__":  # re-draw the page and plots from the raw figures of a run

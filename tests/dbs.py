@@ -109,6 +109,9 @@ ENGINE_SQL: dict[str, dict[str, str]] = {
         # hold a consumer the way a pass does
         "lock_consumer": "SELECT dag_id FROM {ns}.dag WHERE dag_id = :dag_id FOR NO KEY UPDATE",
         "lock_timeout_2s": "SET lock_timeout = '2s'",
+        "lock_timeout_1s": "SET lock_timeout = '1s'",
+        # hold an asset the way delete_asset does: a producer's foreign-key check waits
+        "lock_asset": "SELECT id FROM {ns}.asset WHERE name = :name FOR UPDATE",
         # declare a consumer through the routine of revisions before 0004 (no options)
         "declare_dag_before_0004": "SELECT {ns}.declare_dag(:dag_id, CAST(:condition AS jsonb),"
         " CAST(:clauses AS jsonb))",
@@ -119,6 +122,8 @@ ENGINE_SQL: dict[str, dict[str, str]] = {
         "kill": "KILL CONNECTION :pid",
         "lock_consumer": "SELECT dag_id FROM {ns}.dag_lock WHERE dag_id = :dag_id FOR UPDATE",
         "lock_timeout_2s": "SET innodb_lock_wait_timeout = 2",
+        "lock_timeout_1s": "SET innodb_lock_wait_timeout = 1",
+        "lock_asset": "SELECT id FROM {ns}.asset WHERE name = :name FOR UPDATE",
         "declare_dag_before_0004": "CALL {ns}.declare_dag(:dag_id, :condition, :clauses, NULL)",
     },
 }

@@ -82,15 +82,15 @@ def test_a_call_in_the_callers_transaction_raises_the_transient_error(db: TestDa
     _mysql(db)
     with db.engine.begin() as conn:
         assetq.declare_dag(conn, "report", "orders")
-    db.execute("DROP PROCEDURE {ns}.register_events")
+    db.execute("DROP PROCEDURE {ns}.register_events_v2")
     with db.engine.begin() as conn:
         conn.execute(sa.text("SELECT 1"))
-        with pytest.raises(assetq.RoutineUnavailable, match="register_events") as raised:
+        with pytest.raises(assetq.RoutineUnavailable, match="register_events_v2") as raised:
             assetq.register_events(conn, [assetq.NewEvent("orders")])
         assert isinstance(raised.value, assetq.TransientError) and raised.value.code == "1305"
     # The caller retries its transaction once the routine is back.
     with db.engine.connect() as conn:
-        conn.exec_driver_sql(_create_statement(db, "register_events").replace("%", "%%"))
+        conn.exec_driver_sql(_create_statement(db, "register_events_v2").replace("%", "%%"))
     with db.engine.begin() as conn:
         (event,) = assetq.register_events(conn, [assetq.NewEvent("orders")])
     assert event.created

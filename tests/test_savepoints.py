@@ -7,6 +7,10 @@ engines. Each test writes a row of the caller's own first, catches the error, wr
 row, commits, and finds both rows and nothing of the failed call, through a Connection and
 through an ORM Session.
 
+The producer's calls pay no round trip for it (issue 29, item 5): register_event_v2 and
+register_events_v2 take the savepoint inside the routine, and on PostgreSQL report the
+error instead of raising it; the tests at the end count the round trips on the wire.
+
 Without the savepoint the engines differ, which is why it is the default: PostgreSQL aborts
 the caller's whole transaction (its commit becomes a rollback), MariaDB keeps a procedure's
 statements that ran before the error (a batch whose second item reuses an idempotency key
@@ -15,12 +19,15 @@ keeps the first item).
 
 from __future__ import annotations
 
+import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from psycopg import pq
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
@@ -35,6 +42,13 @@ def app(db: TestDatabase) -> Iterator[TestDatabase]:
     with db.engine.begin() as conn:
         assetq.declare_dag(conn, "report", "orders")
         assetq.register_event(conn, "orders", idempotency_key="k1", extra={"n": 1})
+        # A partitioned consumer: an event of regions needs a key it can map.
+        assetq.declare_dag(
+            conn,
+            "by_region",
+            "regions",
+            partitioned={"regions": assetq.StaticPartitions({"eu-west-1": "eu"})},
+        )
     yield db
 
 
@@ -96,6 +110,19 @@ FAILING_CALLS: list[tuple[str, Callable[[Any], object], type[assetq.AssetqError]
         ),
         assetq.IdempotencyConflict,
         "AQ005",
+    ),
+    (
+        # Refused by the fan-out trigger, after the event's INSERT: the routine undoes it.
+        "missing-partition-key",
+        lambda h: assetq.register_event(h, "regions"),
+        assetq.UnmappablePartition,
+        "AQ011",
+    ),
+    (
+        "unmappable-partition-key",
+        lambda h: assetq.register_event(h, "regions", partition_key="ap-south-1"),
+        assetq.UnmappablePartition,
+        "AQ011",
     ),
     (
         "pause-unknown-dag",
@@ -165,29 +192,33 @@ def test_a_declaration_error_leaves_the_callers_transaction_as_it_was(app: TestD
     assert app.counts() == before
 
 
-def test_the_savepoint_is_released_after_a_successful_call(app: TestDatabase) -> None:
-    """Many calls in one transaction leave no savepoint open (PostgreSQL slows down past 64
-    open subtransactions per session): each call releases its own."""
-    statements: list[str] = []
-
-    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        statements.append(statement.split()[0].upper())
-
+def test_a_registration_nests_inside_the_callers_own_savepoint(app: TestDatabase) -> None:
+    """The routine's savepoint is its own and released by the call: the caller's savepoint
+    around several calls still rolls back exactly those calls, and the transaction goes on
+    (what a subtransaction left open, or released twice, would break)."""
+    before = app.counts()["asset_event"]
     with app.engine.connect() as conn:
-        sa.event.listen(conn, "before_cursor_execute", seen)
-        with conn.begin():
-            for _ in range(3):
-                assetq.register_events(conn, [assetq.NewEvent("orders")])
-    assert statements.count("SAVEPOINT") == 3
-    assert statements.count("RELEASE") == 3
+        conn.begin()
+        kept = assetq.register_event(conn, "orders")
+        nested = conn.begin_nested()
+        for _ in range(3):
+            assetq.register_event(conn, "orders")
+            assetq.register_events(conn, [assetq.NewEvent("orders")])
+        with pytest.raises(assetq.UnknownAsset):
+            assetq.register_event(conn, "no_such_asset")
+        nested.rollback()
+        after = assetq.register_event(conn, "orders")
+        conn.commit()
+    ids = {int(r[0]) for r in app.rows("SELECT id FROM {ns}.asset_event")}
+    assert app.counts()["asset_event"] == before + 2
+    assert {kept.id, after.id} <= ids
 
 
-@pytest.mark.engines("mysql")
-def test_mariadb_registers_one_event_without_a_savepoint(app: TestDatabase) -> None:
-    """MySQL/MariaDB: register_event writes with one statement (the INSERT, its fan-out
-    trigger inside it) and an error rolls back that statement only, so the caller's
-    transaction is left as it was without a savepoint (the behaviour test above proves it
-    for unknown assets and idempotency conflicts): none is sent, two round trips saved."""
+def test_a_registration_sends_no_savepoint_statement(app: TestDatabase) -> None:
+    """Neither register_event nor register_events sends SAVEPOINT or RELEASE, on either
+    engine, not even when the call fails: the routine takes its savepoint itself. (A
+    statement listener sends the calls through SQLAlchemy; the round-trip tests below count
+    the lean path, which nothing listens to.)"""
     statements: list[str] = []
 
     def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
@@ -197,7 +228,13 @@ def test_mariadb_registers_one_event_without_a_savepoint(app: TestDatabase) -> N
         sa.event.listen(conn, "before_cursor_execute", seen)
         with conn.begin():
             assetq.register_event(conn, "orders")
-    assert "SAVEPOINT" not in statements
+            assetq.register_events(conn, [assetq.NewEvent("orders")])
+            with pytest.raises(assetq.UnknownAsset):
+                assetq.register_event(conn, "no_such_asset")
+            with pytest.raises(assetq.UnknownAsset):
+                assetq.register_events(conn, [assetq.NewEvent("no_such_asset")])
+    assert len(statements) == 4
+    assert not {"SAVEPOINT", "RELEASE", "ROLLBACK"} & set(statements)
 
 
 def test_no_savepoint_on_an_autocommit_connection(app: TestDatabase) -> None:
@@ -231,9 +268,9 @@ def test_a_connection_with_no_transaction_yet_gets_one_begun(app: TestDatabase) 
 def test_a_lost_connection_during_the_call_raises_connection_lost_not_a_savepoint_error(
     app: TestDatabase,
 ) -> None:
-    """Forced: the server session is killed right before the routine call is sent, after the
-    SAVEPOINT. Rolling back to the savepoint then fails too; the caller gets the error that
-    says what happened (ConnectionLost, transient: retry the whole transaction)."""
+    """Forced: the server session is killed right before the routine call is sent. The
+    routine's savepoint went with the session; the caller gets the error that says what
+    happened (ConnectionLost, transient: retry the whole transaction)."""
     with app.engine.connect() as conn:
         conn.begin()
 
@@ -244,6 +281,21 @@ def test_a_lost_connection_during_the_call_raises_connection_lost_not_a_savepoin
         sa.event.listen(conn, "before_cursor_execute", kill_before_the_call)
         with pytest.raises(assetq.ConnectionLost):
             assetq.register_event(conn, "orders")
+
+
+def test_a_lost_connection_on_the_lean_path_raises_connection_lost(app: TestDatabase) -> None:
+    """The same with nothing listening, so the call goes straight through the driver's cursor
+    (both engines): the caller gets ConnectionLost and the pool never hands the dead
+    connection out again."""
+    with app.engine.connect() as conn:
+        conn.begin()
+        assetq.register_event(conn, "orders")
+        app.kill(conn)
+        with pytest.raises(assetq.ConnectionLost):
+            assetq.register_event(conn, "orders")
+        assert conn.invalidated
+    with app.engine.begin() as conn:  # a fresh connection from the pool works
+        assetq.register_event(conn, "orders")
 
 
 # -- why it is the default: the engines differ without it -----------------------------------
@@ -263,7 +315,13 @@ def test_without_a_savepoint_postgresql_aborts_the_callers_transaction(app: Test
 
 
 @pytest.mark.engines("mysql")
-def test_without_a_savepoint_mariadb_keeps_a_failed_batchs_first_items(app: TestDatabase) -> None:
+def test_mariadb_keeps_nothing_of_a_failed_batch_even_without_the_savepoint_argument(
+    app: TestDatabase,
+) -> None:
+    """MariaDB undoes only the failed statement, and a batch writes with several: its first
+    item stayed in the caller's transaction when the client sent no SAVEPOINT. The savepoint
+    is now the routine's own (register_events_v2, which 0.1.0's register_events calls too),
+    so the first item goes with the failed call whatever the caller passed."""
     before = app.counts()["asset_event"]
     with app.engine.connect() as conn:
         conn.begin()
@@ -277,4 +335,122 @@ def test_without_a_savepoint_mariadb_keeps_a_failed_batchs_first_items(app: Test
                 savepoint=False,
             )
         conn.commit()
-    assert app.counts()["asset_event"] == before + 1  # half a batch: what the savepoint prevents
+    assert app.counts()["asset_event"] == before
+
+
+# -- errors the routine cannot foresee ---------------------------------------------------------
+
+
+def test_a_lock_timeout_in_the_call_leaves_the_callers_transaction_as_it_was(
+    app: TestDatabase,
+) -> None:
+    """Forced: another transaction holds the asset's row as delete_asset does, so the event's
+    foreign-key check waits, and the caller's lock timeout ends the wait (PostgreSQL 55P03,
+    MySQL 1205): TransientError, the caller's own row and earlier event kept, its
+    transaction usable and committed."""
+    before = app.counts()
+    holder_locked = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with app.engine.begin() as holder:
+            holder.execute(app.engine_sql("lock_asset"), {"name": "orders"})
+            holder_locked.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert holder_locked.wait(30)
+        with app.engine.connect() as conn:
+            conn.execute(app.engine_sql("lock_timeout_1s"))  # begins the transaction
+            _insert_order(app, conn, 1)
+            kept = assetq.register_event(conn, "regions", partition_key="eu-west-1")
+            with pytest.raises(assetq.TransientError) as raised:
+                assetq.register_event(conn, "orders")
+            assert raised.value.code in ("55P03", "1205")
+            _insert_order(app, conn, 2)
+            conn.commit()
+    finally:
+        release.set()
+        thread.join()
+    assert _orders(app) == [1, 2]
+    assert app.counts()["asset_event"] == before["asset_event"] + 1
+    assert app.scalar("SELECT count(*) FROM {ns}.asset_event WHERE id = :id", id=kept.id) == 1
+
+
+# -- round trips ---------------------------------------------------------------------------------
+
+
+class RoundTrips:
+    """Counts the round trips a connection makes, on the wire: PostgreSQL, libpq's protocol
+    trace (one ReadyForQuery from the server ends each); MySQL, the session's Questions
+    (statements the client sent, not those a procedure runs; reading it is one more)."""
+
+    def __init__(self, db: TestDatabase, conn: Connection) -> None:
+        self.db = db
+        self.conn = conn
+        self.count = 0
+
+    def __enter__(self) -> RoundTrips:
+        if self.db.engine_name == "postgresql":
+            self._trace = tempfile.TemporaryFile("w+")
+            pgconn = self.conn.connection.dbapi_connection.pgconn  # type: ignore[union-attr]
+            pgconn.trace(self._trace.fileno())
+            pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+        else:
+            self._questions = self._read_questions()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.db.engine_name == "postgresql":
+            pgconn = self.conn.connection.dbapi_connection.pgconn  # type: ignore[union-attr]
+            pgconn.untrace()
+            self._trace.seek(0)
+            # One line per message: direction, length, type, fields.
+            self.count = sum(
+                1 for line in self._trace if line.startswith("B\t") and "\tReadyForQuery" in line
+            )
+            self._trace.close()
+        else:
+            self.count = self._read_questions() - self._questions - 1
+
+    def _read_questions(self) -> int:
+        cursor = self.conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute("SHOW SESSION STATUS LIKE 'Questions'")
+            return int(cursor.fetchone()[1])
+        finally:
+            cursor.close()
+
+
+def test_the_default_path_sends_one_round_trip_per_call(app: TestDatabase) -> None:
+    """In the caller's transaction, with the default savepoint, each register_event and
+    register_events is one round trip on the wire, on both engines, a failed one too:
+    no SAVEPOINT, RELEASE or ROLLBACK TO, nothing to read the schema (after the first
+    call), nothing to set. Nothing listens to the connection, so this is the lean path
+    users run."""
+    with app.engine.connect() as conn:
+        conn.begin()
+        # The transaction begun, the schema checked; and psycopg prepares a statement on its
+        # fifth execution on a connection (prepare_threshold), in a round trip of its own,
+        # once per connection and statement, not per call.
+        for _ in range(6):
+            assetq.register_event(conn, "orders")
+        with RoundTrips(app, conn) as wire:
+            for n in range(5):
+                assetq.register_event(conn, "orders", extra={"n": n})
+        assert wire.count == 5
+        with RoundTrips(app, conn) as wire:
+            assetq.register_events(conn, [assetq.NewEvent("orders")] * 3)
+            assetq.register_event(conn, "regions", partition_key="eu-west-1")  # a batch of 1
+        assert wire.count == 2
+        with RoundTrips(app, conn) as wire:
+            with pytest.raises(assetq.UnknownAsset):
+                assetq.register_event(conn, "no_such_asset")
+            with pytest.raises(assetq.IdempotencyConflict):
+                assetq.register_events(
+                    conn, [assetq.NewEvent("orders", idempotency_key="k1", extra={"n": 9})]
+                )
+        assert wire.count == 2
+        conn.commit()

@@ -307,7 +307,8 @@ def test_an_upgrade_gives_prefixed_accounts_what_their_kind_reaches_now(
     no account of a prefixed namespace: its lookup (granted_access) asked for
     `assetq_assetq_dag`, the prefix twice, and the reader lost status. Here a revoked grant
     stands for the table and the routine the newer package adds: the reader's SELECT on
-    process_liveness (status reads it) and the producer's EXECUTE on register_event."""
+    process_liveness (status reads it) and the producer's EXECUTE on register_event_v2
+    (the routine register_event calls)."""
     assetq.install(app_db.engine, namespace=NS)  # this package's head: the baseline
     with made_logins(app_db, ("reader", "producer"), "aqpr") as logins:
         reader, producer = logins["reader"], logins["producer"]
@@ -321,7 +322,7 @@ def test_an_upgrade_gives_prefixed_accounts_what_their_kind_reaches_now(
         for statement in (
             f"REVOKE SELECT ON `{MYSQL_APP_DATABASE}`.`assetq_process_liveness`"
             f" FROM '{host[0]}'@'{host[1]}'",
-            f"REVOKE EXECUTE ON PROCEDURE `{MYSQL_APP_DATABASE}`.`assetq_register_event`"
+            f"REVOKE EXECUTE ON PROCEDURE `{MYSQL_APP_DATABASE}`.`assetq_register_event_v2`"
             f" FROM '{user[0]}'@'{user[1]}'",
         ):
             _app(app_db, statement)

@@ -305,14 +305,6 @@ def _autocommit(conn: Connection) -> bool:
         return bool(getattr(dbapi_connection, "autocommit", False))
 
 
-#: Routine calls that write with one statement (its trigger included) and raise before or in
-#: it, on engines where an error rolls back the failed statement only (MySQL/MariaDB): the
-#: statement's own rollback already leaves the caller's transaction as it was, so they need
-#: no savepoint (tests/test_savepoints.py proves it). A deadlock rolls back the whole
-#: transaction on MySQL, savepoint or not.
-_ONE_WRITE_STATEMENT = frozenset({("mysql", "register_event")})
-
-
 @contextmanager
 def _savepoint(conn: Connection, wanted: bool) -> Iterator[None]:
     """Run a routine call under a savepoint of its own in the caller's transaction, so
@@ -585,14 +577,16 @@ def register_event(
     ``created=False`` and queues nothing; reusing the key with a different ``extra`` raises
     IdempotencyConflict. Raises UnknownAsset when no asset has that name or uri.
 
-    ``savepoint`` (default True): the call runs under a savepoint of its own, so an error
-    (UnknownAsset, IdempotencyConflict, any database error that leaves the transaction
-    alive) leaves the caller's transaction exactly as it was before the call, on both
-    engines: catch it, and commit the rest of your work. It costs two round trips;
-    ``savepoint=False`` saves them, and then after a database-side error the caller's
-    transaction must be rolled back (PostgreSQL aborts it; docs/python.md). On an autocommit
-    connection the call is its own transaction, still atomic, and committed in its one round
-    trip: the cheapest way to register a single event (docs/benchmarks.md).
+    ``savepoint`` (default True): an error (UnknownAsset, IdempotencyConflict,
+    UnmappablePartition, any database error that leaves the session alive) leaves the
+    caller's transaction exactly as it was before the call, on both engines: catch it, and
+    commit the rest of your work. It costs no round trip: the routine takes the savepoint
+    itself, inside the call's one round trip, and reports the error instead of raising it
+    (PostgreSQL; on MySQL/MariaDB the failed statement alone is undone). ``savepoint=False``
+    calls the routine without it (no subtransaction on PostgreSQL): after a database-side
+    error the caller's transaction must then be rolled back (PostgreSQL aborts it;
+    docs/python.md). On an autocommit connection the call is its own transaction, atomic
+    and committed in its one round trip.
 
     ``aliases``: register the event through these asset aliases (created if new). Each alias
     resolves to ``asset`` from then on, and the event is queued for the alias's consumers too.
@@ -626,9 +620,11 @@ def register_event(
         "source_map_index": src.map_index,
         "idempotency_key": key,
     }
-    wanted = savepoint and (dialect.name, "register_event") not in _ONE_WRITE_STATEMENT
-    with translated(dialect), _savepoint(conn, wanted):
-        row = dialect.execute(conn, "register_event", namespace, params)[0]
+    name = "register_event_v2" if savepoint else "register_event"
+    with translated(dialect):
+        row = dialect.execute(conn, name, namespace, params)[0]
+    if savepoint and row.error_code is not None:
+        raise dialect.reported(str(row.error_code), str(row.error_message))
     return Event(
         id=int(row.event_id),
         asset=asset,
@@ -733,8 +729,9 @@ def register_events(
     All or nothing: every item is checked before anything is sent (an error names the item),
     and if any item fails in the database (an unknown asset, a key reused with another extra)
     the call raises and none of the batch remains: with ``savepoint`` (the default, see
-    :func:`register_event`) the caller's transaction is left as it was before the call;
-    with ``savepoint=False``, once the caller rolls back. On an
+    :func:`register_event`: the routine's own, no round trip) the caller's transaction is
+    left as it was before the call; with ``savepoint=False``, once the caller rolls back
+    (MySQL/MariaDB leave it as it was then too). On an
     autocommit connection the call is its own transaction. The events of one batch share one
     timestamp. On PostgreSQL the whole batch is fanned out by one statement; on MySQL/MariaDB
     per event, by the row-level trigger.
@@ -774,8 +771,11 @@ def register_events(
             " several calls (in one transaction they are still atomic together)"
         )
     dialect = _checked(conn, namespace)
-    with translated(dialect), _savepoint(conn, savepoint), dialect.atomic(conn):
-        rows = dialect.execute(conn, "register_events", namespace, {"events": payload})
+    name = "register_events_v2" if savepoint else "register_events"
+    with translated(dialect), dialect.atomic(conn):
+        rows = dialect.execute(conn, name, namespace, {"events": payload})
+    if savepoint and rows and rows[0].error_code is not None:
+        raise dialect.reported(str(rows[0].error_code), str(rows[0].error_message))
     if [int(row.item_no) for row in rows] != list(range(1, len(items) + 1)):
         raise errors.DatabaseError(
             f"register_events returned {len(rows)} rows for {len(items)} events, or out of order"

@@ -175,6 +175,48 @@ class Dialect:
     def _drain(self, conn: Connection) -> None:
         """Consume result sets a CALL leaves behind (MySQL); nothing on PostgreSQL."""
 
+    def _drain_cursor(self, cursor: Any, name: str) -> None:
+        """Read the results a call leaves on a DB-API cursor after its rows (MySQL)."""
+
+    def _driver_rows(
+        self,
+        sa_dialect: SADialect,
+        dbapi_connection: Any,
+        name: str,
+        namespace: str,
+        params: Mapping[str, Any] | None,
+        owner: Any,
+    ) -> list[Any]:
+        """Named query ``name`` through the driver's cursor; ``owner`` (the Connection or the
+        pool's connection) is invalidated when the call finds the connection lost."""
+        key = (name, self.quote_ns(namespace))
+        # Compiled for the SQLAlchemy dialect: its paramstyle is in the SQL.
+        compiled_key = (*key, str(sa_dialect.paramstyle))
+        sql = _driver_sql_cache.get(compiled_key)
+        if sql is None:
+            compiled = self.statement(name, namespace).compile(dialect=sa_dialect)
+            sql = _driver_sql_cache[compiled_key] = compiled.string
+        bound = dict(params or {})
+        dbapi_error: type[Exception] = sa_dialect.loaded_dbapi.Error
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(sql, bound)
+            raw = cursor.fetchall()
+            keys = _driver_keys_cache.get(key)
+            if keys is None:
+                keys = _driver_keys_cache[key] = tuple(str(c[0]) for c in cursor.description)
+            self._drain_cursor(cursor, name)
+        except dbapi_error as exc:
+            wrapped, lost = _driver_failure(sa_dialect, dbapi_connection, exc, sql, bound, cursor)
+            if lost:
+                # As SQLAlchemy does for its own statements: the pool must not hand this
+                # connection out again.
+                owner.invalidate(exc)
+            raise wrapped from exc
+        finally:
+            cursor.close()
+        return _rows(keys, raw)
+
     def run_script(self, conn: Connection, script: str, namespace: str) -> None:
         """Execute a packaged script (schema or migration) on ``conn``."""
         raise NotImplementedError
@@ -188,8 +230,17 @@ class Dialect:
 
     def translate(self, exc: DBAPIError) -> errors.AssetqError:
         """Turn a driver error into assetq's exception for it, keeping the code."""
-        code = self.error_code(exc)
-        message = _message(exc)
+        return self._classified(self.error_code(exc), _message(exc), exc)
+
+    def reported(self, code: str, message: str) -> errors.AssetqError:
+        """assetq's exception for an error a routine caught and reported in its result
+        (``error_code``, ``error_message``: register_event_v2) instead of raising it: the
+        same class and code as :meth:`translate` gives the error raised."""
+        return self._classified(code, message, None)
+
+    def _classified(
+        self, code: str | None, message: str, exc: DBAPIError | None
+    ) -> errors.AssetqError:
         found = _AQ_CODE.search(message)
         if found:
             code = found.group(1)
@@ -220,11 +271,12 @@ class Dialect:
         return errors.DatabaseError(message, code=code)
 
     def _deployment_error(
-        self, exc: DBAPIError, code: str | None, message: str
+        self, exc: DBAPIError | None, code: str | None, message: str
     ) -> errors.AssetqError | None:
         """Errors that say something about the deployment rather than the call: a pooler
         that mixes up prepared statements, a lost or unreachable server, a read-only one, a
-        server setting assetq cannot work with. Each message says what to do."""
+        server setting assetq cannot work with. Each message says what to do. ``exc`` None:
+        an error a routine reported, never a lost connection (the session survived it)."""
         if code in self.prepared_statement_codes and any(
             sign in message for sign in _PREPARED_STATEMENT_SIGNS
         ):
@@ -249,6 +301,8 @@ class Dialect:
         # Raised at connect time (outside any transaction) as well as mid-transaction: the
         # transaction, if any, went with the connection, so retrying it whole is safe (and
         # exactly-once, with an idempotency key for producers).
+        if exc is None:
+            return None
         lost = exc.connection_invalidated or code in self.connection_codes
         if not lost and code is None:
             # No code from the server: the driver's own "connection refused", "server closed
@@ -287,9 +341,27 @@ def _message(exc: DBAPIError) -> str:
     return str(orig)
 
 
-#: The calls a worker makes for every run: sent straight through the driver's cursor when
-#: nothing listens to the connection's statements (see _PostgreSQL.execute).
-_DRIVER_QUERIES = frozenset({"claim_runs", "schedule_and_claim", "heartbeat_run", "complete_run"})
+#: The calls a worker makes for every run, and a producer's for every event: sent straight
+#: through the driver's cursor when nothing listens to the connection's statements (see
+#: _PostgreSQL.execute).
+_DRIVER_QUERIES = frozenset(
+    {
+        "claim_runs",
+        "schedule_and_claim",
+        "heartbeat_run",
+        "complete_run",
+        "register_event",
+        "register_event_v2",
+        "register_events",
+        "register_events_v2",
+    }
+)
+#: The calls a producer makes for every event, sent through the driver's cursor on MySQL when
+#: nothing listens (see _MySQL.execute). The worker's calls are not (yet): their time on
+#: MySQL was not measured this way.
+_MYSQL_DRIVER_QUERIES = frozenset(
+    {"register_event", "register_event_v2", "register_events", "register_events_v2"}
+)
 #: Named queries as the driver takes them (SQLAlchemy's compilation of the same text), and
 #: their result columns once seen, by (query, quoted namespace[, SQLAlchemy paramstyle]).
 _driver_sql_cache: dict[tuple[str, str, str], str] = {}
@@ -426,44 +498,6 @@ class _PostgreSQL(Dialect):
         finally:
             fairy.close()
 
-    def _driver_rows(
-        self,
-        sa_dialect: SADialect,
-        dbapi_connection: Any,
-        name: str,
-        namespace: str,
-        params: Mapping[str, Any] | None,
-        owner: Any,
-    ) -> list[Any]:
-        """Named query ``name`` through the driver's cursor; ``owner`` (the Connection or the
-        pool's connection) is invalidated when the call finds the connection lost."""
-        key = (name, self.quote_ns(namespace))
-        # Compiled for the SQLAlchemy dialect: its paramstyle is in the SQL.
-        compiled_key = (*key, str(sa_dialect.paramstyle))
-        sql = _driver_sql_cache.get(compiled_key)
-        if sql is None:
-            compiled = self.statement(name, namespace).compile(dialect=sa_dialect)
-            sql = _driver_sql_cache[compiled_key] = compiled.string
-        bound = dict(params or {})
-        dbapi_error: type[Exception] = sa_dialect.loaded_dbapi.Error
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute(sql, bound)
-            raw = cursor.fetchall()
-            keys = _driver_keys_cache.get(key)
-            if keys is None:
-                keys = _driver_keys_cache[key] = tuple(str(c[0]) for c in cursor.description)
-        except dbapi_error as exc:
-            wrapped, lost = _driver_failure(sa_dialect, dbapi_connection, exc, sql, bound, cursor)
-            if lost:
-                # As SQLAlchemy does for its own statements: the pool must not hand this
-                # connection out again.
-                owner.invalidate(exc)
-            raise wrapped from exc
-        finally:
-            cursor.close()
-        return _rows(keys, raw)
-
     def run_script(self, conn: Connection, script: str, namespace: str) -> None:
         sql = sqlfiles.render(script, self.quote_ns(namespace))
         # Straight to the driver: no bind-parameter parsing, so ':' and '%' in PL/pgSQL
@@ -504,7 +538,26 @@ class _MySQL(Dialect):
         logged ("Error closing cursor") and the call would seem to succeed. So the rows are
         read from the DB-API cursor and every further result is read here, where an error
         still raises, as a DBAPIError like any other.
+
+        A producer's calls go straight through the driver's cursor when nothing listens to
+        the connection's statements, as on PostgreSQL: SQLAlchemy's per-statement work cost
+        a third of a registration's time on MariaDB (docs/benchmarks.md, "The producer's
+        default path").
         """
+        # Named parameters only (PyMySQL's pyformat): aiomysql's SQLAlchemy dialect takes
+        # them by position, which the compiled statement alone does not give.
+        if (
+            name in _MYSQL_DRIVER_QUERIES
+            and conn.dialect.paramstyle == "pyformat"
+            and not _listened(conn)
+        ):
+            dbapi_connection = conn.connection.dbapi_connection
+            assert dbapi_connection is not None  # a Connection in use always has one
+            if not conn.in_transaction():
+                # What conn.execute() does first (autobegin), so the caller's transaction
+                # is SQLAlchemy's to commit (PyMySQL begins it implicitly, or autocommits).
+                conn.begin()
+            return self._driver_rows(conn.dialect, dbapi_connection, name, namespace, params, conn)
         statement = self.query(name, namespace)
         bound = dict(params or {})
         result = conn.execute(self.statement(name, namespace), bound)
@@ -529,6 +582,14 @@ class _MySQL(Dialect):
         finally:
             result.close()
         return _rows(keys, raw)
+
+    def _drain_cursor(self, cursor: Any, name: str) -> None:
+        # The CALL's status, or an error raised after its rows (see execute).
+        while cursor.nextset():
+            if cursor.description is not None:
+                raise errors.DatabaseError(
+                    f"{name} returned more than one result set; assetq's routines return one"
+                )
 
     @contextmanager
     def atomic(self, conn: Connection) -> Iterator[None]:

@@ -748,7 +748,9 @@ OPTIONAL_TRIGGERS = {
 #: rights.
 DEFINER_ROUTINES = (
     "register_event",
+    "register_event_v2",
     "register_events",
+    "register_events_v2",
     "schedule_pass",
     "schedule_pass_v2",
     "set_run_state",

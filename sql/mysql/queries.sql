@@ -16,6 +16,17 @@ CALL {{ns}}.register_event(:asset, :extra, :source_dag_id, :source_task_id, :sou
 -- Register a batch of events (a JSON array) in the caller's transaction; one row per item.
 CALL {{ns}}.register_events(:events)
 
+-- register_event_v2 --
+-- register_event with two more result columns, always NULL here: errors are raised, and undo
+-- the one writing statement only (PostgreSQL's reports them there).
+CALL {{ns}}.register_event_v2(:asset, :extra, :source_dag_id, :source_task_id, :source_run_id,
+                              :source_map_index, :idempotency_key)
+
+-- register_events_v2 --
+-- register_events under the routine's own savepoint (an error leaves the caller's transaction
+-- as it was), with two more result columns, always NULL here: errors are raised.
+CALL {{ns}}.register_events_v2(:events)
+
 -- declare_asset --
 -- Create an asset, or update the uri/extra of an existing one; returns its id.
 CALL {{ns}}.declare_asset(:name, :uri, :extra)

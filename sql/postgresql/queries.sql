@@ -20,6 +20,25 @@ SELECT event_id, asset_id, event_timestamp, created
 SELECT item_no, event_id, asset_id, event_timestamp, created
   FROM {{ns}}.register_events(p_events => CAST(:events AS jsonb))
 
+-- register_event_v2 --
+-- register_event under the routine's own savepoint: an error is reported in error_code and
+-- error_message, and leaves the caller's transaction as it was.
+SELECT event_id, asset_id, event_timestamp, created, error_code, error_message
+  FROM {{ns}}.register_event_v2(
+        p_asset => :asset,
+        p_extra => CAST(:extra AS jsonb),
+        p_source_dag_id => :source_dag_id,
+        p_source_task_id => :source_task_id,
+        p_source_run_id => :source_run_id,
+        p_source_map_index => :source_map_index,
+        p_idempotency_key => :idempotency_key)
+
+-- register_events_v2 --
+-- register_events under the routine's own savepoint: an error is one row with error_code and
+-- error_message, and leaves the caller's transaction as it was.
+SELECT item_no, event_id, asset_id, event_timestamp, created, error_code, error_message
+  FROM {{ns}}.register_events_v2(p_events => CAST(:events AS jsonb))
+
 -- declare_asset --
 -- Create an asset, or update the uri/extra of an existing one; returns its id.
 SELECT {{ns}}.declare_asset(p_name => :name, p_uri => :uri, p_extra => CAST(:extra AS jsonb)) AS asset_id

@@ -1,5 +1,6 @@
 -- Least privilege. Four kinds of access, granted to existing accounts by grant_access:
---   producer   EXECUTE on register_event and register_events: can register events only;
+--   producer   EXECUTE on register_event(_v2) and register_events(_v2): can register
+--              events only;
 --   scheduler  EXECUTE on schedule_pass(_v2), set_run_state, retry_run and cancel_run: can run
 --              scheduler passes, move the runs they created through their states, retry
 --              failed runs and cancel runs, nothing else;
@@ -79,7 +80,8 @@ BEGIN
     -- The kind's routines, one GRANT each, in this order; each name a literal of its own,
     -- which a table prefix's rendering prefixes (assetq.sqlfiles.render).
     IF p_access = 'producer' THEN
-        SET v_routines = CONCAT_WS(' ', 'register_event', 'register_events');
+        SET v_routines = CONCAT_WS(' ', 'register_event', 'register_event_v2', 'register_events',
+                                   'register_events_v2');
     ELSEIF p_access = 'scheduler' THEN
         SET v_routines = CONCAT_WS(' ', 'schedule_pass', 'schedule_pass_v2', 'set_run_state', 'retry_run',
                                    'cancel_run');

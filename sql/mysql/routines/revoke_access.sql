@@ -28,7 +28,8 @@ BEGIN
     SET v_account = CONCAT(QUOTE(p_grantee), '@', QUOTE(v_host));
     SET v_ns = CONCAT('`', DATABASE(), '`');
     -- Every kind's routines (see grant_access), one REVOKE each.
-    SET v_routines = CONCAT_WS(' ', 'register_event', 'register_events', 'schedule_pass',
+    SET v_routines = CONCAT_WS(' ', 'register_event', 'register_event_v2', 'register_events',
+                               'register_events_v2', 'schedule_pass',
                                'schedule_pass_v2', 'set_run_state', 'retry_run', 'cancel_run',
                                'claim_runs', 'claim_runs_v2', 'schedule_and_claim', 'heartbeat_run',
                                'heartbeat_run_v2', 'complete_run', 'complete_run_v2',

@@ -1,5 +1,5 @@
 -- Least privilege. Four kinds of access, granted to existing roles by grant_access:
---   producer   register_event and register_events: can register events, nothing else;
+--   producer   register_event(_v2) and register_events(_v2): can register events, nothing else;
 --   scheduler  schedule_pass(_v2), set_run_state, retry_run and cancel_run: can run scheduler
 --              passes, move run states, retry failed runs and cancel runs, nothing else;
 --   worker     claim_runs(_v2), schedule_and_claim, heartbeat_run(_v2) and complete_run(_v2):
@@ -42,7 +42,9 @@ BEGIN
     IF p_access = 'producer' THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION'
                        ' {{ns}}.register_event(text, jsonb, text, text, text, integer, text),'
-                       ' {{ns}}.register_events(jsonb) TO %I', p_grantee);
+                       ' {{ns}}.register_event_v2(text, jsonb, text, text, text, integer, text),'
+                       ' {{ns}}.register_events(jsonb), {{ns}}.register_events_v2(jsonb) TO %I',
+                       p_grantee);
     ELSIF p_access = 'scheduler' THEN
         EXECUTE format('GRANT EXECUTE ON FUNCTION {{ns}}.schedule_pass(integer),'
                        ' {{ns}}.schedule_pass_v2(integer, jsonb, double precision),'

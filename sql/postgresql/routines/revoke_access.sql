@@ -12,7 +12,9 @@ BEGIN
     END IF;
     EXECUTE format('REVOKE EXECUTE ON FUNCTION'
                    ' {{ns}}.register_event(text, jsonb, text, text, text, integer, text),'
-                   ' {{ns}}.register_events(jsonb), {{ns}}.schedule_pass(integer),'
+                   ' {{ns}}.register_event_v2(text, jsonb, text, text, text, integer, text),'
+                   ' {{ns}}.register_events(jsonb), {{ns}}.register_events_v2(jsonb),'
+                   ' {{ns}}.schedule_pass(integer),'
                    ' {{ns}}.schedule_pass_v2(integer, jsonb, double precision),'
                    ' {{ns}}.set_run_state(text, text, text), {{ns}}.retry_run(text, text),'
                    ' {{ns}}.cancel_run(text, text, text),'
