@@ -600,6 +600,9 @@ def test_a_claim_never_reads_the_finished_history(my: TestDatabase) -> None:
         return sum(after[k] - before[k] for k in after)
 
     add_history(10)
+    # Warm: a connection's first call of a routine also reads its definition, which MySQL 8+
+    # keeps in InnoDB tables (its data dictionary) and counts in the same counters.
+    rows_read()
     small = rows_read()
     add_history(1990)
     assert my.scalar("SELECT count(*) FROM {ns}.dag_run WHERE not_before IS NULL") == 2000
