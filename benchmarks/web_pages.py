@@ -19,14 +19,18 @@ join of digits on MySQL), in a fixed shape:
   every consumer's last_run_seq is its newest seq;
 - the queue: the 3 x scale (at least 1) newest events of each asset still queued for each
   of its consumers, as the fan-out would have queued them (3,000 rows at scale 1);
-- the processes: a live scheduler and 4 live workers, each with handlers for every consumer.
+- the processes: a live scheduler and 4 live workers, each with handlers for every consumer;
+- attempts: each finished run's one ended attempt in dag_run_attempt;
+- a partitioned consumer of the first asset (bench_partitioned) with 1,000 keys pending,
+  3 events each, in its queue and partition queue.
 
 Then ANALYZE, and each page of the console is requested in this process, through Starlette's
 TestClient (``assetq.web.app(engine)``, read-only, no password): ``--warmup`` requests, then
 ``--requests`` timed ones, one after another; p50 (nearest rank) and max of the wall time of
 a request, and the SQL statements the page sends (a ``before_cursor_execute`` listener on
-the engine). The pages: the overview, a consumer (the first), its newest run, the assets, an
-asset (the first), the workers, and each one's /api JSON twin. The machine is shared: read
+the engine). The pages: the overview, a consumer (the first), the partitioned consumer, the first
+consumer's newest finished run, the assets, an asset (the first), the workers, and each one's
+/api JSON twin. The machine is shared: read
 the p50, not one max.
 
 Servers: PostgreSQL at ``--postgres`` (default postgres@127.0.0.1:5432), in a database
@@ -63,6 +67,11 @@ EVENTS, RUNS, CONSUMERS, ASSETS, QUEUED_PER_ASSET = 1_000_000, 100_000, 1_000, 1
 LINKS_PER_RUN, SPAN_DAYS, WORKERS = 5, 30, 4
 #: The issue's bound per page.
 BUDGET_MS = 200.0
+
+
+#: The partitioned consumer (of the first asset) and its keys pending, 3 events each.
+PARTITIONED = "bench_partitioned"
+PARTITION_KEYS = 1_000
 
 
 def asset_name(i: int) -> str:
@@ -331,6 +340,48 @@ def load(server: Server, vol: Volumes, now: datetime) -> dict[str, float]:
                 )
     times["links, queue"] = time.monotonic() - started
 
+    # Attempts: each finished run's one attempt, as dag_run_attempt_end records it; and a
+    # partitioned consumer of the first asset with PARTITION_KEYS keys pending, 3 events each.
+    started = time.monotonic()
+    key = f"CONCAT('key-', e.id % {PARTITION_KEYS})"
+    with server.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                f"INSERT INTO {server.q('dag_run_attempt')} (dag_run_id, attempt, worker,"
+                " started_at, ended_at, outcome, error) SELECT id, 1, worker, started_at,"
+                f" ended_at, state, error FROM {server.q('dag_run')}"
+                " WHERE state IN ('success', 'failed')"
+            )
+        )
+        assetq.declare_dag(
+            conn,
+            PARTITIONED,
+            asset_name(0),
+            partitioned=True,
+            allow_unkeyed=True,
+            namespace=server.namespace,
+        )
+        asset0 = f"(SELECT id FROM {server.q('asset')} WHERE name = '{asset_name(0)}')"
+        pending = (
+            f" FROM {server.q('asset_event')} e WHERE e.asset_id = {asset0}"
+            f" ORDER BY e.id DESC LIMIT {3 * PARTITION_KEYS}"
+        )
+        conn.execute(
+            sa.text(
+                f"INSERT INTO {server.q('asset_dag_run_queue')} (target_dag_id, asset_event_id,"
+                f" asset_id, created_at) SELECT '{PARTITIONED}', e.id, e.asset_id, e.{ts}"
+                + pending
+            )
+        )
+        conn.execute(
+            sa.text(
+                f"INSERT INTO {server.q('asset_partition_queue')} (target_dag_id,"
+                " asset_event_id, partition_key, asset_id, source_key, created_at)"
+                f" SELECT '{PARTITIONED}', e.id, {key}, e.asset_id, {key}, e.{ts}" + pending
+            )
+        )
+    times["attempts, partitions"] = time.monotonic() - started
+
     started = time.monotonic()
     analyze(server)
     times["analyze"] = time.monotonic() - started
@@ -388,7 +439,7 @@ def pages(server: Server) -> list[tuple[str, str, str]]:
         run_id = conn.execute(
             sa.text(
                 f"SELECT run_id FROM {server.q('dag_run')} WHERE dag_id = :dag"
-                " ORDER BY seq DESC LIMIT 1"
+                " AND state IN ('success', 'failed') ORDER BY seq DESC LIMIT 1"
             ),
             {"dag": dag},
         ).scalar_one()
@@ -396,6 +447,7 @@ def pages(server: Server) -> list[tuple[str, str, str]]:
     found = [
         ("overview", "/", "/"),
         ("consumer", f"/dags/{dag}", "/dags/<dag>"),
+        ("partitioned consumer", f"/dags/{PARTITIONED}", "/dags/<partitioned>"),
         ("run", f"/dags/{dag}/runs/{quote(run_id, safe='')}", "/dags/<dag>/runs/<run>"),
         ("assets", "/assets", "/assets"),
         ("asset", f"/assets/{quote(asset)}", "/assets/<name>"),
@@ -496,7 +548,8 @@ def render(results: Sequence[EngineResult], args: argparse.Namespace) -> list[st
             f"- {r.version}: {v.events:,} events over {v.assets:,} assets, {v.runs:,} runs"
             f" ({v.runs * v.links:,} links, {v.links} per run), {v.consumers:,} consumers,"
             f" {v.queued:,} queue rows, 1 scheduler and {WORKERS} workers alive; <dag> is"
-            f" {dag_name(0)} ({v.runs_per_consumer:,} runs), <run> its newest, <name>"
+            f" {dag_name(0)} ({v.runs_per_consumer:,} runs), <run> its newest finished one,"
+            f" <partitioned> {PARTITIONED} ({PARTITION_KEYS:,} keys pending), <name>"
             f" {asset_name(0)} ({v.events_per_asset:,} events); loaded in "
             + ", ".join(f"{k} {s:,.1f} s" for k, s in r.load_times.items())
             + "."

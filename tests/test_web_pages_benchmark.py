@@ -21,6 +21,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 PAGES = (
     ("overview", "/"),
     ("consumer", "/dags/<dag>"),
+    ("partitioned consumer", "/dags/<partitioned>"),
     ("run", "/dags/<dag>/runs/<run>"),
     ("assets", "/assets"),
     ("asset", "/assets/<name>"),
