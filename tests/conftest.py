@@ -147,9 +147,9 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 
 
 #: Modules whose tests start clusters of throw-away servers (3 Galera nodes, a primary and a
-#: standby, a binlog server for the whole module, 3 Patroni nodes): with --dist loadgroup they all run on one
-#: worker, one at a time as without workers, so two clusters never compete for the 2 cores
-#: and the memory of the machine while the other workers run the rest of the suite.
+#: standby, a binlog server for the whole module, 3 Patroni nodes): with --dist loadgroup they
+#: all run on one worker, one at a time as without workers, so two clusters never compete for
+#: the 2 cores and the memory of the machine while the other workers run the rest of the suite.
 _ONE_WORKER_MODULES = frozenset(
     {
         "test_deploy_galera.py",
