@@ -142,7 +142,7 @@ def assetq_turn(
         raise RuntimeError(f"assetq worker left {outcome}")
     if handler == "row" and _sunk(engine) != runs:
         raise RuntimeError(f"assetq's row handler inserted {_sunk(engine)} rows, not {runs}")
-    return runs / (state["last"] - state["first"]).total_seconds()
+    return float(runs / (state["last"] - state["first"]).total_seconds())
 
 
 def peer_turn(
@@ -171,7 +171,7 @@ def peer_turn(
     if handler == "row" and _sunk(engine) != runs:
         raise RuntimeError(f"procrastinate's row handler inserted {_sunk(engine)} rows")
     first, last = burndown.peer_span(peer)
-    return runs / (last - first).total_seconds()
+    return float(runs / (last - first).total_seconds())
 
 
 def measure(
@@ -219,7 +219,7 @@ def table(results: dict[str, dict[str, dict[str, list[float]]]], concurrency: in
     for engine_name, rates in results.items():
         for handler in HANDLERS:
             mine, theirs = rates[handler][ASSETQ], rates[handler][PEER]
-            ratios = [a / p for a, p in zip(mine, theirs, strict=True)]
+            ratios = [a / p for a, p in zip(mine, theirs, strict=True)] if theirs else []
             ratio = (
                 f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
                 if ratios
