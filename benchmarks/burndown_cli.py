@@ -232,6 +232,15 @@ def table(results: dict[str, dict[str, dict[str, list[float]]]], concurrency: in
     return lines
 
 
+def server_label(engine: Engine) -> str:
+    """``PostgreSQL 15``, ``MariaDB 10.11``: the server the figures are of."""
+    dialect: Any = engine.dialect
+    version = ".".join(str(v) for v in (dialect.server_version_info or ())[:2])
+    if dialect.name == "postgresql":
+        return f"PostgreSQL {version.split('.')[0]}"
+    return f"{'MariaDB' if getattr(dialect, 'is_mariadb', False) else 'MySQL'} {version}"
+
+
 def _versions() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -267,12 +276,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if engine_name not in ("postgresql", "mysql"):
             parser.error(f"unknown engine {engine_name!r}")
         with burndown._server(engine_name, args) as engine:
-            results[engine_name] = measure(
-                engine, args.runs, args.concurrency, args.rounds, args.peer, logdir
-            )
-    command = " ".join(
-        ["python benchmarks/burndown_cli.py", *(sys.argv[1:] if argv is None else argv)]
-    )
+            rates = measure(engine, args.runs, args.concurrency, args.rounds, args.peer, logdir)
+            results[server_label(engine)] = rates
+    given = sys.argv[1:] if argv is None else list(argv)
+    if "--logs" in given:  # a directory of this machine: not part of the figures' command
+        at = given.index("--logs")
+        del given[at : at + 2]
+    command = " ".join(["python benchmarks/burndown_cli.py", *given])
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(began))
     lines = [
         f"Measured with `{command}` on {when} ({time.time() - began:.0f} s), {_versions()};"
