@@ -781,3 +781,20 @@ def test_a_slot_whose_connection_is_killed_by_its_handler_fails_that_attempt_and
     assert len(set(sessions)) == 2
     row = run_row(db, "report", run.run_id)
     assert (row["state"], row["attempt"]) == ("success", 2)
+
+
+def test_a_worker_keeps_connections_only_where_its_pool_has_room_for_them() -> None:
+    """One kept per slot and the heartbeat's (psycopg: the handler's transaction shares its
+    slot's), plus a handler's own elsewhere: a pool without room for them leaves every call
+    on the Engine, as before, instead of making slots wait for connections."""
+    from sqlalchemy.pool import NullPool
+
+    keeps = assetq.worker.keeps_connections
+    pg = "postgresql+psycopg://u@127.0.0.1/d"
+    my = "mysql+pymysql://u@127.0.0.1/d"
+    assert keeps(sa.create_engine(pg, pool_size=8, max_overflow=2), 8)
+    assert not keeps(sa.create_engine(pg, pool_size=8, max_overflow=1), 8)
+    assert keeps(sa.create_engine(my, pool_size=18, max_overflow=0), 8)
+    assert not keeps(sa.create_engine(my, pool_size=5, max_overflow=10), 8)
+    assert keeps(sa.create_engine(my, pool_size=5, max_overflow=-1), 8)
+    assert keeps(sa.create_engine(pg, poolclass=NullPool), 256)

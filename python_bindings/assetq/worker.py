@@ -246,12 +246,14 @@ class KeptConnection:
     anew. Used by one thread (or task) at a time; its calls are made in the shells' Call
     steps (the async shell's in SQLAlchemy's greenlet bridge)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, usable: bool = True) -> None:
         self.engine = engine
         self._conn: Connection | None = None
         #: An asyncio MySQL driver cannot open the transaction a MySQL call needs on an
-        #: autocommit connection (dialects.atomic): its calls stay on the Engine.
-        self._usable = engine.dialect.name == "postgresql" or not engine.dialect.is_async
+        #: autocommit connection (dialects.atomic): its calls stay on the Engine; so do
+        #: those of a worker whose pool has no room for kept connections (keeps_connections).
+        dialect = engine.dialect
+        self._usable = usable and (dialect.name == "postgresql" or not dialect.is_async)
 
     def connection(self) -> Connection | None:
         """The kept connection, connected now if need be; None when connecting failed (the
@@ -304,6 +306,26 @@ class KeptConnection:
                 log.debug("assetq worker: closing a lost kept connection failed", exc_info=True)
 
     close = drop
+
+
+def shares_kept(engine: Engine) -> bool:
+    """Does the sync worker run handlers on the slots' kept connections? With psycopg 3:
+    switching its autocommit is client-side, and it says whether anything was sent."""
+    return engine.dialect.driver == "psycopg" and not engine.dialect.is_async
+
+
+def keeps_connections(engine: Engine, concurrency: int) -> bool:
+    """Whether ``engine``'s pool has room for the connections a worker keeps: one per slot
+    and the heartbeat's, and a handler's own transaction besides where it does not run on
+    its slot's (:func:`shares_kept`), and one to spare. Without room the worker's calls go
+    through the Engine as before, rather than wait for connections."""
+    pool: Any = engine.pool
+    overflow = getattr(pool, "_max_overflow", None)
+    size = getattr(pool, "size", None)
+    if overflow is None or size is None or overflow < 0:
+        return True  # no limit: NullPool, StaticPool, an unbounded QueuePool
+    needed = (concurrency if shares_kept(engine) else 2 * concurrency) + 2
+    return bool(size() + overflow >= needed)
 
 
 def fail_alone(engine: Engine, claim: api.Claim, *, error: str, namespace: str) -> api.Run:
@@ -450,7 +472,7 @@ class Leases:
                     continue
             try:
                 if self._kept is None:
-                    self._kept = KeptConnection(loop.engine)
+                    self._kept = KeptConnection(loop.engine, loop.keep)
                 renewed = yield Call(
                     self._kept.call, (api.heartbeat, claim), {"namespace": loop.namespace}
                 )
@@ -540,6 +562,8 @@ class WorkerLoop:
         self.table = table
         self.dag_ids = sorted(table)
         self.concurrency = concurrency
+        #: The slots and the heartbeat keep connections (KeptConnection): the pool has room.
+        self.keep = keeps_connections(engine, concurrency)
         self.who = who
         self.log = logger
         self._stopped = stopped
@@ -602,7 +626,7 @@ class WorkerLoop:
     def slot(self, number: int) -> Steps[None]:
         """Slot ``number``: claim one run at a time, back off from errors, wait when idle,
         and :class:`Execute` each claim, until stopping."""
-        kept = KeptConnection(self.engine)
+        kept = KeptConnection(self.engine, self.keep)
         try:
             yield from self._slot(number, kept)
         finally:
@@ -856,8 +880,9 @@ def run_worker(
 
     Connections: each slot keeps one of ``engine``'s pool for its claims and completions
     (on PostgreSQL with psycopg its handler's transaction runs on it too; elsewhere that
-    takes another), and the heartbeat keeps one: size the pool for ``concurrency + 2``
-    (``2 * concurrency + 2`` on MySQL), or slots wait for connections. A kept connection
+    takes another), and the heartbeat keeps one: when the pool has room for
+    ``concurrency + 2`` (``2 * concurrency + 2`` on MySQL and in assetq.aio); otherwise
+    every call goes through the Engine, a pool checkout each, as before. A kept connection
     found lost is replaced; the call that found it is made again on the Engine, as before.
 
     ``listen_engine``: where the listening connection (PostgreSQL) comes from (default
@@ -919,7 +944,7 @@ def run_worker(
     listening = listen and loop.dialect.supports_notify
     # Handlers run on the slots' kept connections where switching autocommit is client-side
     # and the driver says whether anything was sent: psycopg 3.
-    lean_handlers = engine.dialect.driver == "psycopg"
+    lean_handlers = shares_kept(engine)
 
     def completing(claim: api.Claim) -> bool:
         """The handler returned (or raised): from now on this slot ends the attempt itself,
