@@ -241,7 +241,12 @@ TRUNCATE procrastinate_jobs, procrastinate_events, procrastinate_periodic_defers
 -- fill --
 -- :n jobs to do, in one queue, of one task (procrastinate's insert triggers run).
 INSERT INTO procrastinate_jobs (queue_name, task_name, args)
-SELECT 'default', 'noop', '{}'::jsonb FROM generate_series(1, CAST(%(n)s AS integer))
+SELECT 'default', %(task)s, '{}'::jsonb FROM generate_series(1, CAST(%(n)s AS integer))
+
+-- span --
+-- The first job's start and the last one's success (its events' timestamps).
+SELECT min(at) FILTER (WHERE type = 'started'), max(at) FILTER (WHERE type = 'succeeded')
+  FROM procrastinate_events
 
 -- vacuum --
 -- As for assetq's tables.
@@ -473,11 +478,19 @@ def drop_peer(peer: Peer) -> None:
         conn.execute(_peer_sql("drop_schema"))
 
 
-def fill_peer(peer: Peer, runs: int) -> None:
+def fill_peer(peer: Peer, runs: int, task: str = "noop") -> None:
     with psycopg.connect(**{**peer.conninfo, "autocommit": True}) as conn:
         conn.execute(_peer_sql("reset"))
-        conn.execute(_peer_sql("fill"), {"n": runs})
+        conn.execute(_peer_sql("fill"), {"n": runs, "task": task})
         conn.execute(_peer_sql("vacuum"))
+
+
+def peer_span(peer: Peer) -> tuple[Any, Any]:
+    """The first job's start and the last job's success, the database's timestamps."""
+    with psycopg.connect(**peer.conninfo) as conn:
+        row = conn.execute(_peer_sql("span")).fetchone()
+    assert row is not None
+    return row[0], row[1]
 
 
 def peer_outcome(peer: Peer) -> dict[str, int]:

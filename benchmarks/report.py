@@ -951,12 +951,42 @@ def producer_section(producer: str | None) -> list[str]:
     ]
 
 
+#: Written by benchmarks/burndown_cli.py --output, next to the plots; included in the page.
+WORKERS = "burndown_cli.md"
+
+
+def workers_section(workers: str | None) -> list[str]:
+    """The page's section on benchmarks/burndown_cli.py: its --output file, or how to make it."""
+    heading = ["", "## The worker as users start it", ""]
+    if workers:
+        return [
+            *heading,
+            "From benchmarks/burndown_cli.py (issue 29, item 4), a separate run from the"
+            " figures above: `assetq worker` and `procrastinate worker` as processes started"
+            " from their command lines, the same concurrency, each burning down a fresh backlog"
+            " of queued jobs, with a handler that does nothing and one that inserts one row"
+            " (assetq: in the transaction that completes the run; procrastinate: through its"
+            " job's connector). Rates from the database's timestamps (first claim to last"
+            " completion), so that start-up does not count; the systems take turns, their"
+            " order alternating by round, and ratios are per round. Target: assetq /"
+            " procrastinate >= 1.0x with both handlers.",
+            "",
+            workers.rstrip("\n"),
+        ]
+    return [
+        *heading,
+        "Not measured for this page: `python benchmarks/burndown_cli.py --output"
+        f" docs/{PLOTS}/{WORKERS}` writes the figures that go here.",
+    ]
+
+
 def markdown(
     report: dict[str, Any],
     plots: Sequence[str],
     latency: str | None = None,
     wakeup: str | None = None,
     producer: str | None = None,
+    workers: str | None = None,
 ) -> str:
     machine = report["machine"]
     cfg = report["config"]
@@ -1155,6 +1185,7 @@ def markdown(
     out += latency_section(latency)
     out += wakeup_gap_section(wakeup)
     out += producer_section(producer)
+    out += workers_section(workers)
     if plots:
         out += ["", "## Plots", ""]
         out += [f"![{name[:-4]}]({PLOTS}/{name})" for name in plots]
@@ -1229,8 +1260,9 @@ def markdown(
 def write(report: dict[str, Any], out: Path) -> None:
     """docs/benchmarks.json, docs/benchmarks/*.png and docs/benchmarks.md (which includes
     docs/benchmarks/latency.md when benchmarks/latency.py wrote it,
-    docs/benchmarks/wakeup_gap.md when benchmarks/wakeup_gap.py did, and
-    docs/benchmarks/register.md when benchmarks/register.py did)."""
+    docs/benchmarks/wakeup_gap.md when benchmarks/wakeup_gap.py did,
+    docs/benchmarks/register.md when benchmarks/register.py did, and
+    docs/benchmarks/burndown_cli.md when benchmarks/burndown_cli.py did)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "benchmarks.json").write_text(json.dumps(report, indent=1) + "\n", "utf-8")
     plots = _plots(report, out / PLOTS)
@@ -1240,8 +1272,10 @@ def write(report: dict[str, Any], out: Path) -> None:
     gap_text = gap.read_text("utf-8") if gap.exists() else None
     producer = out / PLOTS / PRODUCER
     producer_text = producer.read_text("utf-8") if producer.exists() else None
+    workers = out / PLOTS / WORKERS
+    workers_text = workers.read_text("utf-8") if workers.exists() else None
     (out / "benchmarks.md").write_text(
-        markdown(report, plots, text, gap_text, producer_text), "utf-8"
+        markdown(report, plots, text, gap_text, producer_text, workers_text), "utf-8"
     )
 
 

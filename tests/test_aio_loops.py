@@ -291,3 +291,48 @@ def test_an_idle_async_worker_is_woken_by_the_notification_when_a_pass_creates_r
     assert done == [run.id for run in created] and len(done) == 1
     assert stats.wakeups >= 1
     assert sent[0] == 2  # the empty claim, and the one the wake-up started
+
+
+@pytest.mark.engines("postgresql")
+def test_the_kept_connection_forms_claim_renew_and_complete_on_one_autocommit_connection(
+    db: TestDatabase,
+) -> None:
+    """aio.claim_runs, aio.heartbeat and aio.complete_run on an AsyncConnection in autocommit
+    mode that the caller keeps: each call a transaction of its own on that one connection
+    (its server session is the one the run's claim and completion were made in); one in a
+    transaction is refused by the calls that commit by themselves."""
+
+    async def main() -> tuple[Any, ...]:
+        engine = _engine(db)
+        try:
+            async with engine.begin() as conn:
+                await aio.declare_dag(conn, "report", "orders")
+                await aio.register_event(conn, "orders")
+            await aio.schedule(engine)
+            async with engine.connect() as conn:
+                kept = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                pid = (await kept.execute(sa.text("SELECT pg_backend_pid()"))).scalar_one()
+                (claim,) = await aio.claim_runs(kept, "w1", lease=60)
+                renewed = await aio.heartbeat(kept, claim, lease=120)
+                run = await aio.complete_run(kept, renewed, "success")
+                # Committed: another connection sees it.
+                async with engine.connect() as other:
+                    state = (
+                        await other.execute(
+                            sa.text(db.sql("SELECT state FROM {ns}.dag_run WHERE id = :id")),
+                            {"id": claim.id},
+                        )
+                    ).scalar_one()
+                same = (await kept.execute(sa.text("SELECT pg_backend_pid()"))).scalar_one()
+            async with engine.connect() as conn:
+                await conn.begin()
+                with pytest.raises(assetq.InvalidArgumentType):
+                    await aio.claim_runs(conn, "w1")
+            return claim, renewed, run, state, pid, same
+        finally:
+            await engine.dispose()
+
+    claim, renewed, run, state, pid, same = asyncio.run(asyncio.wait_for(main(), _GUARD))
+    assert renewed.lease_until > claim.lease_until
+    assert (run.state, state) == ("success", "success")
+    assert pid == same

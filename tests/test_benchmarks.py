@@ -112,15 +112,15 @@ def _check_peers(figure: dict[str, Any], engine_name: str) -> None:
 
 def test_the_page_is_what_report_py_draws_from_the_raw_figures(tmp_path: Path) -> None:
     """docs/benchmarks.md is never edited by hand: report.py re-draws it, word for word, from
-    docs/benchmarks.json, docs/benchmarks/latency.md, docs/benchmarks/wakeup_gap.md and
-    docs/benchmarks/register.md."""
+    docs/benchmarks.json, docs/benchmarks/latency.md, docs/benchmarks/wakeup_gap.md,
+    docs/benchmarks/register.md and docs/benchmarks/burndown_cli.md."""
     if str(BENCHMARKS) not in sys.path:
         sys.path.insert(0, str(BENCHMARKS))
     report = importlib.import_module("report")
     docs = BENCHMARKS.parent / "docs"
     raw = json.loads((docs / "benchmarks.json").read_text("utf-8"))
     (tmp_path / "benchmarks").mkdir()
-    for included in ("latency.md", "wakeup_gap.md", "register.md"):
+    for included in ("latency.md", "wakeup_gap.md", "register.md", "burndown_cli.md"):
         text = (docs / "benchmarks" / included).read_text("utf-8")
         (tmp_path / "benchmarks" / included).write_text(text, "utf-8")
     report.write(raw, tmp_path)

@@ -142,3 +142,29 @@ def test_the_runs_it_inserts_are_shaped_like_the_pass_s(
         assert by_pass["claimable_from_creation"] and by_pass["links"]
     finally:
         assetq.uninstall(db.engine, namespace=namespace)
+
+
+def test_the_command_line_burn_down_completes_every_job_of_both_handlers(
+    db: TestDatabase, burndown: ModuleType, tmp_path: Path
+) -> None:
+    """benchmarks/burndown_cli.py cannot rot: ``assetq worker`` (and, on PostgreSQL with the
+    bench extra, ``procrastinate worker``) burn down 60 jobs with each handler; a turn raises
+    unless every job succeeded once and the row handler left one row per job."""
+    cli = importlib.import_module("burndown_cli")
+    rates = cli.measure(db.engine, 60, 2, 1, "if-installed", tmp_path)
+    systems = {cli.ASSETQ}
+    if db.engine_name == "postgresql" and not PEER_MISSING:
+        systems.add(cli.PEER)
+    for handler in cli.HANDLERS:
+        measured = {system for system, values in rates[handler].items() if values}
+        assert measured == systems, handler
+        assert all(v > 0 for values in rates[handler].values() for v in values)
+    label = cli.server_label(db.engine)
+    assert label.split()[0] in {"PostgreSQL", "MariaDB", "MySQL"} and label.split()[1][0].isdigit()
+    table = "\n".join(cli.table({label: rates}, 2))
+    assert "| noop |" in table and "| row |" in table
+    with db.engine.connect() as conn:
+        names = sa.inspect(conn).get_schema_names()
+        tables = sa.inspect(conn).get_table_names()
+    assert not [n for n in names if n.startswith("aqbd_")]
+    assert "aqbd_sink" not in tables

@@ -726,3 +726,75 @@ def test_soak_every_run_ends_with_exactly_one_committed_effect_and_one_output_ev
     } == {key: attempt for key, (_, attempt, _) in final.items()}
     assert sorted(_queued_for(db, "soak_sink")) == sorted(int(o[0]) for o in outputs)
     assert tally["succeeded"] + stats.succeeded == runs
+
+
+def test_a_kept_connection_lost_between_claims_is_replaced_and_the_claim_made_on_the_engine(
+    db: TestDatabase,
+) -> None:
+    """A slot's kept connection (assetq.worker.KeptConnection) whose server session was
+    killed: the next claim finds it lost, is made on the Engine instead (whose path retries
+    lost connections as before), and the claim after connects anew."""
+    make_runs(db, 2)
+    kept = assetq.worker.KeptConnection(db.engine)
+    try:
+        (first,) = kept.call(assetq.claim_runs, "w1", dag_ids=["job_000"])
+        conn = kept.connection()
+        assert conn is not None
+        backend = conn.execute(db.engine_sql("backend_id")).scalar_one()
+        assert kept.connection() is conn  # kept: the same connection for every call
+        db.kill(conn)
+        (second,) = kept.call(assetq.claim_runs, "w1", dag_ids=["job_001"])
+        assert (first.dag_id, second.dag_id) == ("job_000", "job_001")
+        again = kept.connection()
+        assert again is not None and again is not conn
+        assert again.execute(db.engine_sql("backend_id")).scalar_one() != backend
+        assert kept.call(assetq.claim_runs, "w1") == []
+    finally:
+        kept.close()
+
+
+def test_a_slot_whose_connection_is_killed_by_its_handler_fails_that_attempt_and_goes_on(
+    db: TestDatabase,
+) -> None:
+    """The handler kills the server session of the connection it was given (on PostgreSQL
+    the slot's kept connection) on attempt 1: that attempt's completion fails and is
+    recorded as failed, and the slot claims and completes attempt 2 on a new connection."""
+    run = one_run(db, max_attempts=2)
+    outcomes: list[tuple[int, str]] = []
+    sessions: list[object] = []
+
+    def handler(claim: assetq.Claim, conn: sa.Connection) -> None:
+        sessions.append(conn.execute(db.engine_sql("backend_id")).scalar_one())
+        if claim.attempt == 1:
+            db.kill(conn)
+
+    stats = Worker(
+        db.engine,
+        {"report": handler},
+        worker="w1",
+        max_runs=2,
+        poll_interval=0.2,
+        on_complete=lambda claim, info, outcome: outcomes.append((claim.attempt, outcome)),
+    ).join(60)
+    assert outcomes == [(1, "failed"), (2, "success")]
+    assert (stats.succeeded, stats.failed) == (1, 1)
+    assert len(set(sessions)) == 2
+    row = run_row(db, "report", run.run_id)
+    assert (row["state"], row["attempt"]) == ("success", 2)
+
+
+def test_a_worker_keeps_connections_only_where_its_pool_has_room_for_them() -> None:
+    """One kept per slot and the heartbeat's (psycopg: the handler's transaction shares its
+    slot's), plus a handler's own elsewhere: a pool without room for them leaves every call
+    on the Engine, as before, instead of making slots wait for connections."""
+    from sqlalchemy.pool import NullPool
+
+    keeps = assetq.worker.keeps_connections
+    pg = "postgresql+psycopg://u@127.0.0.1/d"
+    my = "mysql+pymysql://u@127.0.0.1/d"
+    assert keeps(sa.create_engine(pg, pool_size=8, max_overflow=2), 8)
+    assert not keeps(sa.create_engine(pg, pool_size=8, max_overflow=1), 8)
+    assert keeps(sa.create_engine(my, pool_size=18, max_overflow=0), 8)
+    assert not keeps(sa.create_engine(my, pool_size=5, max_overflow=10), 8)
+    assert keeps(sa.create_engine(my, pool_size=5, max_overflow=-1), 8)
+    assert keeps(sa.create_engine(pg, poolclass=NullPool), 256)

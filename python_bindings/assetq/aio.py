@@ -189,6 +189,17 @@ def _engine(handle: object, function: str) -> Engine:
     )
 
 
+def _engine_or_kept(handle: object, function: str) -> Engine | Connection:
+    """:func:`_engine`, or the sync facade of an AsyncConnection in autocommit mode that the
+    caller keeps (a worker's own connection: each call a transaction of its own on it, no
+    pool checkout; the sync call checks the mode)."""
+    if isinstance(handle, AsyncConnection):
+        if handle.sync_connection is None:
+            raise _wrong(f"assetq.aio.{function}: the AsyncConnection is not connected")
+        return handle.sync_connection
+    return _engine(handle, function)
+
+
 def _is_sync(handle: object) -> bool:
     return type(handle).__module__.startswith(("sqlalchemy.engine", "sqlalchemy.orm"))
 
@@ -252,7 +263,6 @@ current_revision = _in_transaction(migrate.current_revision)
 
 # -- transactions of their own -----------------------------------------------------------------
 
-heartbeat = _own_transactions(api.heartbeat)
 purge = _own_transactions(ops.purge)
 purge_preview = _own_transactions(ops.purge_preview)
 doctor = _own_transactions(ops.doctor)
@@ -308,8 +318,24 @@ async def schedule(
     )
 
 
+async def heartbeat(
+    engine: AsyncEngine | AsyncConnection,
+    claim: Claim,
+    *,
+    lease: timedelta | float | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> Claim:
+    """Async version of :func:`assetq.heartbeat`: renew ``claim``'s lease, a short
+    transaction of its own; on an AsyncEngine, or an AsyncConnection in autocommit mode that
+    the worker keeps (``await conn.execution_options(isolation_level="AUTOCOMMIT")``)."""
+    sync = _engine_or_kept(engine, "heartbeat")
+    return await greenlet_spawn(
+        lambda: api.heartbeat(sync, claim, lease=lease, namespace=namespace)
+    )
+
+
 async def claim_runs(
-    engine: AsyncEngine,
+    engine: AsyncEngine | AsyncConnection,
     worker: str,
     *,
     limit: int = 1,
@@ -322,8 +348,12 @@ async def claim_runs(
 ) -> list[Claim]:
     """Async version of :func:`assetq.claim_runs`: each attempt of the run is claimed by
     exactly one worker; transient errors retried up to ``max_attempts`` times (the backoff
-    awaited). ``schedule=True``: a pass over ``dag_ids`` first, in the same statement."""
-    sync = _engine(engine, "claim_runs")
+    awaited). ``schedule=True``: a pass over ``dag_ids`` first, in the same statement.
+    ``engine`` may also be an AsyncConnection in autocommit mode that the worker keeps
+    (``await conn.execution_options(isolation_level="AUTOCOMMIT")``): each call a
+    transaction of its own on it, no pool checkout; a lost connection is not retried there
+    (ConnectionLost: connect again)."""
+    sync = _engine_or_kept(engine, "claim_runs")
     return await _retrying(
         "claim",
         max_attempts,
@@ -338,7 +368,7 @@ async def claim_runs(
             timeout=timeout,
             schedule=schedule,
         ),
-        sync,
+        sync if isinstance(sync, Engine) else sync.engine,
     )
 
 

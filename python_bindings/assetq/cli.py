@@ -861,7 +861,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         logging.DEBUG if getattr(args, "verbose", False) else logging.INFO
     )
     handlers = _load_handlers(args.handlers)
-    engine = _engine(url)
+    # Each slot keeps a connection, and on MySQL its handler's transaction takes another;
+    # the heartbeat keeps one, the liveness row borrows one.
+    engine = _engine(url, pool_size=2 * args.concurrency + 2)
     listen_engine = _listen_engine(args)
     stop = threading.Event()
     endpoint = ExitStack()

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from psycopg.pq import TransactionStatus
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -217,9 +218,7 @@ def log_claimed(logger: logging.Logger, slot_name: str, claim: api.Claim) -> Non
     )
 
 
-def log_completed(
-    logger: logging.Logger, slot_name: str, claim: api.Claim, run: api.Run
-) -> None:
+def log_completed(logger: logging.Logger, slot_name: str, claim: api.Claim, run: api.Run) -> None:
     """The INFO line of an attempt whose completion was recorded: its outcome and the run's
     state now (``queued`` again for a retry), with the attempt's fields."""
     logger.info(
@@ -237,6 +236,98 @@ def log_completed(
 IDLE_FIRST = 0.05
 
 
+class KeptConnection:
+    """A connection a slot (or the heartbeat) keeps for its calls that commit by themselves
+    (claims, heartbeats, completions of handlers that wrote nothing): in autocommit mode, so
+    that each call is a transaction of its own with no pool checkout (on PostgreSQL one
+    round trip). Connected on first use; a call that finds it lost drops it and is made
+    again on the Engine, which retries lost connections as it always did (a completion is
+    not made again: it may have committed; ConnectionLost says so); the next call connects
+    anew. Used by one thread (or task) at a time; its calls are made in the shells' Call
+    steps (the async shell's in SQLAlchemy's greenlet bridge)."""
+
+    def __init__(self, engine: Engine, usable: bool = True) -> None:
+        self.engine = engine
+        self._conn: Connection | None = None
+        #: An asyncio MySQL driver cannot open the transaction a MySQL call needs on an
+        #: autocommit connection (dialects.atomic): its calls stay on the Engine; so do
+        #: those of a worker whose pool has no room for kept connections (keeps_connections).
+        dialect = engine.dialect
+        self._usable = usable and (dialect.name == "postgresql" or not dialect.is_async)
+
+    def connection(self) -> Connection | None:
+        """The kept connection, connected now if need be; None when connecting failed (the
+        caller uses the Engine, whose path retries and translates the error), and where
+        the driver cannot keep one."""
+        if not self._usable:
+            return None
+        conn = self._conn
+        if conn is not None and (conn.closed or conn.invalidated):
+            self.drop()
+            conn = None
+        if conn is None:
+            try:
+                conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            except SQLAlchemyError:
+                return None
+            self._conn = conn
+        return conn
+
+    def call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``function(conn, *args, **kwargs)`` on the kept connection; on the Engine when
+        the connection is lost (claims, heartbeats: the Engine's path retries)."""
+        conn = self.connection()
+        if conn is None:
+            return function(self.engine, *args, **kwargs)
+        try:
+            return function(conn, *args, **kwargs)
+        except errors.ConnectionLost:
+            self.drop()
+            return function(self.engine, *args, **kwargs)
+
+    def complete(self, claim: api.Claim, produced: Any, namespace: str) -> api.Run:
+        """``claim``'s success with ``produced`` events, a transaction of its own on the
+        kept connection (not made again when the connection is lost: it may have committed)."""
+        conn = self.connection()
+        target: Engine | Connection = self.engine if conn is None else conn
+        try:
+            return api.complete_run(target, claim, "success", events=produced, namespace=namespace)
+        except errors.ConnectionLost:
+            self.drop()
+            raise
+
+    def drop(self) -> None:
+        """Forget the connection (closed; a lost one is discarded by the pool)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except SQLAlchemyError:  # already gone: nothing to give back
+                log.debug("assetq worker: closing a lost kept connection failed", exc_info=True)
+
+    close = drop
+
+
+def shares_kept(engine: Engine) -> bool:
+    """Does the sync worker run handlers on the slots' kept connections? With psycopg 3:
+    switching its autocommit is client-side, and it says whether anything was sent."""
+    return engine.dialect.driver == "psycopg" and not engine.dialect.is_async
+
+
+def keeps_connections(engine: Engine, concurrency: int) -> bool:
+    """Whether ``engine``'s pool has room for the connections a worker keeps: one per slot
+    and the heartbeat's, and a handler's own transaction besides where it does not run on
+    its slot's (:func:`shares_kept`), and one to spare. Without room the worker's calls go
+    through the Engine as before, rather than wait for connections."""
+    pool: Any = engine.pool
+    overflow = getattr(pool, "_max_overflow", None)
+    size = getattr(pool, "size", None)
+    if overflow is None or size is None or overflow < 0:
+        return True  # no limit: NullPool, StaticPool, an unbounded QueuePool
+    needed = (concurrency if shares_kept(engine) else 2 * concurrency) + 2
+    return bool(size() + overflow >= needed)
+
+
 def fail_alone(engine: Engine, claim: api.Claim, *, error: str, namespace: str) -> api.Run:
     """Record ``claim``'s attempt as failed with ``error``, in a transaction of its own."""
     with engine.connect() as conn, conn.begin():
@@ -252,6 +343,8 @@ class Execute:
     slot_name: str
     number: int
     claim: api.Claim
+    #: The slot's kept connection (its claims'): the shell may run the handler on it.
+    kept: KeptConnection | None = None
 
 
 #: How an attempt ended, besides its run (success) or an exception (the handler's, or the
@@ -301,6 +394,8 @@ class Leases:
         self._deadlines: dict[int, float] = {}
         self._lock = threading.Lock()
         self._failing = False
+        #: The heartbeat's own kept connection (connected at the first beat).
+        self._kept: KeptConnection | None = None
 
     def hold(self, claim: api.Claim) -> None:
         timeout = attempt_timeout(claim)
@@ -323,6 +418,14 @@ class Leases:
         finish their runs: their leases stay alive until they are done)."""
         interval = self._loop.interval
         next_beat = time.monotonic() + interval
+        try:
+            yield from self._steps(interval, next_beat)
+        finally:
+            if self._kept is not None:
+                kept, self._kept = self._kept, None
+                yield Call(kept.close)
+
+    def _steps(self, interval: float, next_beat: float) -> Steps[None]:
         while not self._quitting():
             yield Sleep(max(0.0, min(next_beat - time.monotonic(), self._until_due())), QUIT)
             self.expire()
@@ -368,8 +471,10 @@ class Leases:
                 if left > claim.lease.total_seconds() * 2 / 3:
                     continue
             try:
+                if self._kept is None:
+                    self._kept = KeptConnection(loop.engine, loop.keep)
                 renewed = yield Call(
-                    api.heartbeat, (loop.engine, claim), {"namespace": loop.namespace}
+                    self._kept.call, (api.heartbeat, claim), {"namespace": loop.namespace}
                 )
             except errors.LeaseLost as exc:
                 loop.log.warning(
@@ -457,6 +562,8 @@ class WorkerLoop:
         self.table = table
         self.dag_ids = sorted(table)
         self.concurrency = concurrency
+        #: The slots and the heartbeat keep connections (KeptConnection): the pool has room.
+        self.keep = keeps_connections(engine, concurrency)
         self.who = who
         self.log = logger
         self._stopped = stopped
@@ -519,6 +626,13 @@ class WorkerLoop:
     def slot(self, number: int) -> Steps[None]:
         """Slot ``number``: claim one run at a time, back off from errors, wait when idle,
         and :class:`Execute` each claim, until stopping."""
+        kept = KeptConnection(self.engine, self.keep)
+        try:
+            yield from self._slot(number, kept)
+        finally:
+            yield Call(kept.close)
+
+    def _slot(self, number: int, kept: KeptConnection) -> Steps[None]:
         slot_name = self.slot_name(number)
         stats, metrics, wakeup = self.stats, self.metrics, self.wakeup
         idle = IDLE_FIRST
@@ -532,8 +646,8 @@ class WorkerLoop:
             with_pass = self.passes.open(wakeup.take_queued())
             try:
                 claims: list[api.Claim] = yield Retried(
-                    api.claim_runs,
-                    (self.engine, slot_name),
+                    kept.call,
+                    (api.claim_runs, slot_name),
                     {
                         "lease": self.lease,
                         "dag_ids": self.dag_ids,
@@ -589,7 +703,7 @@ class WorkerLoop:
             idle = IDLE_FIRST
             stats.add(claimed=1)
             log_claimed(self.log, f"{self.who}: {slot_name}", claims[0])
-            if not (yield Execute(slot_name, number, claims[0])):
+            if not (yield Execute(slot_name, number, claims[0], kept)):
                 return  # let go: the slot carries on elsewhere
 
     def ended(self, slot_name: str, claim: api.Claim, started: float, result: Any) -> Steps[None]:
@@ -764,6 +878,13 @@ def run_worker(
     Safe to run in any number of threads and processes at once: every attempt is held by one
     worker (docs/workers.md).
 
+    Connections: each slot keeps one of ``engine``'s pool for its claims and completions
+    (on PostgreSQL with psycopg its handler's transaction runs on it too; elsewhere that
+    takes another), and the heartbeat keeps one: when the pool has room for
+    ``concurrency + 2`` (``2 * concurrency + 2`` on MySQL and in assetq.aio); otherwise
+    every call goes through the Engine, a pool checkout each, as before. A kept connection
+    found lost is replaced; the call that found it is made again on the Engine, as before.
+
     ``listen_engine``: where the listening connection (PostgreSQL) comes from (default
     ``engine``); when ``engine`` goes through a pooler in transaction mode, give a direct
     connection here. A listening connection that does not hold one server session is
@@ -821,6 +942,9 @@ def run_worker(
     if listen_engine is not None and dialect_of(listen_engine) is not loop.dialect:
         raise errors.InvalidArgument("listen_engine must reach the same engine kind as engine")
     listening = listen and loop.dialect.supports_notify
+    # Handlers run on the slots' kept connections where switching autocommit is client-side
+    # and the driver says whether anything was sent: psycopg 3.
+    lean_handlers = shares_kept(engine)
 
     def completing(claim: api.Claim) -> bool:
         """The handler returned (or raised): from now on this slot ends the attempt itself,
@@ -833,9 +957,12 @@ def run_worker(
             attempt.state = "completing"
             return True
 
-    def attempt(claim: api.Claim) -> Any:
+    def attempt(claim: api.Claim, kept: KeptConnection | None) -> Any:
         """Run ``claim``'s handler in the transaction that completes its run: the run, or
         the exception raised (None when the attempt was let go meanwhile)."""
+        conn = None if kept is None or not lean_handlers else kept.connection()
+        if conn is not None:
+            return attempt_kept(claim, kept, conn)  # type: ignore[arg-type]
         try:
             with engine.connect() as conn, conn.begin():
                 produced = loop.table[claim.dag_id](claim, conn)
@@ -850,6 +977,38 @@ def run_worker(
             completing(claim)  # let go first: it saw claim.cancelled, likely
             return exc
 
+    def attempt_kept(claim: api.Claim, kept: KeptConnection, conn: Connection) -> Any:
+        """:func:`attempt` on the slot's kept connection (psycopg: autocommit is a client-side
+        switch, no round trip): the handler in a transaction; a handler that sent nothing
+        leaves the driver's connection idle, and then the transaction has nothing to commit
+        and the success is one statement alone (one round trip), else it commits with the
+        handler's writes. Fenced as on the Engine: a stale attempt's completion is refused."""
+        driver: Any = conn.connection.dbapi_connection
+        produced: Any = None
+        try:
+            driver.autocommit = False
+            try:
+                with conn.begin():
+                    produced = loop.table[claim.dag_id](claim, conn)
+                    if not completing(claim):
+                        raise _LetGo
+                    # Nothing sent: nothing to commit (the commit sends nothing either).
+                    if driver.info.transaction_status != TransactionStatus.IDLE:
+                        return api.complete_run(
+                            conn, claim, "success", events=produced, namespace=loop.namespace
+                        )
+            finally:
+                if not (conn.closed or conn.invalidated):
+                    driver.autocommit = True
+            return kept.complete(claim, produced, loop.namespace)
+        except _LetGo:
+            return None
+        except Exception as exc:  # the handler's error, or the completion's
+            completing(claim)  # let go first: it saw claim.cancelled, likely
+            if conn.closed or conn.invalidated or connection_lost(exc):
+                kept.drop()
+            return exc
+
     def execute(step: Execute) -> bool:
         """Run an attempt in this thread; False when it was let go meanwhile (this thread's
         slot has a new thread: this one ends)."""
@@ -859,7 +1018,7 @@ def run_worker(
             attempts[claim.id] = started
         loop.leases.hold(claim)
         try:
-            result = attempt(claim)
+            result = attempt(claim, step.kept)
         finally:
             loop.leases.drop(claim)
             with attempts_lock:
