@@ -19,13 +19,14 @@ import pytest
 from assetq import migrate
 from dbs import (
     DEFAULT_DB_PREFIX,
+    PRIVATE_MYSQL,
     Backend,
     BackendUnavailable,
     PostgresBackend,
     TestDatabase,
-    _mysql_binaries,
     backend_for,
     check_db_prefix,
+    mysql_binaries,
     resolve_postgres,
 )
 
@@ -60,9 +61,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--mysql",
         default=os.environ.get("ASSETQ_TEST_MYSQL", "private"),
         help="MySQL/MariaDB server: 'private' (throw-away servers from this machine's mariadbd"
-        " or mysqld), 'local' (127.0.0.1:3306, user root, used as a dedicated test server) or"
-        " a URL (env ASSETQ_TEST_MYSQL). Without a server the MySQL tests are skipped, unless"
-        " ASSETQ_REQUIRE_MYSQL=1",
+        " or mysqld), 'mysql97' (throw-away Oracle MySQL 9.7 servers from the root that"
+        " tests/mysql_root.sh builds), 'local' (127.0.0.1:3306, user root, used as a dedicated"
+        " test server) or a URL (env ASSETQ_TEST_MYSQL). Without a server the MySQL tests are"
+        " skipped, unless ASSETQ_REQUIRE_MYSQL=1",
     )
 
 
@@ -120,14 +122,14 @@ def _check_before_the_workers_start(config: pytest.Config) -> None:
         raise pytest.UsageError(f"PostgreSQL: {_unavailable['postgresql']}")
     if "mysql" in engines and _required("mysql") and not _shared_mysql(config):
         try:
-            _mysql_binaries()
+            mysql_binaries(str(config.getoption("--mysql")))
         except BackendUnavailable as exc:
             raise pytest.UsageError(f"ASSETQ_REQUIRE_MYSQL is set but {exc}") from None
 
 
 def _shared_mysql(config: pytest.Config) -> bool:
     """The MySQL tests run, on a server the run does not own (local or a URL)."""
-    return "mysql" in _engines(config) and str(config.getoption("--mysql")) != "private"
+    return "mysql" in _engines(config) and str(config.getoption("--mysql")) not in PRIVATE_MYSQL
 
 
 @pytest.hookimpl(optionalhook=True)
