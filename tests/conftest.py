@@ -156,6 +156,11 @@ _ONE_WORKER_MODULES = frozenset(
     {"test_deploy_galera.py", "test_deploy_failover.py", "test_deploy_binlog.py"}
 )
 
+#: Modules whose servers are MariaDB's own (mariadbd with Galera, with binary logging),
+#: whichever MySQL server the run chose: skipped in a run on MySQL 9.7, which they would not
+#: test (they run in the default, MariaDB run).
+_MARIADB_SERVER_MODULES = frozenset({"test_deploy_galera.py", "test_deploy_binlog.py"})
+
 #: The summary lines the workers sent, each once.
 _worker_lines: list[tuple[str, bool]] = []
 
@@ -235,9 +240,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """An engine whose server cannot be had loses its tests here, all at once, with one loud
     line at the end of the run (pytest would print one skip line per test); with
     ASSETQ_REQUIRE_MYSQL=1 (CI) the run stops with an error instead."""
+    mysql97 = str(config.getoption("--mysql")) == "mysql97"
     for item in items:
         if item.path.name in _ONE_WORKER_MODULES:
             item.add_marker(pytest.mark.xdist_group("throw-away clusters"))
+        if mysql97 and item.path.name in _MARIADB_SERVER_MODULES:
+            item.add_marker(
+                pytest.mark.skip(
+                    reason="its servers are MariaDB's (Galera, binary logging: mariadbd),"
+                    " not MySQL 9.7: run in the default run (--mysql=private)"
+                )
+            )
     if config.option.collectonly:
         return
     by_engine: dict[str, list[pytest.Item]] = {}
