@@ -51,7 +51,7 @@ fi
 
 mkdir -p "$(dirname "$root")"
 building=$(mktemp -d "$root.building.XXXXXX")
-trap '"${as_root[@]}" rm -rf "$building"' EXIT
+trap '"${as_root[@]}" rm -rf "$building" "$building.log"' EXIT
 say "debootstrap unstable from $mirror into $building"
 start=$SECONDS
 "${as_root[@]}" debootstrap --variant=minbase --include=mysql-server-core \
