@@ -684,3 +684,30 @@ def test_an_update_joined_from_a_small_claim_table_scans_dag_run_without_its_key
         # unhinted too: the hint is MariaDB's need, and costs MySQL nothing.
         assert changed == (["1205", 2] if _mariadb(probe) else [2, 2])
         holder.rollback()
+
+
+def test_at_repeatable_read_mysql_reads_information_schema_from_the_transactions_snapshot(
+    my: TestDatabase,
+) -> None:
+    """MySQL 8+ keeps its catalog in InnoDB tables (the data dictionary) and reads
+    information_schema from them in the transaction's snapshot: at REPEATABLE READ a table
+    another session created after the first read stays unseen until the transaction ends.
+    MariaDB's information_schema is not transactional. Why an installer commits before it
+    waits for the namespace lock (lifecycle.sql, end_snapshot): it would otherwise take a
+    namespace another installer filled meanwhile for an empty one (AQ122, seen on MySQL 9.7
+    in test_concurrent_installs_both_succeed_with_one_schema)."""
+    count = (
+        "SELECT COUNT(*) FROM information_schema.TABLES"
+        " WHERE TABLE_SCHEMA = :ns AND TABLE_NAME = 'probe_created'"
+    )
+    with my.engine.connect() as reader:
+        reader = reader.execution_options(isolation_level="REPEATABLE READ")
+        with reader.begin():
+            assert reader.execute(sa.text(count), {"ns": my.namespace}).scalar_one() == 0
+            my.execute("CREATE TABLE {ns}.probe_created (id INT PRIMARY KEY)")
+            seen = reader.execute(sa.text(count), {"ns": my.namespace}).scalar_one()
+            assert seen == (1 if _mariadb(reader) else 0)  # the engine fact
+        assert reader.execute(sa.text(count), {"ns": my.namespace}).scalar_one() == 1
+        reader.rollback()
+    my.execute("DROP TABLE {ns}.probe_created")
+
