@@ -19,13 +19,14 @@ import pytest
 from assetq import migrate
 from dbs import (
     DEFAULT_DB_PREFIX,
+    PRIVATE_MYSQL,
     Backend,
     BackendUnavailable,
     PostgresBackend,
     TestDatabase,
-    _mysql_binaries,
     backend_for,
     check_db_prefix,
+    mysql_binaries,
     resolve_postgres,
 )
 
@@ -60,9 +61,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--mysql",
         default=os.environ.get("ASSETQ_TEST_MYSQL", "private"),
         help="MySQL/MariaDB server: 'private' (throw-away servers from this machine's mariadbd"
-        " or mysqld), 'local' (127.0.0.1:3306, user root, used as a dedicated test server) or"
-        " a URL (env ASSETQ_TEST_MYSQL). Without a server the MySQL tests are skipped, unless"
-        " ASSETQ_REQUIRE_MYSQL=1",
+        " or mysqld), 'mysql97' (throw-away Oracle MySQL 9.7 servers from the root that"
+        " tests/mysql_root.sh builds), 'local' (127.0.0.1:3306, user root, used as a dedicated"
+        " test server) or a URL (env ASSETQ_TEST_MYSQL). Without a server the MySQL tests are"
+        " skipped, unless ASSETQ_REQUIRE_MYSQL=1",
     )
 
 
@@ -120,14 +122,14 @@ def _check_before_the_workers_start(config: pytest.Config) -> None:
         raise pytest.UsageError(f"PostgreSQL: {_unavailable['postgresql']}")
     if "mysql" in engines and _required("mysql") and not _shared_mysql(config):
         try:
-            _mysql_binaries()
+            mysql_binaries(str(config.getoption("--mysql")))
         except BackendUnavailable as exc:
             raise pytest.UsageError(f"ASSETQ_REQUIRE_MYSQL is set but {exc}") from None
 
 
 def _shared_mysql(config: pytest.Config) -> bool:
     """The MySQL tests run, on a server the run does not own (local or a URL)."""
-    return "mysql" in _engines(config) and str(config.getoption("--mysql")) != "private"
+    return "mysql" in _engines(config) and str(config.getoption("--mysql")) not in PRIVATE_MYSQL
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -158,6 +160,11 @@ _ONE_WORKER_MODULES = frozenset(
         "test_deploy_patroni.py",
     }
 )
+
+#: Modules whose servers are MariaDB's own (mariadbd with Galera, with binary logging),
+#: whichever MySQL server the run chose: skipped in a run on MySQL 9.7, which they would not
+#: test (they run in the default, MariaDB run).
+_MARIADB_SERVER_MODULES = frozenset({"test_deploy_galera.py", "test_deploy_binlog.py"})
 
 #: The summary lines the workers sent, each once.
 _worker_lines: list[tuple[str, bool]] = []
@@ -238,9 +245,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """An engine whose server cannot be had loses its tests here, all at once, with one loud
     line at the end of the run (pytest would print one skip line per test); with
     ASSETQ_REQUIRE_MYSQL=1 (CI) the run stops with an error instead."""
+    mysql97 = str(config.getoption("--mysql")) == "mysql97"
     for item in items:
         if item.path.name in _ONE_WORKER_MODULES:
             item.add_marker(pytest.mark.xdist_group("throw-away clusters"))
+        if mysql97 and item.path.name in _MARIADB_SERVER_MODULES:
+            item.add_marker(
+                pytest.mark.skip(
+                    reason="its servers are MariaDB's (Galera, binary logging: mariadbd),"
+                    " not MySQL 9.7: run in the default run (--mysql=private)"
+                )
+            )
     if config.option.collectonly:
         return
     by_engine: dict[str, list[pytest.Item]] = {}

@@ -38,6 +38,14 @@ fresh "database" for a test is a whole server. Which MySQL server: ``--mysql`` o
   ``private`` (default)  throw-away servers started from this machine's mariadbd/mysqld in a
                          temporary directory (about a second each), one per database a test
                          holds at once, emptied between tests, stopped at the end of the run;
+  ``mysql97``            the same, from Oracle MySQL 9.7 (Debian unstable's mysqld, which needs a
+                         newer C library than Debian 12's) run with chroot in a Debian unstable
+                         root that tests/mysql_root.sh builds once, outside the repository
+                         (.ci/run builds it when missing; running it needs root). Reached
+                         through the unix socket, as ``private``: there root's empty password
+                         and the test accounts' passwords pass caching_sha2_password (MySQL
+                         9's only password plugin) without TLS or the ``cryptography``
+                         package, which a TCP connection would need for its RSA exchange;
   ``local``              the server already running at 127.0.0.1:3306, user root;
   a URL                  ``mysql://user:password@host:port`` of any other server.
 With ``local`` or a URL the server is used as a dedicated test server: between tests every
@@ -817,9 +825,34 @@ _MYSQL_SYSTEM_DATABASES = frozenset({"mysql", "information_schema", "performance
 MYSQL_APP_DATABASE = "aqm_app"
 
 
-def _mysql_binaries(search: str | None = None) -> tuple[Path, Path | None]:
-    """(server, MariaDB's install-db script or None) from ``search`` (a PATH-like list;
-    default PATH and the usual sbin folders)."""
+@dataclass(frozen=True)
+class MySQLBinaries:
+    """The server binary a private MySQL server runs, and how."""
+
+    #: mysqld or mariadbd, as the server sees it (inside ``root`` when there is one).
+    server: Path
+    #: MariaDB's install-db script, or None (MySQL initializes its own data directory).
+    install_db: Path | None = None
+    #: A root directory the server runs in (chroot), or None for this machine's own.
+    root: Path | None = None
+
+    def command(self, *args: str) -> list[str]:
+        prefix = ["chroot", str(self.root)] if self.root is not None else []
+        return [*prefix, str(self.server), *args]
+
+    def inside(self, path: Path) -> str:
+        """``path`` (under ``root`` when there is one) as the server sees it."""
+        return str(path if self.root is None else Path("/") / path.relative_to(self.root))
+
+    def workdir(self) -> Path:
+        """A new temporary directory the server can reach."""
+        where = None if self.root is None else self.root / "tmp"
+        return Path(tempfile.mkdtemp(prefix="assetq-mysql-", dir=where))
+
+
+def _mysql_binaries(search: str | None = None) -> MySQLBinaries:
+    """This machine's server (and MariaDB's install-db script) from ``search`` (a PATH-like
+    list; default PATH and the usual sbin folders)."""
     if search is None:
         search = os.pathsep.join(
             [os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin", "/usr/libexec"]
@@ -834,7 +867,38 @@ def _mysql_binaries(search: str | None = None) -> tuple[Path, Path | None]:
     install_db = shutil.which("mariadb-install-db", path=search) or shutil.which(
         "mysql_install_db", path=search
     )
-    return Path(server), Path(install_db) if install_db else None
+    return MySQLBinaries(Path(server), Path(install_db) if install_db else None)
+
+
+#: Builds (once) and names the Debian unstable root that MySQL 9.7 runs in.
+MYSQL_ROOT_SCRIPT = Path(__file__).parent / "mysql_root.sh"
+
+
+def _mysql97_binaries() -> MySQLBinaries:
+    """Oracle MySQL 9.7 in the root tests/mysql_root.sh built (module doc, ``mysql97``)."""
+    root = Path(
+        subprocess.run(
+            [str(MYSQL_ROOT_SCRIPT), "--path"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
+    if not (root / "usr/sbin/mysqld").exists():
+        raise BackendUnavailable(
+            f"no MySQL 9.7 root at {root}: build it once with tests/mysql_root.sh (about 3"
+            " minutes, as root; .ci/run does it when missing)"
+        )
+    if os.geteuid() != 0:
+        raise BackendUnavailable("the MySQL 9.7 server runs with chroot, which needs root")
+    return MySQLBinaries(Path("/usr/sbin/mysqld"), root=root)
+
+
+#: The --mysql choices that start throw-away servers of the run's own.
+PRIVATE_MYSQL = {"private": _mysql_binaries, "mysql97": _mysql97_binaries}
+
+
+def mysql_binaries(choice: str) -> MySQLBinaries:
+    """The binaries of the private servers of ``choice`` (``private`` also for a choice that
+    uses an existing server: the tests that start a server of their own take these)."""
+    return PRIVATE_MYSQL.get(choice, _mysql_binaries)()
 
 
 class MySQLServer:
@@ -883,19 +947,20 @@ class MySQLServer:
 class _PrivateMySQLServer(MySQLServer):
     """A throw-away server in a temporary directory, reached through its unix socket."""
 
-    def __init__(self, server: Path, install_db: Path | None, number: int) -> None:
-        self.workdir = Path(tempfile.mkdtemp(prefix="assetq-mysql-"))
-        datadir = self.workdir / "data"
+    def __init__(self, binaries: MySQLBinaries, number: int) -> None:
+        self.workdir = binaries.workdir()
+        inside = binaries.inside
+        datadir = inside(self.workdir / "data")
         socket = self.workdir / "mysqld.sock"
         log = self.workdir / "error.log"
         user = getpass.getuser()
         version = subprocess.run(
-            [str(server), "--version"], capture_output=True, text=True, check=True
+            binaries.command("--version"), capture_output=True, text=True, check=True
         ).stdout
         mariadb = "mariadb" in version.lower()
-        if mariadb and install_db is not None:
+        if mariadb and binaries.install_db is not None:
             init = [
-                str(install_db),
+                str(binaries.install_db),
                 "--no-defaults",
                 f"--datadir={datadir}",
                 f"--user={user}",
@@ -906,22 +971,23 @@ class _PrivateMySQLServer(MySQLServer):
                 # temporary tables in the shared /tmp
                 f"--tmpdir={self.workdir}",
             ]
-        else:  # MySQL 8: the server initializes its own data directory
-            init = [str(server), "--no-defaults", "--initialize-insecure", f"--datadir={datadir}"]
+        else:  # MySQL 8 and 9: the server initializes its own data directory
+            init = binaries.command(
+                "--no-defaults", "--initialize-insecure", f"--datadir={datadir}"
+            )
             if os.geteuid() == 0:
                 init.append(f"--user={user}")
         done = subprocess.run(init, capture_output=True, text=True)
         if done.returncode != 0:
             shutil.rmtree(self.workdir, ignore_errors=True)
             raise BackendUnavailable(f"cannot initialize a MySQL data directory: {done.stderr}")
-        command = [
-            str(server),
+        command = binaries.command(
             "--no-defaults",
             f"--datadir={datadir}",
-            f"--socket={socket}",
-            f"--pid-file={self.workdir / 'mysqld.pid'}",
-            f"--log-error={log}",
-            f"--tmpdir={self.workdir}",
+            f"--socket={inside(socket)}",
+            f"--pid-file={inside(self.workdir / 'mysqld.pid')}",
+            f"--log-error={inside(log)}",
+            f"--tmpdir={inside(self.workdir)}",
             "--skip-networking",
             "--skip-log-bin",
             "--innodb-buffer-pool-size=64M",
@@ -929,11 +995,14 @@ class _PrivateMySQLServer(MySQLServer):
             "--innodb-flush-log-at-trx-commit=2",
             "--character-set-server=utf8mb4",
             "--max-connections=500",
-        ]
+        )
         if os.geteuid() == 0:
             command.append(f"--user={user}")
         if not mariadb:
-            command.append("--mysqlx=OFF")
+            # No X Protocol port; no directory of its own for LOAD DATA / SELECT ... INTO
+            # OUTFILE (Debian's default, /var/lib/mysql-files, is not there in a bare root
+            # and the server would refuse to start).
+            command += ["--mysqlx=OFF", "--secure-file-priv="]
         self._command = command
         self._log = log
         self.process = subprocess.Popen(
@@ -993,7 +1062,13 @@ class MySQLBackend(Backend):
 
     dialect = MYSQL
 
-    def __init__(self, *, private: bool, server: MySQLServer | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        private: bool,
+        server: MySQLServer | None = None,
+        binaries: MySQLBinaries | None = None,
+    ) -> None:
         self._private = private
         self._free: list[MySQLServer] = [] if server is None else [server]
         self._leased: dict[str, MySQLServer] = {}
@@ -1002,14 +1077,14 @@ class MySQLBackend(Backend):
         #: the fingerprint of a fresh install.
         self._spare: list[MySQLServer] = []
         self._clean: str | None = None
-        self._binaries = _mysql_binaries() if private else None
+        self._binaries = (binaries or _mysql_binaries()) if private else None
         if private:
             self._free.append(self._start())
         self.description = self._all[0].description if self._all else "MySQL"
 
     def _start(self) -> MySQLServer:
         assert self._binaries is not None
-        server = _PrivateMySQLServer(*self._binaries, number=len(self._all) + 1)
+        server = _PrivateMySQLServer(self._binaries, number=len(self._all) + 1)
         self._all.append(server)
         return server
 
@@ -1095,8 +1170,8 @@ class MySQLBackend(Backend):
 
 
 def mysql_backend(choice: str) -> MySQLBackend:
-    if choice == "private":
-        return MySQLBackend(private=True)
+    if choice in PRIVATE_MYSQL:
+        return MySQLBackend(private=True, binaries=mysql_binaries(choice))
     url = make_url("mysql://root@127.0.0.1:3306" if choice == "local" else choice)
     url = url.set(drivername="mysql+pymysql", database=None)
     if "charset" not in url.query:
@@ -1122,7 +1197,7 @@ def mysql_backend(choice: str) -> MySQLBackend:
 
 def backend_for(engine_name: str, choice: str, *, prefix: str = DEFAULT_DB_PREFIX) -> Backend:
     """The backend for ``engine_name``; ``choice`` is 'auto', 'local', 'embedded' (PostgreSQL),
-    'private' (MySQL) or a server URL. ``prefix`` starts the names of the PostgreSQL
+    'private' or 'mysql97' (MySQL) or a server URL. ``prefix`` starts the names of the PostgreSQL
     databases the run creates."""
     if engine_name == "postgresql":
         return postgres_backend(choice, prefix)

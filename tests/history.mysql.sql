@@ -21,6 +21,10 @@ SHOW CREATE TRIGGER {{ns}}.asset_event_fan_out
 -- consumers): it is dropped for the load and created again from its definition.
 DROP TRIGGER {{ns}}.asset_event_fan_out
 
+-- current_database --
+-- The connection's default database (NULL for none).
+SELECT DATABASE() AS name
+
 -- session_sql_mode --
 -- The connection's sql_mode.
 SELECT @@SESSION.sql_mode AS sql_mode

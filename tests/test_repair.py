@@ -303,7 +303,12 @@ def test_doctor_and_repair_need_no_right_beyond_the_namespace(
     namespace and nothing else (it installed it, MySQL; it owns it, PostgreSQL) compares,
     finds a body changed by hand, and repairs it with its grants, creating nothing outside
     the namespace. On MariaDB no grant needs saving (CREATE OR REPLACE keeps them), so not
-    reading mysql.procs_priv is no reason to refuse (MySQL's path refuses it: AQ124 below)."""
+    reading mysql.procs_priv is no reason to refuse. MySQL proper drops and creates, and
+    DROP PROCEDURE takes the routine's grants with it: its repair refuses (AQ124, nothing
+    changed) until the account may read mysql.procs_priv and mysql.user to give them back,
+    the rights beyond the namespace it needs, with GRANT OPTION on the namespace (the MariaDB
+    half is forced in
+    test_mysql_path_an_account_that_may_not_read_the_grants_is_refused_before_any_change)."""
     with _namespace_owner(db) as (owner, ns), made_logins(db, ("producer",), "aqrep") as made:
         producer = made["producer"]
         outside = _outside(ns)
@@ -319,6 +324,17 @@ def test_doctor_and_repair_need_no_right_beyond_the_namespace(
         assert "routine register_event was changed by hand" in check.detail, check
         assert f"assetq repair --namespace {ns.namespace}" in check.fix
 
+        if ns.engine_name == "mysql" and not _replaces_in_place(ns):
+            code, out, err = _cli_repair(ns, capsys, url=owner.engine.url)
+            assert code == cli.EXIT_ERROR and "[AQ124]" in err, err
+            assert _definitions(ns, owner.engine).severity == "problem"  # nothing changed
+            user, host = owner.grantee if isinstance(owner.grantee, tuple) else (owner.name, "%")
+            for table in ("procs_priv", "user"):
+                db.execute(f"GRANT SELECT ON mysql.{table} TO '{user}'@'{host}'")
+            # And to give them back, the right to grant on the namespace (ALL leaves it out).
+            # Not checked before the drop: without it (MySQL 9.7, error 1370) the repair
+            # fails after creating the routine again, the grants kept for the next repair.
+            ns.execute(f"GRANT EXECUTE ON {{ns}}.* TO '{user}'@'{host}' WITH GRANT OPTION")
         code, out, err = _cli_repair(ns, capsys, url=owner.engine.url)
         assert (code, err) == (cli.EXIT_OK, ""), err
         assert out.endswith(": routine register_event\n"), out
@@ -335,8 +351,9 @@ def test_doctor_by_a_reader_of_the_namespace_compares_the_definitions(db: TestDa
     MySQL/MariaDB show a routine's body only to its definer and to accounts that may read
     mysql.proc: to any other account it is NULL, and cannot be compared. doctor then says so
     (a note, never "changed by hand"), and a repair by that account re-creates nothing
-    (before, both took every routine for one changed by hand); given SELECT on mysql.proc
-    (MySQL 8: SHOW_ROUTINE) it compares."""
+    (before, both took every routine for one changed by hand); given the right to read every
+    routine (MariaDB: SELECT on mysql.proc; MySQL 8.0.20+, which has no mysql.proc, the
+    SHOW_ROUTINE privilege) it compares."""
     outside = _outside(db)
     with _namespace_reader(db) as login:
         check = _definitions(db, login.engine)
@@ -344,7 +361,10 @@ def test_doctor_by_a_reader_of_the_namespace_compares_the_definitions(db: TestDa
             assert check.severity == "note" and "not compared" in check.detail, check
             assert migrate.repair(login.engine, namespace=db.namespace) == []
             user, host = login.grantee if isinstance(login.grantee, tuple) else (login.name, "%")
-            db.execute(f"GRANT SELECT ON mysql.proc TO '{user}'@'{host}'")
+            with db.engine.connect() as conn:
+                mariadb = bool(getattr(conn.dialect, "is_mariadb", False))
+            readable = "SELECT ON mysql.proc" if mariadb else "SHOW_ROUTINE ON *.*"
+            db.execute(f"GRANT {readable} TO '{user}'@'{host}'")
             check = _definitions(db, login.engine)
         assert check.severity == "ok", check
         _break_register_event(db)
@@ -707,19 +727,26 @@ def test_mysql_path_a_repair_stopped_before_the_grants_were_given_back_is_finish
     assert "_assetq_repair_grants" not in {r[0] for r in snapshot(db)["relations"]}
 
 
+@pytest.mark.parametrize("readable", [(), ("procs_priv",)], ids=["nothing", "procs_priv-only"])
 def test_mysql_path_an_account_that_may_not_read_the_grants_is_refused_before_any_change(
-    mysql_path: TestDatabase, capsys: pytest.CaptureFixture[str]
+    mysql_path: TestDatabase, capsys: pytest.CaptureFixture[str], readable: tuple[str, ...]
 ) -> None:
     """Dropping a routine revokes its grants: an account that cannot read them (to give them
     back) must not drop it. One line, AQ124, nothing changed. (MariaDB's own path needs
-    no grant saved: test_doctor_and_repair_need_no_right_beyond_the_namespace.)"""
+    no grant saved: test_doctor_and_repair_need_no_right_beyond_the_namespace.) Giving them
+    back reads mysql.user too (to accounts that still exist): an account that may read
+    mysql.procs_priv only is refused the same way, before any change (MySQL 9.7 found it
+    dropping and creating the routines, then failing with their grants not given back)."""
     with _namespace_owner(mysql_path) as (owner, db):
+        user, host = owner.grantee if isinstance(owner.grantee, tuple) else (owner.name, "%")
+        for table in readable:
+            db.execute(f"GRANT SELECT ON mysql.{table} TO '{user}'@'{host}'")
         _break_register_event(db, by=owner.engine)
         broken = snapshot(db)
         code, out, err = _cli_repair(db, capsys, url=owner.engine.url)
         assert (code, out) == (cli.EXIT_ERROR, ""), out
         assert err.startswith("assetq repair: error [AQ124]: ") and err.count("\n") == 1, err
-        assert "mysql.procs_priv" in err
+        assert "mysql.procs_priv and mysql.user" in err
         assert snapshot(db) == broken
         assert _definitions(db, owner.engine).severity == "problem"
 

@@ -104,6 +104,10 @@ DEFAULT_LOCK_TIMEOUT = 1.0
 DEFAULT_MAX_ATTEMPTS = 30
 #: A lock timeout or a deadlock (PostgreSQL, MySQL/MariaDB): the step is retried.
 LOCK_CODES = frozenset({"55P03", "40P01", "1205", "1213"})
+#: MySQL 8+: an information_schema read skipped a table whose definition a concurrent DDL
+#: statement (another installer's) is changing. The unlocked read that plans an install
+#: met it on MySQL 9.7 (tests/test_migrations.py): it is read again.
+_CONCURRENT_DDL_CODES = frozenset({"1684"})
 
 
 def table_names() -> frozenset[str]:
@@ -799,9 +803,16 @@ def _install_stepwise(
     upgrade one step per revision, each retried on a lock timeout or a deadlock. One
     transaction per revision keeps each step's locks short: a step holds what it locked only
     until its own commit, not until the last revision's."""
-    with _transaction(bind) as conn:
-        existed = bool(_scalar(dialect_for(conn), conn, "namespace_exists", namespace))
-        current = current_revision(conn, namespace=namespace) if existed else None
+    for attempt in range(1, max_attempts + 1):
+        try:
+            with _transaction(bind) as conn:
+                existed = bool(_scalar(dialect_for(conn), conn, "namespace_exists", namespace))
+                current = current_revision(conn, namespace=namespace) if existed else None
+            break
+        except DBAPIError as exc:
+            if MYSQL.error_code(exc) not in _CONCURRENT_DDL_CODES or attempt == max_attempts:
+                raise
+            time.sleep(0.05 * attempt)
     if current is None or current not in revisions() or position(current) >= position(target):
         steps = [target]  # a fresh install, a no-op, or the refusal migrate_connection gives
     else:
@@ -887,6 +898,8 @@ def migrate_connection(
             # installer holding that lock deadlocked (1213) on it when it wrote the marker.
             if marked_revision(marker_text(conn, namespace)) != target:
                 _check_binary_log(conn, dialect, namespace, target)
+                # What was read so far must not be the snapshot read under the lock.
+                _lifecycle(conn, dialect, "end_snapshot", namespace)
     with (
         _reported(conn, dialect, namespace, target, "install of"),
         _locked(conn, dialect, namespace) as held,

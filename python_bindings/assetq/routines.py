@@ -417,8 +417,9 @@ def _save_grants(
     conn: Connection, dialect: Dialect, namespace: str, routines: Iterable[ObjectFile]
 ) -> None:
     """MySQL: keep the grants of ``routines`` in the namespace before they are dropped
-    (DROP PROCEDURE revokes them); an account that may not read mysql.procs_priv is refused
-    (AQ124) before anything changes."""
+    (DROP PROCEDURE revokes them); an account that may not read mysql.procs_priv and
+    mysql.user (which tells the accounts that still exist) is refused (AQ124) before anything
+    changes."""
     names = [f.name for f in routines]
     kept = grants_kept(conn, dialect, namespace)  # by an interrupted sync: stay
     conn.execute(text(_sql(dialect, "repair_grants_table", namespace)))
@@ -433,10 +434,10 @@ def _save_grants(
                 conn.execute(text(_sql(dialect, "repair_drop_grants_table", namespace)))
             raise InstallRefused(
                 f"re-creating routines in namespace {namespace!r} refused, nothing was"
-                " changed: the account may not read mysql.procs_priv, so the grants of the"
-                f" routines it would drop and create again ({', '.join(names)}) would be"
-                " lost. Run it with an account that may (GRANT SELECT ON mysql.procs_priv),"
-                " as the owner",
+                " changed: the account may not read mysql.procs_priv and mysql.user, so the"
+                f" grants of the routines it would drop and create again ({', '.join(names)})"
+                " would be lost. Run it with an account that may (GRANT SELECT ON"
+                " mysql.procs_priv, and on mysql.user), as the owner",
                 code="AQ124",
             ) from exc
 

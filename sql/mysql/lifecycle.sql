@@ -67,6 +67,16 @@ SELECT COUNT(*) AS n
 -- The account the server matched the login to, for the messages of refused installs.
 SELECT CURRENT_USER() AS account
 
+-- end_snapshot --
+-- An installer's commit before it waits for the namespace lock (migrate_connection). MySQL 8+
+-- reads information_schema from its data dictionary, InnoDB tables, inside the transaction's
+-- snapshot at REPEATABLE READ: an installer that read the version table's marker before it
+-- waited would, once it held the lock, still see the namespace as it was before the other
+-- installer's commit, take it for a fresh one and refuse its objects as not assetq's (AQ122;
+-- MySQL 9.7, tests/test_migrations.py). MariaDB's information_schema is not transactional.
+-- The install's DDL commits the connection's transaction anyway, statement by statement.
+COMMIT
+
 -- galera_on --
 -- Whether this session's writes replicate through Galera (no row on MySQL 8 or a plain
 -- MariaDB: wsrep_on does not exist there).

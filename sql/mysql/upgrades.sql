@@ -116,13 +116,17 @@ SELECT COUNT(*) FROM information_schema.tables
 -- namespace's table prefix, if any), saved before it is dropped. IGNORE only skips grants an
 -- interrupted sync saved already (the table has no foreign key or check whose failure it
 -- could hide). An account that may not read mysql.procs_priv gets 1142 here, before anything
--- is dropped: the sync refuses (AQ124) rather than lose the grants.
+-- is dropped: the sync refuses (AQ124) rather than lose the grants. mysql.user too, which
+-- repair_grant_statements reads to give them back: found by MySQL 9.7, where an account that
+-- could read only mysql.procs_priv had its routines dropped and created again, and then
+-- failed (1142 on mysql.user) with their grants not given back (tests/test_repair.py).
 INSERT IGNORE INTO {{ns}}._assetq_repair_grants
        (routine_type, routine_name, grantee_user, grantee_host, privileges)
 SELECT p.Routine_type, p.Routine_name, p.User, p.Host, p.Proc_priv
   FROM mysql.procs_priv p
  WHERE p.Db = {{database}} AND p.Routine_name = CONCAT('{{prefix}}', :routine)
    AND p.Proc_priv <> ''
+   AND EXISTS (SELECT 1 FROM mysql.user u WHERE u.User = p.User AND u.Host = p.Host)
 
 -- repair_grant_statements --
 -- routines.sync: the GRANT giving back each saved privilege, on the routines that exist

@@ -41,8 +41,13 @@ BEGIN
         SET v_message = CONCAT('[AQ002] event extra must be a JSON object, got ', v_kind);
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
     END IF;
-    -- The usual case, a name, inline: a nested CALL costs more than the lookup.
-    SELECT a.id INTO v_asset_id FROM {{ns}}.asset a WHERE a.name = p_asset;
+    -- The usual case, a name, inline: a nested CALL costs more than the lookup. A locking
+    -- read (MySQL 8 / MariaDB: LOCK IN SHARE MODE works on both): it waits for a delete_asset
+    -- that holds the row and then finds it gone (AQ001 below). MySQL 9.7 checks foreign keys
+    -- in its SQL layer (innodb_native_foreign_keys = OFF), and an INSERT that had waited for
+    -- the deleter went in after its commit, an event of an asset that no longer exists
+    -- (tests/test_semantics_lifecycle.py); the shared lock is the one InnoDB's own check took.
+    SELECT a.id INTO v_asset_id FROM {{ns}}.asset a WHERE a.name = p_asset LOCK IN SHARE MODE;
     IF v_asset_id IS NULL THEN
         CALL {{ns}}.resolve_asset(p_asset, v_asset_id);  -- by uri, or AQ001
     END IF;
