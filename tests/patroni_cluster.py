@@ -35,7 +35,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
-from servers import _children, _pg_binary, _run_as_server_user, _wait_for, _workdir, free_port
+from servers import _pg_binary, _run_as_server_user, _wait_for, _workdir, free_port, kill_server
 
 #: The DCS settings: a leader key that lives 20 s (Patroni's minimum), renewed every second;
 #: a crashed primary is failed over at once instead of being restarted in place.
@@ -102,12 +102,7 @@ class PatroniNode:
         """What Patroni's watchdog does to a node whose Patroni stopped feeding it, before
         its leader key expires: the machine is reset, here every process of its PostgreSQL
         killed (kill -9)."""
-        pid = self.postmaster_pid()
-        if pid is None:
-            return
-        for victim in [pid, *_children(pid)]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(victim, signal.SIGKILL)
+        kill_server(self.postmaster_pid())
 
     def kill_patroni(self) -> None:
         """kill -9 of this node's Patroni alone: its PostgreSQL runs on, unmanaged."""

@@ -237,19 +237,22 @@ class PgNode:
 
     def crash(self) -> None:
         """kill -9 of the postmaster and every process of the server: a machine that died."""
-        pid = self.postmaster_pid()
-        if pid is None:
-            return
-        children = [p for p in _children(pid)]
-        for victim in [pid, *children]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(victim, signal.SIGKILL)
+        kill_server(self.postmaster_pid())
 
     def stop(self) -> None:
         if self.postmaster_pid() is not None:
             done = self.pg_ctl("stop", "-m", "immediate", "-w", "-t", "30", check=False)
             if done.returncode != 0:
                 self.crash()
+
+
+def kill_server(postmaster: int | None) -> None:
+    """kill -9 of ``postmaster`` (None: nothing runs) and every process it started."""
+    if postmaster is None:
+        return
+    for victim in [postmaster, *_children(postmaster)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
 
 
 def _children(pid: int) -> list[int]:

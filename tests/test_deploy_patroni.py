@@ -26,7 +26,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -48,7 +49,7 @@ def _this_machines_postgres(pytestconfig: pytest.Config) -> None:
 
 def _now() -> str:
     """The wall clock's time of day, UTC, as the servers' logs give it."""
-    return datetime.now(UTC).strftime("%H:%M:%S.%f")[:-3]
+    return datetime.now(timezone.utc).strftime("%H:%M:%S.%f")[:-3]
 
 
 _EFFECTS = "CREATE TABLE app_effect (dag_id text NOT NULL, run_id text NOT NULL, attempt int)"
@@ -112,7 +113,7 @@ class Traffic:
                         time.sleep(0.05)
                 with self.lock:
                     self.acked[key] = event.id
-                    self.where[key] = (port, _now())
+                    self.where[key] = (int(port or 0), _now())
         except BaseException as exc:
             self.failures.append(exc)
 
@@ -239,6 +240,41 @@ def _node_counts(cluster: PatroniCluster) -> list[str]:
     return found
 
 
+@dataclass
+class Stored:
+    """What the leader holds after the traffic: events by idempotency key, each link as
+    (event id, its event stored, its run stored), runs (run id, state), effects (run id,
+    how many), and what doctor says."""
+
+    events: dict[str, int]
+    links: list[tuple[int, bool, bool]]
+    runs: list[tuple[str, str]]
+    effects: list[tuple[str, int]]
+    doctor: assetq.DoctorReport
+
+
+def _stored(node: PatroniNode) -> Stored:
+    engine = sa.create_engine(node.url("app"))
+    try:
+        with engine.connect() as conn:
+
+            def rows(sql: str) -> list[Any]:
+                return [tuple(r) for r in conn.execute(sa.text(sql)).all()]
+
+            events = dict(rows("SELECT idempotency_key, id FROM assetq.asset_event"))
+            links = rows(
+                "SELECT l.asset_event_id, e.id IS NOT NULL, r.id IS NOT NULL"
+                " FROM assetq.dagrun_asset_event l"
+                " LEFT JOIN assetq.asset_event e ON e.id = l.asset_event_id"
+                " LEFT JOIN assetq.dag_run r ON r.id = l.dag_run_id"
+            )
+            runs = rows("SELECT run_id, state FROM assetq.dag_run")
+            effects = rows("SELECT run_id, count(*) FROM app_effect GROUP BY run_id")
+        return Stored(events, links, runs, effects, assetq.doctor(engine))
+    finally:
+        engine.dispose()
+
+
 def _failover_twice(stretch: int) -> None:
     """Producers run from the start until ``stretch`` events after the second failover; each
     kill comes ``stretch`` acknowledged events after the cluster was healthy."""
@@ -273,26 +309,10 @@ def _failover_twice(stretch: int) -> None:
         finally:
             traffic.stop.set()
             engine.dispose()
-        leader = sa.create_engine(third.url("app"))
-        try:
-            with leader.connect() as conn:
-                events = dict(
-                    conn.execute(
-                        sa.text("SELECT idempotency_key, id FROM assetq.asset_event")
-                    ).all()
-                )
-                links = conn.execute(
-                    sa.text("SELECT asset_event_id FROM assetq.dagrun_asset_event")
-                ).scalars().all()
-                runs = conn.execute(
-                    sa.text("SELECT run_id, state FROM assetq.dag_run")
-                ).all()
-                effects = conn.execute(
-                    sa.text("SELECT run_id, count(*) FROM app_effect GROUP BY run_id")
-                ).all()
-            doctor = assetq.doctor(leader)
-        finally:
-            leader.dispose()
+        stored = _stored(third)
+        events, runs, effects = stored.events, stored.runs, stored.effects
+        links = [event_id for event_id, _, _ in stored.links]
+        doctor = stored.doctor
         lost = {k: v for k, v in traffic.acked.items() if events.get(k) != v}
         assert lost == {}, (
             f"{len(lost)} acknowledged events lost or changed:"
@@ -341,25 +361,8 @@ def _failover_async(stretch: int) -> dict[str, object]:
         finally:
             traffic.stop.set()
             engine.dispose()
-        leader = sa.create_engine(second.url("app"))
-        try:
-            with leader.connect() as conn:
-                events = dict(
-                    conn.execute(
-                        sa.text("SELECT idempotency_key, id FROM assetq.asset_event")
-                    ).all()
-                )
-                links = conn.execute(
-                    sa.text(
-                        "SELECT l.asset_event_id, e.id IS NOT NULL, r.id IS NOT NULL"
-                        " FROM assetq.dagrun_asset_event l"
-                        " LEFT JOIN assetq.asset_event e ON e.id = l.asset_event_id"
-                        " LEFT JOIN assetq.dag_run r ON r.id = l.dag_run_id"
-                    )
-                ).all()
-            doctor = assetq.doctor(leader)
-        finally:
-            leader.dispose()
+        stored = _stored(second)
+    events, links, doctor = stored.events, stored.links, stored.doctor
     lost = [k for k, v in traffic.acked.items() if events.get(k) != v]
     linked = [event_id for event_id, _, _ in links]
     assert len(linked) == len(set(linked)), "an event consumed twice"
