@@ -28,7 +28,7 @@ Chaos: every ``--kill-interval`` seconds (0.5x to 1.5x, at random) one planned k
 ``--kills`` kills were made and the producers are done. A kill is a SIGKILL of a producer,
 scheduler or worker (restarted 0.1 to 1 s later), or a SIGSTOP of a worker that holds a
 run, held until another worker has claimed that run (its lease expired: the stopped worker
-is a zombie) or three leases have passed, then SIGCONT. The plan (kinds, roles, intervals)
+is a zombie; ten leases at most), then SIGCONT. The plan (kinds, roles, intervals)
 comes from ``--seed``, printed; what the processes are doing at each kill does not.
 
 Then the chaos stops, every process runs undisturbed, and the soak waits (up to
@@ -271,8 +271,11 @@ class Report:
     attempts: int = 0
     pairs: int = 0
     sigkill: Counter[str] = field(default_factory=Counter)
+    #: SIGSTOPs of a worker holding runs; zombies: those whose runs another worker took
+    #: over before the SIGCONT (the others, whose completion was on its way when they
+    #: stopped, are made again: the plan's zombies are real ones)
+    sigstops: int = 0
     zombies: int = 0
-    taken_over: int = 0
     restarts: int = 0
     unexpected_exits: int = 0
     lost: int = 0
@@ -313,7 +316,7 @@ class Report:
             f" events={self.events}/{self.planned}"
             f" acknowledged={self.acknowledged} pairs={self.pairs} runs={self.runs}"
             f" attempts={self.attempts} kills={self.kills} (sigkill {killed};"
-            f" sigstop zombies={self.zombies}, taken over={self.taken_over})"
+            f" sigstop={self.sigstops}, of them zombies taken over={self.zombies})"
             f" restarts={self.restarts} unexpected exits={self.unexpected_exits}"
             f" lost={self.lost} duplicated={self.duplicated}"
             f" double effects={self.double_effects} wrong effects={self.wrong_effects}"
@@ -374,6 +377,7 @@ class Soak:
             config.events // config.producers + (1 if n < config.events % config.producers else 0)
             for n in range(config.producers)
         ]
+        self.plan_left: list[tuple[str, str]] = []
         self._sampling = threading.Event()
         self._sample_errors: list[BaseException] = []
 
@@ -466,17 +470,22 @@ class Soak:
                 held.setdefault(process, []).append((str(dag_id), str(run_id), int(attempt)))
         return held
 
-    def taken_over(self, held: list[tuple[str, str, int]]) -> bool:
-        """Every run the zombie held has a later attempt or ended without it."""
+    def taken_over(self, held: list[tuple[str, str, int]]) -> tuple[bool, bool]:
+        """(every run the zombie held is settled: at a later attempt, or finished by the
+        zombie's own completion that was on its way when it stopped; at least one of them
+        is at a later attempt: another worker took it over)."""
+        settled, later = True, False
         with self.engine.connect() as conn:
             for dag_id, run_id, attempt in held:
-                row = conn.execute(
-                    self.q("SELECT attempt FROM {ns}.dag_run WHERE dag_id = :d AND run_id = :r"),
+                now_at, state = conn.execute(
+                    self.q(
+                        "SELECT attempt, state FROM {ns}.dag_run WHERE dag_id = :d AND run_id = :r"
+                    ),
                     {"d": dag_id, "r": run_id},
                 ).one()
-                if int(row[0]) <= attempt:
-                    return False
-        return True
+                later = later or int(now_at) > attempt
+                settled = settled and (int(now_at) > attempt or state != "running")
+        return settled, later
 
     # -- the cap sampler --
 
@@ -550,11 +559,14 @@ class Soak:
 
     def release(self, proc: Proc, now: float) -> bool:
         """SIGCONT a zombie whose runs were taken over, or whose time is up."""
-        done = self.taken_over(proc.held)
-        if done or now >= proc.stopped_until:
+        settled, later = self.taken_over(proc.held)
+        if settled or now >= proc.stopped_until:
             self.signal(proc, signal.SIGCONT)
             proc.state = "running"
-            self.report.taken_over += done
+            if later:
+                self.report.zombies += 1
+            else:
+                self.plan_left.append(("sigstop", "worker"))  # not a zombie: once more
             return True
         return False
 
@@ -584,8 +596,9 @@ class Soak:
             self.signal(proc, signal.SIGCONT)
             return False
         proc.state = "stopped"
-        proc.stopped_until = time.monotonic() + 3 * self.config.lease
-        self.report.zombies += 1
+        # Released once another worker took its runs over; the limit is only a guard.
+        proc.stopped_until = time.monotonic() + 10 * self.config.lease
+        self.report.sigstops += 1
         return True
 
     @property
@@ -613,7 +626,7 @@ class Soak:
         return all(p.state == "done" for p in self.procs if p.role == "producer")
 
     def chaos(self) -> None:
-        plan = self.plan()
+        plan = self.plan_left = self.plan()
         started = time.monotonic()
         next_at = started + self.rng.uniform(0.5, 1.5) * self.interval
         progress_at = started + 15
@@ -802,11 +815,11 @@ class Soak:
         r.stalled += sum(1 for _, _, s, _, _ in runs.values() if s in ("queued", "running"))
         r.failed = sum(1 for _, _, s, _, _ in runs.values() if s == "failed")
         by_run: dict[tuple[str, str], list[tuple[int, str]]] = {}
-        for dag, run, attempt, worker in effects:
-            by_run.setdefault((dag, run), []).append((attempt, worker))
+        for dag, run_id, attempt, worker in effects:
+            by_run.setdefault((dag, run_id), []).append((attempt, worker))
         outputs = Counter((sd, sr) for _, a, _, sd, sr in events if a == OUTPUT)
-        for dag, run, state, attempt, worker in runs.values():
-            written = by_run.pop((dag, run), [])
+        for dag, run_id, state, attempt, worker in runs.values():
+            written = by_run.pop((dag, run_id), [])
             r.double_effects += max(0, len(written) - 1)
             if state == "success":
                 # its one row, written by the attempt and the worker that succeeded
@@ -815,7 +828,7 @@ class Soak:
             else:
                 r.wrong_effects += len(written)  # a write that should have rolled back
             want = 1 if (dag == "load" and state == "success") else 0
-            r.outputs_wrong += outputs.pop((dag, run), 0) != want
+            r.outputs_wrong += outputs.pop((dag, run_id), 0) != want
         r.wrong_effects += sum(len(v) for v in by_run.values())  # effects of no run
         r.outputs_wrong += sum(outputs.values())  # outputs of no run
 
