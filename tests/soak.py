@@ -566,7 +566,8 @@ class Soak:
             if later:
                 self.report.zombies += 1
             else:
-                self.plan_left.append(("sigstop", "worker"))  # not a zombie: once more
+                # Not a zombie: once more, next, while the producers still make work.
+                self.plan_left.insert(0, ("sigstop", "worker"))
             return True
         return False
 
@@ -630,6 +631,10 @@ class Soak:
         started = time.monotonic()
         next_at = started + self.rng.uniform(0.5, 1.5) * self.interval
         progress_at = started + 15
+        made_at = started
+        #: with the producers done, how long a kill that cannot be made is waited for: a
+        #: SIGSTOP needs a worker holding a run, and the backlog may be gone
+        patience = max(30.0, 5 * self.config.lease)
         while time.monotonic() < started + self.config.deadline:
             now = time.monotonic()
             self.reap(now)
@@ -642,17 +647,21 @@ class Soak:
                 made = next((i for i, item in enumerate(plan) if self.kill(*item)), None)
                 if made is not None:
                     plan.pop(made)
+                    made_at = now
                     next_at = now + self.rng.uniform(0.5, 1.5) * self.interval
                 else:
                     next_at = now + 0.1
             if now >= progress_at:
                 progress_at = now + 15
                 self.progress(len(plan))
-            if (
-                not plan
-                and self.producers_done()
-                and not any(p.state == "stopped" for p in self.procs)
-            ):
+            stopped = any(p.state == "stopped" for p in self.procs)
+            if not plan and self.producers_done() and not stopped:
+                break
+            if plan and self.producers_done() and not stopped and now > made_at + patience:
+                self.report.notes.append(
+                    f"{len(plan)} kills not made ({', '.join(k for k, _ in plan)}): none could"
+                    f" be made for {patience:g}s after the producers were done"
+                )
                 break
             time.sleep(0.02)
         else:
@@ -925,6 +934,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--drain-timeout", type=float, default=300.0, metavar="SECONDS")
     parser.add_argument("--deadline", type=float, default=defaults.deadline, metavar="SECONDS")
     args = parser.parse_args(argv)
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)  # the processes, servers and databases are cleaned up
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     seed = random.randrange(1 << 30) if args.seed is None else args.seed
     print(f"soak: seed {seed}", flush=True)
     config = Config(
