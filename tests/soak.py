@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -960,11 +961,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     reports = []
     for engine_name in [e.strip() for e in args.engines.split(",") if e.strip()]:
         server = args.postgres if engine_name == "postgresql" else args.mysql
-        with (
-            throwaway_database(engine_name, server) as (url, namespace),
-            tempfile.TemporaryDirectory(prefix="assetq-soak-") as workdir,
-        ):
-            report = run_soak(url, namespace, config, engine_name, Path(workdir))
+        workdir = Path(tempfile.mkdtemp(prefix="assetq-soak-"))
+        with throwaway_database(engine_name, server) as (url, namespace):
+            report = run_soak(url, namespace, config, engine_name, workdir)
+        if report.ok:
+            shutil.rmtree(workdir)
+        else:  # every process's log, and the producers' acknowledgements
+            report.notes.append(f"the processes' logs are kept in {workdir}")
         for note in report.notes[:20]:
             print(f"soak {engine_name}: {note}", flush=True)
         print(report.line(), flush=True)
