@@ -250,7 +250,7 @@ class Config:
     kills: int = 6
     #: share of the kills that are SIGSTOP zombies (at least one)
     zombie_ratio: float = 0.15
-    #: mean seconds between two kills (None: the producers' planned time / (kills + 1))
+    #: mean seconds between two kills (None: the producers' planned time / (1.5 kills + 1))
     kill_interval: float | None = None
     lease: float = 3.0
     seed: int = 1
@@ -587,7 +587,13 @@ class Soak:
         if len(self.live("worker")) < 2:
             return False  # someone must be left to take its runs over
         held = self.held_runs()
-        candidates = [p for p in self.live("worker") if held.get(p.name)]
+        # A worker in report's slow handler, if any: one stopped in a short handler's
+        # completion has often sent its COMMIT already, and is no zombie.
+        candidates = [
+            p
+            for p in self.live("worker")
+            if any(dag_id == "report" for dag_id, _, _ in held.get(p.name, []))
+        ] or [p for p in self.live("worker") if held.get(p.name)]
         if not candidates:
             return False
         proc = self.rng.choice(candidates)
@@ -606,12 +612,13 @@ class Soak:
     @property
     def interval(self) -> float:
         """Mean seconds between two kills: --kill-interval, or by default the producers'
-        planned time spread over the kills (with paced producers)."""
+        planned time spread over the kills and half as many again (with paced producers)."""
         if self.config.kill_interval is not None:
             return self.config.kill_interval
         if self.config.rate > 0:
             seconds = max(self.per_producer) / self.config.rate
-            return max(0.2, seconds / (self.config.kills + 1))
+            # The plan ends at about two thirds of the production: a SIGSTOP needs runs held.
+            return max(0.2, seconds / (1.5 * self.config.kills + 1))
         return 1.0
 
     def progress(self, kills_left: int) -> None:
@@ -928,7 +935,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="mean time between two kills (default: the producers' planned time / (kills+1))",
+        help="mean time between two kills (default: the producers' planned time / (1.5 kills+1))",
     )
     parser.add_argument("--lease", type=float, default=4.0, metavar="SECONDS")
     parser.add_argument("--seed", type=int, default=None, help="default: a random one, printed")
