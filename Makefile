@@ -7,6 +7,9 @@
 #   make lint    ruff and mypy (strict), on the package, the benchmarks and the example service
 #   make bench   the benchmark report (docs/benchmarks.md and its plots), benchmarks/bench.py;
 #                BENCH_ARGS="--quick" for a smoke run
+#   make soak    the chaos soak (tests/soak.py): producers, schedulers and workers as processes,
+#                killed at random, then checked on the database; PostgreSQL (local server) and
+#                MariaDB (a throw-away server); SOAK_ARGS="--events 100000 --kills 120" etc.
 #   make clean   remove .venv and build leftovers
 
 PYTHON ?= python3
@@ -17,8 +20,9 @@ STAMP := $(VENV)/.assetq-installed
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+SOAK_ARGS ?=
 
-.PHONY: demo test lint pytest bench clean venv
+.PHONY: demo test lint pytest bench soak clean venv
 
 venv: $(STAMP)
 
@@ -45,6 +49,9 @@ pytest: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py $(BENCH_ARGS)
+
+soak: $(STAMP)
+	$(BIN)/python tests/soak.py $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,987 @@
+"""The chaos soak: producers, schedulers and workers as separate processes, started through
+the command line as users deploy them, killed at random, restarted, then checked on the
+database.
+
+    python tests/soak.py --engines postgresql,mysql --events 10000 --kills 40 --seed 7
+    make soak SOAK_ARGS="--events 10000 --kills 40"
+
+Processes:
+
+* producers: ``python tests/soak.py produce ...`` (:func:`produce_main`), each registering its
+  share of the events one per transaction with ``assetq.register_event`` and an idempotency
+  key of its own (``p<n>-<i>``), retrying a transient error with the same key, and appending
+  the key to its acknowledgement log once the commit returned. A restarted producer resumes
+  after the last key of its log, so the key that was in flight when it was killed is
+  registered again with the same key;
+* schedulers: ``assetq scheduler --url ... --namespace ...``;
+* workers: ``assetq worker --url ... --handlers soak:HANDLERS --lease ...`` (run in this
+  directory, so ``soak`` is importable). The handlers write one row to ``soak_effect`` in
+  the transaction that completes the run; ``load``'s handler also returns an output event
+  (``loaded``) that two consumers downstream get; the first attempt of one run in eight
+  writes its row and then raises (a retried failure whose write must roll back).
+
+Every consumer has ``max_attempts`` > 1 so killed attempts are retried; two have a
+``max_active_runs`` cap, sampled by a thread of this process every few milliseconds while
+everything runs.
+
+Chaos: every ``--kill-interval`` seconds (0.5x to 1.5x, at random) one planned kill, until
+``--kills`` kills were made and the producers are done. A kill is a SIGKILL of a producer,
+scheduler or worker (restarted 0.1 to 1 s later), or a SIGSTOP of a worker that holds a
+run, held until another worker has claimed that run (its lease expired: the stopped worker
+is a zombie; ten leases at most), then SIGCONT. The plan (kinds, roles, intervals)
+comes from ``--seed``, printed; what the processes are doing at each kill does not.
+
+Then the chaos stops, every process runs undisturbed, and the soak waits (up to
+``--drain-timeout``) until every run is final and no consumer's queued events satisfy its
+condition. The checks are on the database, read in one snapshot:
+
+* lost: an acknowledged key without its event, a planned key never registered, a (consumer,
+  event) pair that should exist but is neither linked nor still queued (only events that
+  cannot satisfy an AND yet may stay queued);
+* duplicated: an idempotency key with two events, a (consumer, event) linked twice, a link
+  to a consumer that does not subscribe to the event's asset, a run without events;
+* double effects: a run with two effect rows; wrong effects: a success without its row, or
+  a row of another attempt or worker than the one that succeeded, or of a run that did not
+  succeed; outputs wrong: a ``load`` success without exactly one ``loaded`` event of its
+  own, or any other run with one;
+* over cap: samples that saw a capped consumer with more queued + running runs than its cap;
+* stalled: runs not final and consumers whose queue satisfies their condition at the drain
+  deadline; failed: runs that failed for good (each has 25 attempts; the handlers' own
+  failures are first attempts only).
+
+One final line per engine gives the counts; the exit status is 1 when any of them is not 0.
+The short version runs in the default suite (tests/test_soak.py), the long one with
+``pytest -m slow``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+import assetq
+from assetq.dialects import dialect_for
+
+HERE = Path(__file__).resolve().parent
+
+# -- the topology --------------------------------------------------------------------------
+
+#: Assets the producers register events of, and the one ``load`` outputs.
+SOURCES = ("src_a", "src_b")
+OUTPUT = "loaded"
+MAX_ATTEMPTS = 25
+
+#: consumer -> (condition, max_active_runs)
+CONSUMERS: dict[str, tuple[assetq.Condition, int | None]] = {
+    "load": ("src_a", None),
+    "join": (assetq.all_of("src_a", "src_b"), 1),
+    "either": (assetq.any_of("src_b", OUTPUT), None),
+    "report": (OUTPUT, 2),
+}
+SUBSCRIBERS: dict[str, tuple[str, ...]] = {
+    "src_a": ("load", "join"),
+    "src_b": ("join", "either"),
+    OUTPUT: ("either", "report"),
+}
+
+EFFECT_TABLE = "soak_effect"
+_CREATE_EFFECT = (
+    f"CREATE TABLE {EFFECT_TABLE} (dag_id varchar(250) NOT NULL, run_id varchar(250) NOT NULL,"
+    " attempt integer NOT NULL, worker varchar(250) NOT NULL)"
+)
+_WRITE_EFFECT = sa.text(
+    f"INSERT INTO {EFFECT_TABLE} (dag_id, run_id, attempt, worker)"
+    " VALUES (:dag_id, :run_id, :attempt, :worker)"
+)
+
+
+def condition_holds(dag_id: str, assets: set[str]) -> bool:
+    """Whether consumer ``dag_id``'s condition holds on queued events of ``assets``."""
+    condition = CONSUMERS[dag_id][0]
+    if isinstance(condition, str):
+        return condition in assets
+    if isinstance(condition, assetq.AllOf):
+        return all(item in assets for item in condition.items)
+    assert isinstance(condition, assetq.AnyOf)
+    return any(item in assets for item in condition.items)
+
+
+# -- the handlers (imported by `assetq worker --handlers soak:HANDLERS`) ---------------------
+
+
+def _flaky(claim: assetq.Claim) -> bool:
+    """The first attempt of one run in eight fails after writing its effect."""
+    return claim.attempt == 1 and zlib.crc32(f"{claim.dag_id}/{claim.run_id}".encode()) % 8 == 0
+
+
+def _handler(pause: tuple[float, float], outputs: bool) -> Callable[..., Any]:
+    def handle(claim: assetq.Claim, conn: sa.Connection) -> list[assetq.NewEvent] | None:
+        conn.execute(
+            _WRITE_EFFECT,
+            {
+                "dag_id": claim.dag_id,
+                "run_id": claim.run_id,
+                "attempt": claim.attempt,
+                "worker": claim.worker,
+            },
+        )
+        claim.cancelled.wait(random.uniform(*pause))  # work: a kill finds runs held
+        if _flaky(claim):
+            raise RuntimeError("soak: a first attempt that fails after its write")
+        return [assetq.NewEvent(OUTPUT)] if outputs else None
+
+    return handle
+
+
+HANDLERS = {
+    "load": _handler((0.0, 0.03), outputs=True),
+    "join": _handler((0.0, 0.05), outputs=False),
+    "either": _handler((0.0, 0.03), outputs=False),
+    # Slow on purpose: a SIGSTOP finds a worker holding a run of it.
+    "report": _handler((0.2, 0.5), outputs=False),
+}
+
+
+# -- producers -----------------------------------------------------------------------------
+
+
+def event_key(producer: int, index: int) -> str:
+    return f"p{producer}-{index}"
+
+
+def event_asset(seed: int, producer: int, index: int) -> str:
+    """The asset of a producer's event ``index``: the same in every incarnation."""
+    return random.Random(f"{seed}/{producer}/{index}").choice(SOURCES)
+
+
+def acknowledged(log: Path) -> list[str]:
+    """The keys of a producer's acknowledgement log (a torn last line is not one)."""
+    if not log.exists():
+        return []
+    text = log.read_text()
+    lines = text.split("\n")
+    return [line for line in lines[:-1] if line]  # the part after the last newline is torn
+
+
+def is_transient(engine: sa.Engine, exc: BaseException) -> bool:
+    """A deadlock, lock timeout or lost connection: the transaction is gone, retry it."""
+    if isinstance(exc, assetq.TransientError):
+        return True
+    if not isinstance(exc, sa.exc.DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True
+    with engine.connect() as conn:
+        dialect = dialect_for(conn)
+    return isinstance(dialect.translate(exc), assetq.TransientError)
+
+
+def produce_main(argv: Sequence[str]) -> int:
+    """``soak.py produce``: register events ``--first`` .. ``--events``-1 of producer ``--n``,
+    resuming after the last key of ``--log``."""
+    parser = argparse.ArgumentParser(prog="soak.py produce")
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--namespace", default="assetq")
+    parser.add_argument("--n", type=int, required=True)
+    parser.add_argument("--events", type=int, required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--rate", type=float, default=0.0, help="events/s (0: unpaced)")
+    parser.add_argument("--log", type=Path, required=True)
+    args = parser.parse_args(argv)
+    from assetq.cli import database_url
+
+    done = acknowledged(args.log)
+    start = int(done[-1].rsplit("-", 1)[1]) + 1 if done else 0
+    engine = sa.create_engine(database_url(args.url), pool_size=1)
+    began = time.monotonic()
+    with open(args.log, "a") as log:
+        for index in range(start, args.events):
+            if args.rate > 0:
+                delay = began + (index - start) / args.rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            key = event_key(args.n, index)
+            asset = event_asset(args.seed, args.n, index)
+            while True:
+                try:
+                    with engine.begin() as conn:
+                        assetq.register_event(
+                            conn, asset, idempotency_key=key, namespace=args.namespace
+                        )
+                    break
+                except Exception as exc:
+                    if not is_transient(engine, exc):
+                        raise
+                    time.sleep(0.05)  # the same key again: a retry creates no second event
+            log.write(key + "\n")
+            log.flush()
+    engine.dispose()
+    return 0
+
+
+# -- the orchestrator ----------------------------------------------------------------------
+
+
+@dataclass
+class Config:
+    events: int = 300
+    producers: int = 2
+    schedulers: int = 2
+    workers: int = 2
+    concurrency: int = 2
+    #: events/s of each producer (0: as fast as it can)
+    rate: float = 10.0
+    kills: int = 6
+    #: share of the kills that are SIGSTOP zombies (at least one)
+    zombie_ratio: float = 0.15
+    #: mean seconds between two kills (None: the producers' planned time / (1.5 kills + 1))
+    kill_interval: float | None = None
+    lease: float = 3.0
+    seed: int = 1
+    drain_timeout: float = 180.0
+    #: the chaos stops after this many seconds whatever was done (a guard, not a check)
+    deadline: float = 3600.0
+
+
+@dataclass
+class Report:
+    engine: str
+    seed: int
+    #: the server's version() (PostgreSQL's up to its platform)
+    server: str = ""
+    events: int = 0
+    planned: int = 0
+    acknowledged: int = 0
+    runs: int = 0
+    attempts: int = 0
+    pairs: int = 0
+    sigkill: Counter[str] = field(default_factory=Counter)
+    #: SIGSTOPs of a worker holding runs; zombies: those whose runs another worker took
+    #: over before the SIGCONT (the others, whose completion was on its way when they
+    #: stopped, are made again: the plan's zombies are real ones)
+    sigstops: int = 0
+    zombies: int = 0
+    restarts: int = 0
+    unexpected_exits: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    double_effects: int = 0
+    wrong_effects: int = 0
+    outputs_wrong: int = 0
+    over_cap: int = 0
+    cap_samples: int = 0
+    stalled: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def kills(self) -> int:
+        return sum(self.sigkill.values()) + self.zombies
+
+    @property
+    def ok(self) -> bool:
+        return not (
+            self.lost
+            or self.duplicated
+            or self.double_effects
+            or self.wrong_effects
+            or self.outputs_wrong
+            or self.over_cap
+            or self.stalled
+            or self.failed
+            or self.unexpected_exits
+            or self.events != self.planned
+        )
+
+    def line(self) -> str:
+        killed = " ".join(f"{role}={self.sigkill[role]}" for role in ROLES)
+        return (
+            f"soak {self.engine} ({self.server}): seed={self.seed}"
+            f" events={self.events}/{self.planned}"
+            f" acknowledged={self.acknowledged} pairs={self.pairs} runs={self.runs}"
+            f" attempts={self.attempts} kills={self.kills} (sigkill {killed};"
+            f" sigstop={self.sigstops}, of them zombies taken over={self.zombies})"
+            f" restarts={self.restarts} unexpected exits={self.unexpected_exits}"
+            f" lost={self.lost} duplicated={self.duplicated}"
+            f" double effects={self.double_effects} wrong effects={self.wrong_effects}"
+            f" outputs wrong={self.outputs_wrong} over cap={self.over_cap}"
+            f" (of {self.cap_samples} samples) stalled={self.stalled} failed={self.failed}"
+            f" seconds={self.seconds:.0f}"
+        )
+
+
+ROLES = ("producer", "scheduler", "worker")
+
+
+@dataclass
+class Proc:
+    role: str
+    n: int
+    incarnation: int = 0
+    popen: subprocess.Popen[bytes] | None = None
+    #: running, stopped (SIGSTOP), killed (waiting for its restart), done (a producer)
+    state: str = "new"
+    restart_at: float = 0.0
+    #: a zombie: (released at the latest, the runs it held: (dag_id, run_id, attempt))
+    stopped_until: float = 0.0
+    held: list[tuple[str, str, int]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.role[0]}{self.n}.{self.incarnation}"
+
+
+def _command_line() -> list[str]:
+    """How to run the assetq command: the script beside this interpreter, as installed."""
+    script = Path(sys.executable).with_name("assetq")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "assetq"]
+
+
+class Soak:
+    def __init__(self, url: str, namespace: str, config: Config, workdir: Path, engine: str):
+        self.url = url
+        self.namespace = namespace
+        self.config = config
+        self.workdir = workdir
+        self.report = Report(engine=engine, seed=config.seed)
+        self.rng = random.Random(config.seed)
+        from assetq.cli import database_url
+
+        self.engine = sa.create_engine(database_url(url), pool_size=3)
+        with self.engine.connect() as conn:
+            self.ns = dialect_for(conn).quote_ns(namespace)
+            version = str(conn.execute(sa.text("SELECT version()")).scalar_one())
+        self.report.server = version.split(" on ")[0].split(",")[0]
+        self.procs = (
+            [Proc("producer", n) for n in range(config.producers)]
+            + [Proc("scheduler", n) for n in range(config.schedulers)]
+            + [Proc("worker", n) for n in range(config.workers)]
+        )
+        self.per_producer = [
+            config.events // config.producers + (1 if n < config.events % config.producers else 0)
+            for n in range(config.producers)
+        ]
+        self.plan_left: list[tuple[str, str]] = []
+        self._sampling = threading.Event()
+        self._sample_errors: list[BaseException] = []
+
+    def q(self, statement: str) -> sa.TextClause:
+        return sa.text(statement.replace("{ns}", self.ns))
+
+    # -- setup and processes --
+
+    def setup(self) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(sa.text(_CREATE_EFFECT))
+            for dag_id, (condition, cap) in CONSUMERS.items():
+                assetq.declare_dag(
+                    conn,
+                    dag_id,
+                    condition,
+                    max_active_runs=cap,
+                    max_attempts=MAX_ATTEMPTS,
+                    namespace=self.namespace,
+                )
+
+    def log_of(self, proc: Proc) -> Path:
+        return self.workdir / f"producer-{proc.n}.acks"
+
+    def argv(self, proc: Proc) -> list[str]:
+        common = ["--url", self.url, "--namespace", self.namespace]
+        if proc.role == "producer":
+            return [
+                sys.executable,
+                str(HERE / "soak.py"),
+                "produce",
+                *common,
+                "--n",
+                str(proc.n),
+                "--events",
+                str(self.per_producer[proc.n]),
+                "--seed",
+                str(self.config.seed),
+                "--rate",
+                str(self.config.rate),
+                "--log",
+                str(self.log_of(proc)),
+            ]
+        if proc.role == "scheduler":
+            return [*_command_line(), "scheduler", *common, "--poll-interval", "0.5"]
+        return [
+            *_command_line(),
+            "worker",
+            *common,
+            "--handlers",
+            "soak:HANDLERS",
+            "--concurrency",
+            str(self.config.concurrency),
+            "--lease",
+            f"{self.config.lease:g}s",
+            "--poll-interval",
+            "0.2",
+            "--worker-id",
+            proc.name,
+        ]
+
+    def start(self, proc: Proc) -> None:
+        proc.incarnation += 1
+        out = open(self.workdir / f"{proc.name}.log", "wb")  # noqa: SIM115 (the child's)
+        proc.popen = subprocess.Popen(
+            self.argv(proc), cwd=HERE, stdout=out, stderr=subprocess.STDOUT, stdin=None
+        )
+        out.close()
+        proc.state = "running"
+
+    def signal(self, proc: Proc, sig: signal.Signals) -> None:
+        assert proc.popen is not None
+        proc.popen.send_signal(sig)
+
+    def live(self, role: str | None = None) -> list[Proc]:
+        return [p for p in self.procs if p.state == "running" and role in (None, p.role)]
+
+    def held_runs(self) -> dict[str, list[tuple[str, str, int]]]:
+        """Running runs by the worker that holds them."""
+        held: dict[str, list[tuple[str, str, int]]] = {}
+        with self.engine.connect() as conn:
+            for worker, dag_id, run_id, attempt in conn.execute(
+                self.q(
+                    "SELECT worker, dag_id, run_id, attempt FROM {ns}.dag_run"
+                    " WHERE state = 'running'"
+                )
+            ):
+                # A slot's claims name the worker and the slot: w0.1#2.
+                process = str(worker).split("#", 1)[0]
+                held.setdefault(process, []).append((str(dag_id), str(run_id), int(attempt)))
+        return held
+
+    def taken_over(self, held: list[tuple[str, str, int]]) -> tuple[bool, bool]:
+        """(every run the zombie held is settled: at a later attempt, or finished by the
+        zombie's own completion that was on its way when it stopped; at least one of them
+        is at a later attempt: another worker took it over)."""
+        settled, later = True, False
+        with self.engine.connect() as conn:
+            for dag_id, run_id, attempt in held:
+                now_at, state = conn.execute(
+                    self.q(
+                        "SELECT attempt, state FROM {ns}.dag_run WHERE dag_id = :d AND run_id = :r"
+                    ),
+                    {"d": dag_id, "r": run_id},
+                ).one()
+                later = later or int(now_at) > attempt
+                settled = settled and (int(now_at) > attempt or state != "running")
+        return settled, later
+
+    # -- the cap sampler --
+
+    def sample_caps(self) -> None:
+        capped = {dag_id: cap for dag_id, (_, cap) in CONSUMERS.items() if cap is not None}
+        statement = self.q(
+            "SELECT dag_id, count(*) FROM {ns}.dag_run WHERE state IN ('queued', 'running')"
+            " GROUP BY dag_id"
+        )
+        try:
+            with self.engine.connect() as conn:
+                while self._sampling.is_set():
+                    with conn.begin():
+                        counts = {str(d): int(n) for d, n in conn.execute(statement)}
+                    self.report.cap_samples += 1
+                    for dag_id, cap in capped.items():
+                        if counts.get(dag_id, 0) > cap:
+                            self.report.over_cap += 1
+                            self.report.notes.append(
+                                f"over cap: {dag_id} had {counts[dag_id]} active runs (cap {cap})"
+                            )
+                    time.sleep(0.01)
+        except BaseException as exc:
+            self._sample_errors.append(exc)
+
+    # -- the chaos --
+
+    def plan(self) -> list[tuple[str, str]]:
+        """(kind, role) of every kill, in order: the seed decides."""
+        zombies = max(1, round(self.config.kills * self.config.zombie_ratio))
+        kinds = ["sigstop"] * zombies + ["sigkill"] * max(0, self.config.kills - zombies)
+        self.rng.shuffle(kinds)
+        # One zombie early, while the producers still make work for the workers to hold.
+        kinds.remove("sigstop")
+        kinds.insert(min(1, len(kinds)), "sigstop")
+        # SIGKILLs go round the roles, each round in an order of its own: a short plan
+        # kills every role too.
+        roles: list[str] = []
+        plan = []
+        for kind in kinds:
+            if kind == "sigstop":
+                plan.append((kind, "worker"))
+                continue
+            if not roles:
+                roles = self.rng.sample(ROLES, len(ROLES))
+            plan.append((kind, roles.pop()))
+        return plan
+
+    def reap(self, now: float) -> None:
+        """Restart the killed processes whose time has come; notice the ones that exited."""
+        for proc in self.procs:
+            if proc.state == "killed" and now >= proc.restart_at:
+                assert proc.popen is not None
+                proc.popen.wait()
+                self.report.restarts += 1
+                self.start(proc)
+            elif proc.state == "running":
+                assert proc.popen is not None
+                code = proc.popen.poll()
+                if code is None:
+                    continue
+                if proc.role == "producer" and code == 0:
+                    proc.state = "done"
+                    continue
+                self.report.unexpected_exits += 1
+                self.report.notes.append(
+                    f"{proc.name} exited by itself with {code}: "
+                    + self.tail(self.workdir / f"{proc.name}.log")
+                )
+                self.start(proc)
+
+    def release(self, proc: Proc, now: float) -> bool:
+        """SIGCONT a zombie whose runs were taken over, or whose time is up."""
+        settled, later = self.taken_over(proc.held)
+        if settled or now >= proc.stopped_until:
+            self.signal(proc, signal.SIGCONT)
+            proc.state = "running"
+            if later:
+                self.report.zombies += 1
+            else:
+                # Not a zombie: once more, next, while the producers still make work.
+                self.plan_left.insert(0, ("sigstop", "worker"))
+            return True
+        return False
+
+    def kill(self, kind: str, role: str) -> bool:
+        """One planned kill; False when it cannot be made now (try again soon)."""
+        if kind == "sigkill":
+            candidates = self.live(role) or self.live()
+            if not candidates:
+                return False
+            proc = self.rng.choice(candidates)
+            self.signal(proc, signal.SIGKILL)
+            proc.state = "killed"
+            proc.restart_at = time.monotonic() + self.rng.uniform(0.1, 1.0)
+            self.report.sigkill[proc.role] += 1
+            return True
+        if len(self.live("worker")) < 2:
+            return False  # someone must be left to take its runs over
+        held = self.held_runs()
+        # A worker in report's slow handler, if any: one stopped in a short handler's
+        # completion has often sent its COMMIT already, and is no zombie.
+        candidates = [
+            p
+            for p in self.live("worker")
+            if any(dag_id == "report" for dag_id, _, _ in held.get(p.name, []))
+        ] or [p for p in self.live("worker") if held.get(p.name)]
+        if not candidates:
+            return False
+        proc = self.rng.choice(candidates)
+        self.signal(proc, signal.SIGSTOP)
+        # What it holds now that it is stopped: a completion it sent just before is in.
+        proc.held = self.held_runs().get(proc.name, [])
+        if not proc.held:
+            self.signal(proc, signal.SIGCONT)
+            return False
+        proc.state = "stopped"
+        # Released once another worker took its runs over; the limit is only a guard.
+        proc.stopped_until = time.monotonic() + 10 * self.config.lease
+        self.report.sigstops += 1
+        return True
+
+    @property
+    def interval(self) -> float:
+        """Mean seconds between two kills: --kill-interval, or by default the producers'
+        planned time spread over the kills and half as many again (with paced producers)."""
+        if self.config.kill_interval is not None:
+            return self.config.kill_interval
+        if self.config.rate > 0:
+            seconds = max(self.per_producer) / self.config.rate
+            # The plan ends at about two thirds of the production: a SIGSTOP needs runs held.
+            return max(0.2, seconds / (1.5 * self.config.kills + 1))
+        return 1.0
+
+    def progress(self, kills_left: int) -> None:
+        acked = sum(len(acknowledged(self.log_of(p))) for p in self.procs if p.role == "producer")
+        print(
+            f"soak {self.report.engine}: {acked}/{self.config.events} events acknowledged,"
+            f" {self.report.kills} kills made, {kills_left} to go, states "
+            + " ".join(f"{p.name}:{p.state}" for p in self.procs),
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def producers_done(self) -> bool:
+        return all(p.state == "done" for p in self.procs if p.role == "producer")
+
+    def chaos(self) -> None:
+        plan = self.plan_left = self.plan()
+        started = time.monotonic()
+        next_at = started + self.rng.uniform(0.5, 1.5) * self.interval
+        progress_at = started + 15
+        made_at = started
+        #: with the producers done, how long a kill that cannot be made is waited for: a
+        #: SIGSTOP needs a worker holding a run, and the backlog may be gone
+        patience = max(30.0, 5 * self.config.lease)
+        while time.monotonic() < started + self.config.deadline:
+            now = time.monotonic()
+            self.reap(now)
+            for proc in self.procs:
+                if proc.state == "stopped":
+                    self.release(proc, now)
+            if plan and now >= next_at:
+                # The next kill that can be made now: a SIGSTOP waits for a worker holding a
+                # run, and must not hold the SIGKILLs back meanwhile.
+                made = next((i for i, item in enumerate(plan) if self.kill(*item)), None)
+                if made is not None:
+                    plan.pop(made)
+                    made_at = now
+                    next_at = now + self.rng.uniform(0.5, 1.5) * self.interval
+                else:
+                    next_at = now + 0.1
+            if now >= progress_at:
+                progress_at = now + 15
+                self.progress(len(plan))
+            stopped = any(p.state == "stopped" for p in self.procs)
+            if not plan and self.producers_done() and not stopped:
+                break
+            if plan and self.producers_done() and not stopped and now > made_at + patience:
+                self.report.notes.append(
+                    f"{len(plan)} kills not made ({', '.join(k for k, _ in plan)}): none could"
+                    f" be made for {patience:g}s after the producers were done"
+                )
+                break
+            time.sleep(0.02)
+        else:
+            self.report.notes.append(
+                f"the chaos stopped at its deadline ({self.config.deadline:g}s) with"
+                f" {len(plan)} kills left"
+            )
+
+    # -- drain and verify --
+
+    def stalled(self) -> tuple[int, int]:
+        """(runs not final, consumers whose queued events satisfy their condition)."""
+        with self.engine.connect() as conn:
+            active = conn.execute(
+                self.q("SELECT count(*) FROM {ns}.dag_run WHERE state IN ('queued', 'running')")
+            ).scalar_one()
+            queued: dict[str, set[str]] = {}
+            for dag_id, asset in conn.execute(
+                self.q(
+                    "SELECT DISTINCT q.target_dag_id, a.name FROM {ns}.asset_dag_run_queue q"
+                    " JOIN {ns}.asset a ON a.id = q.asset_id"
+                )
+            ):
+                queued.setdefault(str(dag_id), set()).add(str(asset))
+        ready = sum(1 for dag_id, assets in queued.items() if condition_holds(dag_id, assets))
+        return int(active), ready
+
+    def drain(self) -> None:
+        """Every process runs undisturbed until nothing is left to do, or the deadline."""
+        for proc in self.procs:
+            if proc.state == "stopped":
+                self.signal(proc, signal.SIGCONT)
+                proc.state = "running"
+        deadline = time.monotonic() + self.config.drain_timeout
+        while True:
+            now = time.monotonic()
+            for proc in self.procs:
+                if proc.state == "killed":
+                    proc.restart_at = now
+            self.reap(now)
+            active, ready = self.stalled()
+            if (active, ready) == (0, 0) and self.producers_done():
+                return
+            if now >= deadline:
+                self.report.stalled = active + ready
+                self.report.notes.append(
+                    f"not drained after {self.config.drain_timeout:g}s: {active} runs not final,"
+                    f" {ready} consumers with a satisfiable queue"
+                )
+                return
+            time.sleep(0.25)
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.popen is not None and proc.popen.poll() is None:
+                if proc.state == "stopped":
+                    self.signal(proc, signal.SIGCONT)
+                self.signal(proc, signal.SIGTERM)
+        for proc in self.procs:
+            if proc.popen is None:
+                continue
+            try:
+                proc.popen.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.popen.kill()
+                proc.popen.wait()
+
+    @staticmethod
+    def tail(path: Path, lines: int = 5) -> str:
+        try:
+            return " | ".join(path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def verify(self) -> None:
+        r = self.report
+        # One snapshot for all the reads (nothing runs any more, but say so anyway).
+        with self.engine.connect() as raw:
+            conn = raw.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                events = [
+                    (int(i), str(a), k, sd, sr)
+                    for i, a, k, sd, sr in conn.execute(
+                        self.q(
+                            "SELECT e.id, a.name, e.idempotency_key, e.source_dag_id,"
+                            " e.source_run_id FROM {ns}.asset_event e"
+                            " JOIN {ns}.asset a ON a.id = e.asset_id"
+                        )
+                    )
+                ]
+                links = [
+                    (int(run), str(dag), int(event))
+                    for run, dag, event in conn.execute(
+                        self.q(
+                            "SELECT dag_run_id, dag_id, asset_event_id FROM {ns}.dagrun_asset_event"
+                        )
+                    )
+                ]
+                runs = {
+                    int(pk): (str(dag), str(run), str(state), int(attempt), worker)
+                    for pk, dag, run, state, attempt, worker in conn.execute(
+                        self.q(
+                            "SELECT id, dag_id, run_id, state, attempt, worker FROM {ns}.dag_run"
+                        )
+                    )
+                }
+                queued = {
+                    (str(d), int(e))
+                    for d, e in conn.execute(
+                        self.q("SELECT target_dag_id, asset_event_id FROM {ns}.asset_dag_run_queue")
+                    )
+                }
+                effects = [
+                    (str(d), str(run), int(a), str(w))
+                    for d, run, a, w in conn.execute(
+                        sa.text(f"SELECT dag_id, run_id, attempt, worker FROM {EFFECT_TABLE}")
+                    )
+                ]
+        # Events: every planned key registered exactly once, every acknowledged key there.
+        planned = {
+            (event_asset(self.config.seed, n, i), event_key(n, i))
+            for n, count in enumerate(self.per_producer)
+            for i in range(count)
+        }
+        keys = Counter((a, k) for _, a, k, _, _ in events if a in SOURCES)
+        acked = {
+            key for p in self.procs if p.role == "producer" for key in acknowledged(self.log_of(p))
+        }
+        r.planned = len(planned)
+        r.events = len(set(keys) & planned)
+        r.acknowledged = len(acked)
+        present = {k for _, k in keys}
+        r.lost += len(acked - present)
+        r.duplicated += sum(n - 1 for n in keys.values() if n > 1)
+        r.duplicated += len(set(keys) - planned)  # an event nobody planned
+        # Pairs: every event linked once to every consumer subscribed to its asset.
+        asset_of = {e: a for e, a, _, _, _ in events}
+        pairs = Counter((dag, event) for _, dag, event in links)
+        expected = {(dag, e) for e, a, _, _, _ in events for dag in SUBSCRIBERS[a]}
+        r.pairs = len(expected)
+        missing = expected - set(pairs)
+        queued_assets: dict[str, set[str]] = {}
+        for dag, event in queued:
+            queued_assets.setdefault(dag, set()).add(asset_of.get(event, "?"))
+        ready = {dag for dag, assets in queued_assets.items() if condition_holds(dag, assets)}
+        # Still queued for an AND that cannot hold yet: pending, not lost.
+        pending = {pair for pair in missing & queued if pair[0] not in ready}
+        r.lost += len(missing - pending)
+        r.stalled += len(ready)
+        r.duplicated += sum(n - 1 for n in pairs.values() if n > 1)
+        r.duplicated += sum(1 for pair in pairs if pair not in expected)
+        linked_runs = {run for run, _, _ in links}
+        r.duplicated += sum(1 for pk in runs if pk not in linked_runs)  # a run of nothing
+        for run, dag, event in links:
+            if runs.get(run, ("",))[0] != dag or event not in asset_of:
+                r.duplicated += 1  # a link to another consumer's run or to no event
+        # Runs: final; each success with exactly one effect, of its attempt and worker.
+        r.runs = len(runs)
+        r.attempts = sum(attempt for _, _, _, attempt, _ in runs.values())
+        r.stalled += sum(1 for _, _, s, _, _ in runs.values() if s in ("queued", "running"))
+        r.failed = sum(1 for _, _, s, _, _ in runs.values() if s == "failed")
+        by_run: dict[tuple[str, str], list[tuple[int, str]]] = {}
+        for dag, run_id, attempt, worker in effects:
+            by_run.setdefault((dag, run_id), []).append((attempt, worker))
+        outputs = Counter((sd, sr) for _, a, _, sd, sr in events if a == OUTPUT)
+        for dag, run_id, state, attempt, worker in runs.values():
+            written = by_run.pop((dag, run_id), [])
+            r.double_effects += max(0, len(written) - 1)
+            if state == "success":
+                # its one row, written by the attempt and the worker that succeeded
+                r.wrong_effects += len(written) == 1 and written != [(attempt, worker)]
+                r.wrong_effects += not written
+            else:
+                r.wrong_effects += len(written)  # a write that should have rolled back
+            want = 1 if (dag == "load" and state == "success") else 0
+            r.outputs_wrong += outputs.pop((dag, run_id), 0) != want
+        r.wrong_effects += sum(len(v) for v in by_run.values())  # effects of no run
+        r.outputs_wrong += sum(outputs.values())  # outputs of no run
+
+    def run(self) -> Report:
+        began = time.monotonic()
+        self.setup()
+        self._sampling.set()
+        sampler = threading.Thread(target=self.sample_caps, name="cap-sampler", daemon=True)
+        sampler.start()
+        try:
+            for proc in self.procs:
+                self.start(proc)
+            self.chaos()
+            self.drain()
+        finally:
+            self._sampling.clear()
+            sampler.join(30)
+            self.stop_all()
+        if self._sample_errors:
+            raise RuntimeError("the cap sampler failed") from self._sample_errors[0]
+        self.verify()
+        self.report.seconds = time.monotonic() - began
+        self.engine.dispose()
+        return self.report
+
+
+def run_soak(url: str, namespace: str, config: Config, engine: str, workdir: Path) -> Report:
+    """One soak against the database at ``url`` with assetq installed in ``namespace``."""
+    return Soak(url, namespace, config, workdir, engine).run()
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+@contextmanager
+def throwaway_database(engine_name: str, server: str) -> Iterator[tuple[str, str]]:
+    """(url, namespace) of a fresh database with assetq installed, from tests/dbs.py's
+    backends (PostgreSQL: a database named with the suite's prefix on the server, dropped
+    after; MySQL: a throw-away server, or the server of a URL used as a dedicated one)."""
+    import dbs
+
+    backend = dbs.backend_for(engine_name, server)
+    try:
+        db = backend.database(installed=True)
+        try:
+            yield db.url.render_as_string(hide_password=False), db.namespace
+        finally:
+            backend.drop(db)
+    finally:
+        backend.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["produce"]:
+        return produce_main(argv[1:])
+    defaults = Config()
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--engines", default="postgresql,mysql", help="comma-separated: postgresql, mysql"
+    )
+    parser.add_argument(
+        "--postgres",
+        default="local",
+        help="PostgreSQL server (tests/dbs.py): 'local', 'embedded' or a server URL",
+    )
+    parser.add_argument(
+        "--mysql",
+        default="private",
+        help="MySQL server (tests/dbs.py): 'private' (a throw-away mariadbd/mysqld) or the URL"
+        " of a server the soak may use as its own (MariaDB, MySQL 9.7, ...)",
+    )
+    parser.add_argument("--events", type=int, default=10_000)
+    parser.add_argument("--producers", type=int, default=2)
+    parser.add_argument("--schedulers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=defaults.concurrency)
+    parser.add_argument(
+        "--rate", type=float, default=75.0, help="events/s of each producer (0: unpaced)"
+    )
+    parser.add_argument("--kills", type=int, default=40)
+    parser.add_argument("--zombie-ratio", type=float, default=defaults.zombie_ratio)
+    parser.add_argument(
+        "--kill-interval",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="mean time between two kills (default: the producers' planned time / (1.5 kills+1))",
+    )
+    parser.add_argument("--lease", type=float, default=4.0, metavar="SECONDS")
+    parser.add_argument("--seed", type=int, default=None, help="default: a random one, printed")
+    parser.add_argument("--drain-timeout", type=float, default=300.0, metavar="SECONDS")
+    parser.add_argument("--deadline", type=float, default=defaults.deadline, metavar="SECONDS")
+    args = parser.parse_args(argv)
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)  # the processes, servers and databases are cleaned up
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    seed = random.randrange(1 << 30) if args.seed is None else args.seed
+    print(f"soak: seed {seed}", flush=True)
+    config = Config(
+        events=args.events,
+        producers=args.producers,
+        schedulers=args.schedulers,
+        workers=args.workers,
+        concurrency=args.concurrency,
+        rate=args.rate,
+        kills=args.kills,
+        zombie_ratio=args.zombie_ratio,
+        kill_interval=args.kill_interval,
+        lease=args.lease,
+        seed=seed,
+        drain_timeout=args.drain_timeout,
+        deadline=args.deadline,
+    )
+    reports = []
+    for engine_name in [e.strip() for e in args.engines.split(",") if e.strip()]:
+        server = args.postgres if engine_name == "postgresql" else args.mysql
+        workdir = Path(tempfile.mkdtemp(prefix="assetq-soak-"))
+        with throwaway_database(engine_name, server) as (url, namespace):
+            report = run_soak(url, namespace, config, engine_name, workdir)
+        if report.ok:
+            shutil.rmtree(workdir)
+        else:  # every process's log, and the producers' acknowledgements
+            report.notes.append(f"the processes' logs are kept in {workdir}")
+        for note in report.notes[:20]:
+            print(f"soak {engine_name}: {note}", flush=True)
+        print(report.line(), flush=True)
+        reports.append(report)
+    return 0 if reports and all(r.ok for r in reports) else 1
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))  # dbs, when run as `python tests/soak.py`
+    raise SystemExit(main())
