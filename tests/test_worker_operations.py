@@ -27,6 +27,7 @@ from work_scenario import (
     create_effect_table,
     declare,
     effects,
+    expire_lease,
     one_run,
     register,
     run_row,
@@ -250,3 +251,53 @@ def test_a_dead_holders_run_failed_by_a_claim_wakes_the_scheduler_for_the_next_r
     finally:
         stop.set()
         scheduler.join(30)
+
+
+def test_a_worker_that_claims_again_a_run_it_still_runs_keeps_both_attempts_apart(
+    db: TestDatabase,
+) -> None:
+    """The chaos soak's find: a worker whose attempt 1 of a run is still in its handler (a
+    stopped worker, resumed) claims the same run again as attempt 2 once the lease expired.
+    The two attempts are held apart (by run, attempt and claim time): attempt 1's end, refused
+    (LeaseLost), does not take attempt 2's place with it, and attempt 2 completes; keyed by
+    run alone, attempt 2's completion raised KeyError and the worker exited. Forced: attempt
+    1's handler waits for the test, its lease is expired in the row, the worker's other slot
+    claims the run again, then attempt 1 returns before attempt 2."""
+    run = one_run(db, max_attempts=3)
+    started = {1: threading.Event(), 2: threading.Event()}
+    release = {1: threading.Event(), 2: threading.Event()}
+    outcomes: list[tuple[int, str]] = []
+    ended = threading.Event()
+
+    def handler(claim: assetq.Claim, conn: sa.Connection) -> None:
+        started[claim.attempt].set()
+        assert release[claim.attempt].wait(60)
+
+    def on_complete(claim: assetq.Claim, info: Any, outcome: str) -> None:
+        outcomes.append((claim.attempt, outcome))
+        ended.set()
+
+    worker = Worker(
+        db.engine,
+        {run.dag_id: handler},
+        worker="w",
+        concurrency=2,
+        lease=60,
+        poll_interval=0.05,
+        on_complete=on_complete,
+    )
+    try:
+        assert started[1].wait(30)
+        expire_lease(db, run.id)
+        assert started[2].wait(30), "the worker's other slot did not claim the run again"
+        release[1].set()
+        wait_for("attempt 1 refused", lambda: (1, "lost") in outcomes)
+        release[2].set()
+        wait_for("attempt 2 completed", lambda: (2, "success") in outcomes)
+    finally:
+        for event in release.values():
+            event.set()
+        worker.stop.set()
+    stats = worker.join()  # raises what the worker raised
+    assert (stats.succeeded, stats.lost) == (1, 1)
+    assert run_row(db, run.dag_id, run.run_id)["state"] == "success"

@@ -75,7 +75,7 @@ from .metrics import AttemptOutcome, Metrics
 from .namespace import DEFAULT_NAMESPACE
 from .scheduler import WORKER_HEAD_START, SchedulerLoop, SchedulerStats
 from .validation import check_int
-from .worker import LOST, Execute, WorkerLoop, WorkerStats, check_handlers
+from .worker import LOST, AttemptKey, Execute, WorkerLoop, WorkerStats, attempt_key, check_handlers
 
 __all__ = [
     "AsyncHandle",
@@ -545,16 +545,17 @@ async def run_worker(
     quit_ = asyncio.Event()  # the slots are done: the heartbeat ends
     thread_quit = threading.Event()  # the listener's thread looks at this one
     #: The task of each held attempt; why the heartbeat let it go, and the event it set.
-    tasks: dict[int, asyncio.Task[Run]] = {}
-    why: dict[int, str] = {}
-    gone: dict[int, asyncio.Event] = {}
+    tasks: dict[AttemptKey, asyncio.Task[Run]] = {}
+    why: dict[AttemptKey, str] = {}
+    gone: dict[AttemptKey, asyncio.Event] = {}
 
     def let_go(claim: Claim, reason: str) -> None:
-        task = tasks.get(claim.id)
+        key = attempt_key(claim)
+        task = tasks.get(key)
         if task is not None and not task.done():
-            why[claim.id] = reason
+            why[key] = reason
             task.cancel()  # CancelledError at the handler's next await: it rolls back
-            gone[claim.id].set()
+            gone[key].set()
 
     who = "assetq worker (asyncio)"
     loop = WorkerLoop(sync, table, options, who, log, stop_event.is_set, quit_.is_set, let_go)
@@ -572,9 +573,10 @@ async def run_worker(
 
         started = time.monotonic()
         task = asyncio.ensure_future(attempt())
-        tasks[claim.id] = task
-        gone[claim.id] = asyncio.Event()
-        waiter = asyncio.ensure_future(gone[claim.id].wait())
+        key = attempt_key(claim)
+        tasks[key] = task
+        gone[key] = asyncio.Event()
+        waiter = asyncio.ensure_future(gone[key].wait())
         loop.leases.hold(claim)
         try:
             try:
@@ -585,8 +587,8 @@ async def run_worker(
                 task.cancel()
                 raise
             result: Any
-            if claim.id in why:
-                result = why[claim.id]
+            if key in why:
+                result = why[key]
             elif task.cancelled():
                 result = LOST
             else:
@@ -595,7 +597,7 @@ async def run_worker(
             waiter.cancel()
             loop.leases.drop(claim)
             for held in (tasks, why, gone):
-                held.pop(claim.id, None)
+                held.pop(key, None)
         await drive_async(loop.ended(step.slot_name, claim, started, result), take)
         return True
 

@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg.pq import TransactionStatus
@@ -374,6 +374,19 @@ class _Budget:
                 self._left += 1
 
 
+#: What tells one attempt from every other, also of the same run: its run, its attempt and
+#: its claim time. A worker can hold two attempts of one run at once: a stopped worker's
+#: attempt let go (its handler thread still running) and its later claim of the same run, as
+#: the chaos soak found (keyed by run alone, the old attempt's clean-up removed the new one's
+#: entry and the worker exited with a KeyError).
+AttemptKey = tuple[int, int, datetime | None]
+
+
+def attempt_key(claim: api.Claim) -> AttemptKey:
+    """The key of ``claim``'s attempt among the ones a worker holds."""
+    return (claim.id, claim.attempt, claim.started_at)
+
+
 class Leases:
     """The claims a worker's slots hold, and the heartbeat's decisions about them: renew
     every lease every ``interval`` seconds (:meth:`steps`), and let go of an attempt at its
@@ -389,9 +402,9 @@ class Leases:
         self._loop = loop
         self._let_go = let_go
         self._quitting = quitting
-        self._held: dict[int, api.Claim] = {}
+        self._held: dict[AttemptKey, api.Claim] = {}
         #: Local (monotonic) deadline of each held claim that has one.
-        self._deadlines: dict[int, float] = {}
+        self._deadlines: dict[AttemptKey, float] = {}
         self._lock = threading.Lock()
         self._failing = False
         #: The heartbeat's own kept connection (connected at the first beat).
@@ -400,14 +413,14 @@ class Leases:
     def hold(self, claim: api.Claim) -> None:
         timeout = attempt_timeout(claim)
         with self._lock:
-            self._held[claim.id] = claim
+            self._held[attempt_key(claim)] = claim
             if timeout is not None:
-                self._deadlines[claim.id] = time.monotonic() + timeout
+                self._deadlines[attempt_key(claim)] = time.monotonic() + timeout
 
     def drop(self, claim: api.Claim) -> None:
         with self._lock:
-            self._held.pop(claim.id, None)
-            self._deadlines.pop(claim.id, None)
+            self._held.pop(attempt_key(claim), None)
+            self._deadlines.pop(attempt_key(claim), None)
 
     def holding(self) -> bool:
         with self._lock:
@@ -506,8 +519,8 @@ class Leases:
                 continue
             self._failing = False
             with self._lock:
-                if claim.id in self._held:
-                    self._held[claim.id] = renewed
+                if attempt_key(claim) in self._held:
+                    self._held[attempt_key(claim)] = renewed
 
 
 class WorkerLoop:
@@ -919,7 +932,7 @@ def run_worker(
     stop_event = stop if stop is not None else threading.Event()
     quit_ = threading.Event()  # the slots are done (or one failed): the heartbeat ends
     attempts_lock = threading.Lock()  # guards attempts and each _Attempt's state
-    attempts: dict[int, _Attempt] = {}
+    attempts: dict[AttemptKey, _Attempt] = {}
     slot_threads: dict[int, threading.Thread] = {}
     failures: list[BaseException] = []
 
@@ -927,7 +940,7 @@ def run_worker(
         """The heartbeat thread's: stop waiting for ``claim``'s handler, end the attempt as
         ``why`` (WorkerLoop.ended), and give its slot a new thread."""
         with attempts_lock:
-            attempt = attempts.get(claim.id)
+            attempt = attempts.get(attempt_key(claim))
             if attempt is None or attempt.state != "running":
                 return  # its handler returned meanwhile: the slot's completion decides
             attempt.state = "abandoned"
@@ -951,7 +964,7 @@ def run_worker(
         and a deadline or a lost lease found meanwhile no longer lets it go (the completion
         learns what happened: it commits, or LeaseLost). False when it was let go first."""
         with attempts_lock:
-            attempt = attempts[claim.id]
+            attempt = attempts[attempt_key(claim)]
             if attempt.state == "abandoned":
                 return False
             attempt.state = "completing"
@@ -1015,14 +1028,14 @@ def run_worker(
         claim = step.claim
         started = _Attempt(slot=step.number, slot_name=step.slot_name, started=time.monotonic())
         with attempts_lock:
-            attempts[claim.id] = started
+            attempts[attempt_key(claim)] = started
         loop.leases.hold(claim)
         try:
             result = attempt(claim, step.kept)
         finally:
             loop.leases.drop(claim)
             with attempts_lock:
-                attempts.pop(claim.id, None)
+                attempts.pop(attempt_key(claim), None)
         # Popped under the lock: let_go can no longer change its state.
         if started.state == "abandoned":
             log.info(
