@@ -681,8 +681,13 @@ class Soak:
     # -- drain and verify --
 
     def stalled(self) -> tuple[int, int]:
-        """(runs not final, consumers whose queued events satisfy their condition)."""
-        with self.engine.connect() as conn:
+        """(runs not final, consumers whose queued events satisfy their condition), both read
+        in one snapshot (REPEATABLE READ): read one after the other, a pass that made a run of
+        the last queued events in between was seen as neither (no run yet, no queue left),
+        and the drain ended with that run still queued (stalled=1 at the checks; CI saw it)."""
+        with self.engine.connect() as plain:
+            conn = plain.execution_options(isolation_level="REPEATABLE READ")
+            conn.begin()
             active = conn.execute(
                 self.q("SELECT count(*) FROM {ns}.dag_run WHERE state IN ('queued', 'running')")
             ).scalar_one()
@@ -694,6 +699,7 @@ class Soak:
                 )
             ):
                 queued.setdefault(str(dag_id), set()).add(str(asset))
+            conn.rollback()
         ready = sum(1 for dag_id, assets in queued.items() if condition_holds(dag_id, assets))
         return int(active), ready
 
