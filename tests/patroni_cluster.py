@@ -35,7 +35,16 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
-from servers import _pg_binary, _run_as_server_user, _wait_for, _workdir, free_port, kill_server
+from servers import (
+    STAT_SESSION,
+    _pg_binary,
+    _run_as_server_user,
+    _wait_for,
+    _workdir,
+    free_port,
+    kill_server,
+    processes_where,
+)
 
 #: The DCS settings: a leader key that lives 20 s (Patroni's minimum), renewed every second;
 #: a crashed primary is failed over at once instead of being restarted in place.
@@ -126,23 +135,12 @@ class PatroniNode:
             for pid in _session_pids(self.process.pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-        pid = self.postmaster_pid()
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        kill_server(self.postmaster_pid())
 
 
 def _session_pids(session: int) -> list[int]:
     """Every process of the session (and process group) ``session`` leads."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[3]) == session:  # the session id
-                found.append(int(entry.name))
-    return found
+    return processes_where(STAT_SESSION, session)
 
 
 def _in_tree(pid: int, root: int | None) -> bool:

@@ -255,16 +255,26 @@ def kill_server(postmaster: int | None) -> None:
             os.kill(victim, signal.SIGKILL)
 
 
-def _children(pid: int) -> list[int]:
+#: Fields of /proc/<pid>/stat after the command's closing parenthesis, by position.
+STAT_PARENT, STAT_SESSION = 1, 3
+
+
+def processes_where(field: int, value: int) -> list[int]:
+    """The processes whose /proc/<pid>/stat field ``field`` (STAT_PARENT, STAT_SESSION) is
+    ``value``."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError, IndexError, ValueError):
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid:
+            if int(fields[field]) == value:
                 found.append(int(entry.name))
     return found
+
+
+def _children(pid: int) -> list[int]:
+    return processes_where(STAT_PARENT, pid)
 
 
 @dataclass
