@@ -429,7 +429,7 @@ FINGERPRINT = {
             FROM assetq.routine_catalogue
         ) s""",
     "mysql": """
-        SELECT MD5(GROUP_CONCAT(item ORDER BY item SEPARATOR '\n')) FROM (
+        SELECT SHA2(GROUP_CONCAT(item ORDER BY item SEPARATOR '\n'), 256) FROM (
           SELECT CONCAT('schema ', s.SCHEMA_NAME, ' ', s.DEFAULT_COLLATION_NAME) AS item
             FROM information_schema.SCHEMATA s WHERE s.SCHEMA_NAME NOT IN ({system})
           UNION ALL
@@ -458,16 +458,16 @@ FINGERPRINT = {
            WHERE c.CONSTRAINT_SCHEMA NOT IN ({system})
           UNION ALL
           SELECT CONCAT('routine ', r.ROUTINE_SCHEMA, '.', r.ROUTINE_NAME, ' ', r.ROUTINE_TYPE,
-                        ' ', MD5(COALESCE(r.ROUTINE_DEFINITION, '')), ' ', r.SECURITY_TYPE,
+                        ' ', SHA2(COALESCE(r.ROUTINE_DEFINITION, ''), 256), ' ', r.SECURITY_TYPE,
                         ' ', r.DEFINER, ' ', r.SQL_MODE)
             FROM information_schema.ROUTINES r WHERE r.ROUTINE_SCHEMA NOT IN ({system})
           UNION ALL
           SELECT CONCAT('trigger ', t.TRIGGER_SCHEMA, '.', t.TRIGGER_NAME, ' ',
-                        MD5(t.ACTION_STATEMENT), ' ', t.DEFINER)
+                        SHA2(t.ACTION_STATEMENT, 256), ' ', t.DEFINER)
             FROM information_schema.TRIGGERS t WHERE t.TRIGGER_SCHEMA NOT IN ({system})
           UNION ALL
           SELECT CONCAT('view ', v.TABLE_SCHEMA, '.', v.TABLE_NAME, ' ',
-                        MD5(v.VIEW_DEFINITION), ' ', v.SECURITY_TYPE)
+                        SHA2(v.VIEW_DEFINITION, 256), ' ', v.SECURITY_TYPE)
             FROM information_schema.VIEWS v WHERE v.TABLE_SCHEMA NOT IN ({system})
           UNION ALL
           SELECT CONCAT('user ', u.User, '@', u.Host) FROM mysql.user u
@@ -492,18 +492,32 @@ FINGERPRINT = {
 KEPT_TABLES = frozenset({"assetq_alembic_version", "routine_catalogue"})
 
 
+#: What a gone table or namespace raises: PostgreSQL's SQLSTATEs (undefined table, invalid
+#: schema name), MySQL's error numbers (no such table, no such database).
+_MISSING_TABLE = frozenset({"42P01", "3F000", 1146, 1049})
+
+
 def fingerprint(conn: Connection, engine_name: str) -> str | None:
-    """The schema's fingerprint (:data:`FINGERPRINT`); None when it cannot be read (the
-    namespace was uninstalled, a table the statement reads is gone)."""
+    """The schema's fingerprint (:data:`FINGERPRINT`); None when it cannot be read because
+    a table it reads is gone (the namespace was uninstalled). Any other error is raised: a
+    statement the server refuses would otherwise turn recycling off unseen (MySQL 9 has no
+    MD5(), which made every test of a MySQL 9.7 run install assetq afresh)."""
     system = ", ".join(f"'{name}'" for name in sorted(_MYSQL_SYSTEM_DATABASES))
     sql = FINGERPRINT[engine_name].replace("{system}", system)
     if engine_name == "mysql":  # the whole fingerprint in one GROUP_CONCAT
         conn.execute(sa.text("SET SESSION group_concat_max_len = 67108864"))
     try:
         value = conn.execute(sa.text(sql)).scalar()
-    except sa.exc.DBAPIError:
+    except sa.exc.DBAPIError as error:
         conn.rollback()
-        return None
+        code = (
+            getattr(error.orig, "sqlstate", None)
+            or (getattr(error.orig, "args", None) or [None])[0]
+        )
+        if code in _MISSING_TABLE:
+            return None
+        # Not a DBAPIError: recycling gives up quietly on those (a lock it waited for).
+        raise RuntimeError(f"the schema's fingerprint cannot be read: {error.orig}") from error
     return None if value is None else str(value)
 
 
@@ -546,6 +560,8 @@ class Backend:
 
     dialect: Dialect
     description: str
+    #: Databases handed back clean and emptied for a later test (module doc), so far.
+    recycled: int = 0
 
     def create_engine(self, url: URL, **kwargs: Any) -> Engine:
         return sa.create_engine(url, **kwargs)
@@ -673,6 +689,7 @@ class PostgresBackend(Backend):
     def drop(self, db: TestDatabase) -> None:
         db.dispose()
         if db.recyclable and self._recycled(db):
+            self.recycled += 1
             self._spare.append(db.name)
             return
         self._janitor(db.name).drop()
@@ -1139,6 +1156,7 @@ class MySQLBackend(Backend):
         db.dispose()
         server = self._leased.pop(db.name)
         if db.recyclable and self._recycled(server):
+            self.recycled += 1
             self._spare.append(server)
         else:
             self._free.append(server)
