@@ -510,11 +510,9 @@ def fingerprint(conn: Connection, engine_name: str) -> str | None:
         value = conn.execute(sa.text(sql)).scalar()
     except sa.exc.DBAPIError as error:
         conn.rollback()
-        code = (
-            getattr(error.orig, "sqlstate", None)
-            or (getattr(error.orig, "args", None) or [None])[0]
-        )
-        if code in _MISSING_TABLE:
+        # psycopg: the SQLSTATE; PyMySQL: the error number first (its sqlstate is a class).
+        codes = {getattr(error.orig, "sqlstate", None), *getattr(error.orig, "args", ())[:1]}
+        if codes & _MISSING_TABLE:
             return None
         # Not a DBAPIError: recycling gives up quietly on those (a lock it waited for).
         raise RuntimeError(f"the schema's fingerprint cannot be read: {error.orig}") from error
