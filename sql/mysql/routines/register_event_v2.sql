@@ -25,6 +25,7 @@ MODIFIES SQL DATA
 BEGIN
     DECLARE v_asset_id  BIGINT;
     DECLARE v_event_id  BIGINT;
+    DECLARE v_locked    BIGINT;
     DECLARE v_timestamp DATETIME(6);
     DECLARE v_extra     JSON DEFAULT COALESCE(p_extra, JSON_OBJECT());
     DECLARE v_old_extra JSON;
@@ -50,6 +51,15 @@ BEGIN
     SELECT a.id INTO v_asset_id FROM {{ns}}.asset a WHERE a.name = p_asset LOCK IN SHARE MODE;
     IF v_asset_id IS NULL THEN
         CALL {{ns}}.resolve_asset(p_asset, v_asset_id);  -- by uri, or AQ001
+        -- The row found by its uri, locked the same way by its primary key (a plain read
+        -- first: a locking read that misses would leave a gap lock on the uri index).
+        SET v_locked = NULL;
+        SELECT a.id INTO v_locked FROM {{ns}}.asset a WHERE a.id = v_asset_id LOCK IN SHARE MODE;
+        IF v_locked IS NULL THEN
+            SET v_message = LEFT(CONCAT('[AQ001] unknown asset ', QUOTE(LEFT(p_asset, 64)),
+                                        ': it was deleted meanwhile'), 128);
+            SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
+        END IF;
     END IF;
     SET v_timestamp = UTC_TIMESTAMP(6);
 
