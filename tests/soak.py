@@ -31,6 +31,13 @@ run, held until another worker has claimed that run (its lease expired: the stop
 is a zombie; ten leases at most), then SIGCONT. The plan (kinds, roles, intervals)
 comes from ``--seed``, printed; what the processes are doing at each kill does not.
 
+Failover (``--failover patroni``, PostgreSQL): the database is a throw-away Patroni cluster
+(tests/patroni_cluster.py: etcd and three PostgreSQL nodes, synchronous mode) reached through a
+libpq multi-host URL with ``target_session_attrs=read-write``, and ``--failovers`` of the
+planned kills (1 by default) are a ``kill -9`` of the leader's postmaster: Patroni promotes
+the synchronous standby by itself and rejoins the old leader as a replica, while the kills go
+on. A failover is made once the cluster is healthy again after the one before.
+
 Then the chaos stops, every process runs undisturbed, and the soak waits (up to
 ``--drain-timeout``) until every run is final and no consumer's queued events satisfy its
 condition. The checks are on the database, read in one snapshot:
@@ -187,8 +194,11 @@ def is_transient(engine: sa.Engine, exc: BaseException) -> bool:
         return False
     if exc.connection_invalidated:
         return True
-    with engine.connect() as conn:
-        dialect = dialect_for(conn)
+    try:
+        with engine.connect() as conn:
+            dialect = dialect_for(conn)
+    except sa.exc.DBAPIError:
+        return True  # no server answers (a failover under way): the connection failed
     return isinstance(dialect.translate(exc), assetq.TransientError)
 
 
@@ -257,6 +267,8 @@ class Config:
     drain_timeout: float = 180.0
     #: the chaos stops after this many seconds whatever was done (a guard, not a check)
     deadline: float = 3600.0
+    #: of the kills, how many are failovers of the database (needs a Soak with a failover)
+    failovers: int = 0
 
 
 @dataclass
@@ -278,6 +290,7 @@ class Report:
     sigstops: int = 0
     zombies: int = 0
     restarts: int = 0
+    failovers: int = 0
     unexpected_exits: int = 0
     lost: int = 0
     duplicated: int = 0
@@ -293,7 +306,7 @@ class Report:
 
     @property
     def kills(self) -> int:
-        return sum(self.sigkill.values()) + self.zombies
+        return sum(self.sigkill.values()) + self.zombies + self.failovers
 
     @property
     def ok(self) -> bool:
@@ -317,7 +330,8 @@ class Report:
             f" events={self.events}/{self.planned}"
             f" acknowledged={self.acknowledged} pairs={self.pairs} runs={self.runs}"
             f" attempts={self.attempts} kills={self.kills} (sigkill {killed};"
-            f" sigstop={self.sigstops}, of them zombies taken over={self.zombies})"
+            f" sigstop={self.sigstops}, of them zombies taken over={self.zombies};"
+            f" failovers={self.failovers})"
             f" restarts={self.restarts} unexpected exits={self.unexpected_exits}"
             f" lost={self.lost} duplicated={self.duplicated}"
             f" double effects={self.double_effects} wrong effects={self.wrong_effects}"
@@ -354,8 +368,26 @@ def _command_line() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "assetq"]
 
 
+#: A failover of the database the soak runs on: made in a thread of its own, it returns once
+#: the database is healthy again, with a line for the report's notes.
+Failover = Callable[[], str]
+
+
 class Soak:
-    def __init__(self, url: str, namespace: str, config: Config, workdir: Path, engine: str):
+    def __init__(
+        self,
+        url: str,
+        namespace: str,
+        config: Config,
+        workdir: Path,
+        engine: str,
+        failover: Failover | None = None,
+    ):
+        if config.failovers and failover is None:
+            raise ValueError("failovers planned on a database that cannot fail over")
+        self.failover = failover
+        self._failing_over: threading.Thread | None = None
+        self._failover_errors: list[BaseException] = []
         self.url = url
         self.namespace = namespace
         self.config = config
@@ -364,7 +396,7 @@ class Soak:
         self.rng = random.Random(config.seed)
         from assetq.cli import database_url
 
-        self.engine = sa.create_engine(database_url(url), pool_size=3)
+        self.engine = sa.create_engine(database_url(url), pool_size=3, pool_pre_ping=True)
         with self.engine.connect() as conn:
             self.ns = dialect_for(conn).quote_ns(namespace)
             version = str(conn.execute(sa.text("SELECT version()")).scalar_one())
@@ -533,6 +565,9 @@ class Soak:
             if not roles:
                 roles = self.rng.sample(ROLES, len(ROLES))
             plan.append((kind, roles.pop()))
+        # Failovers spread over the plan, away from its ends (producers still at work).
+        for n in range(self.config.failovers):
+            plan.insert((n + 1) * len(plan) // (self.config.failovers + 1), ("failover", "leader"))
         return plan
 
     def reap(self, now: float) -> None:
@@ -572,8 +607,31 @@ class Soak:
             return True
         return False
 
+    def failing_over(self) -> bool:
+        thread = self._failing_over
+        return thread is not None and thread.is_alive()
+
+    def _fail_over(self) -> None:
+        assert self.failover is not None
+        began = time.monotonic()
+        try:
+            note = self.failover()
+        except BaseException as error:  # reported by run(), after the processes stopped
+            self._failover_errors.append(error)
+            return
+        self.report.notes.append(f"{note} ({time.monotonic() - began:.1f} s)")
+
     def kill(self, kind: str, role: str) -> bool:
         """One planned kill; False when it cannot be made now (try again soon)."""
+        if kind == "failover":
+            if self.failing_over():
+                return False
+            self._failing_over = threading.Thread(
+                target=self._fail_over, name="failover", daemon=True
+            )
+            self._failing_over.start()
+            self.report.failovers += 1
+            return True
         if kind == "sigkill":
             candidates = self.live(role) or self.live()
             if not candidates:
@@ -705,6 +763,8 @@ class Soak:
 
     def drain(self) -> None:
         """Every process runs undisturbed until nothing is left to do, or the deadline."""
+        if self._failing_over is not None:
+            self._failing_over.join(self.config.drain_timeout)
         for proc in self.procs:
             if proc.state == "stopped":
                 self.signal(proc, signal.SIGCONT)
@@ -872,15 +932,25 @@ class Soak:
             self.stop_all()
         if self._sample_errors:
             raise RuntimeError("the cap sampler failed") from self._sample_errors[0]
+        if self._failover_errors:
+            raise RuntimeError("the failover failed") from self._failover_errors[0]
         self.verify()
         self.report.seconds = time.monotonic() - began
         self.engine.dispose()
         return self.report
 
 
-def run_soak(url: str, namespace: str, config: Config, engine: str, workdir: Path) -> Report:
-    """One soak against the database at ``url`` with assetq installed in ``namespace``."""
-    return Soak(url, namespace, config, workdir, engine).run()
+def run_soak(
+    url: str,
+    namespace: str,
+    config: Config,
+    engine: str,
+    workdir: Path,
+    failover: Failover | None = None,
+) -> Report:
+    """One soak against the database at ``url`` with assetq installed in ``namespace``;
+    ``failover`` makes the plan's failovers."""
+    return Soak(url, namespace, config, workdir, engine, failover).run()
 
 
 # -- the command ---------------------------------------------------------------------------
@@ -902,6 +972,40 @@ def throwaway_database(engine_name: str, server: str) -> Iterator[tuple[str, str
             backend.drop(db)
     finally:
         backend.close()
+
+
+@contextmanager
+def patroni_database() -> Iterator[tuple[str, str, Failover]]:
+    """(multi-host url, namespace, failover) of assetq installed in a throw-away Patroni
+    cluster in synchronous mode; the failover kills the leader's postmaster (kill -9) and
+    returns once another node leads and the cluster is healthy again."""
+    from patroni_cluster import patroni_cluster, wait_until
+
+    with patroni_cluster(synchronous=True) as cluster:
+        admin = sa.create_engine(cluster.leader().url(), isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(sa.text("CREATE DATABASE soak"))
+        admin.dispose()
+        url = cluster.multi_host_url("soak")
+        engine = sa.create_engine(url)
+        try:
+            assetq.install(engine)
+        finally:
+            engine.dispose()
+
+        def failover() -> str:
+            old = cluster.leader()
+            old.kill_postmaster()
+            wait_until(
+                "another leader",
+                lambda: any(n.is_leader() for n in cluster.nodes if n is not old),
+                120,
+            )
+            new = cluster.leader()
+            cluster.wait_healthy()  # the old leader rejoined as a replica
+            return f"failover: {old.name}'s postmaster killed, {new.name} leads"
+
+        yield url.render_as_string(hide_password=False), "assetq", failover
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -947,7 +1051,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="default: a random one, printed")
     parser.add_argument("--drain-timeout", type=float, default=300.0, metavar="SECONDS")
     parser.add_argument("--deadline", type=float, default=defaults.deadline, metavar="SECONDS")
+    parser.add_argument(
+        "--failover",
+        choices=["patroni"],
+        default=None,
+        help="PostgreSQL on a throw-away Patroni cluster (synchronous mode) whose leader's"
+        " postmaster is killed --failovers times among the kills (module doc)",
+    )
+    parser.add_argument("--failovers", type=int, default=1, metavar="N")
     args = parser.parse_args(argv)
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if args.failover and engines != ["postgresql"]:
+        parser.error("--failover patroni needs --engines postgresql")
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)  # the processes, servers and databases are cleaned up
@@ -970,13 +1085,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=seed,
         drain_timeout=args.drain_timeout,
         deadline=args.deadline,
+        failovers=args.failovers if args.failover else 0,
     )
     reports = []
-    for engine_name in [e.strip() for e in args.engines.split(",") if e.strip()]:
+    for engine_name in engines:
         server = args.postgres if engine_name == "postgresql" else args.mysql
         workdir = Path(tempfile.mkdtemp(prefix="assetq-soak-"))
-        with throwaway_database(engine_name, server) as (url, namespace):
-            report = run_soak(url, namespace, config, engine_name, workdir)
+        if args.failover:
+            with patroni_database() as (url, namespace, failover):
+                report = run_soak(url, namespace, config, "postgresql-patroni", workdir, failover)
+        else:
+            with throwaway_database(engine_name, server) as (url, namespace):
+                report = run_soak(url, namespace, config, engine_name, workdir)
         if report.ok:
             shutil.rmtree(workdir)
         else:  # every process's log, and the producers' acknowledgements

@@ -91,3 +91,36 @@ def test_long_chaos_soak_loses_duplicates_and_stalls_nothing(
         drain_timeout=600.0,
     )
     _assert_clean(_soak(db, tmp_path, config), config)
+
+
+@pytest.mark.slow
+@pytest.mark.engines("postgresql")
+@pytest.mark.timeout(1800)
+def test_chaos_soak_across_a_patroni_failover(db: TestDatabase, tmp_path: Path) -> None:
+    """The soak on a throw-away Patroni cluster in synchronous mode, through a multi-host URL:
+    one of its kills is a kill -9 of the leader's postmaster, and Patroni promotes the
+    synchronous standby by itself. (``db`` only selects the engine: the cluster is the
+    database.) The long version: ``python tests/soak.py --engines postgresql --failover
+    patroni --events 100000 --kills 120``."""
+    from soak import patroni_database
+
+    config = Config(
+        events=2000,
+        producers=2,
+        schedulers=2,
+        workers=2,
+        rate=25.0,
+        kills=12,
+        lease=3.0,
+        seed=_seed(),
+        deadline=900.0,
+        drain_timeout=300.0,
+        failovers=1,
+    )
+    with patroni_database() as (url, namespace, failover):
+        report = run_soak(url, namespace, config, "postgresql-patroni", tmp_path, failover)
+    for note in report.notes:
+        print(note)
+    print(report.line())
+    assert report.failovers == 1, report.line()
+    _assert_clean(report, config)
