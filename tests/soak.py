@@ -33,8 +33,8 @@ comes from ``--seed``, printed; what the processes are doing at each kill does n
 
 Failover (``--failover patroni``, PostgreSQL): the database is a throw-away Patroni cluster
 (tests/patroni_cluster.py: etcd and three PostgreSQL nodes, synchronous mode) reached through a
-libpq multi-host URL with ``target_session_attrs=read-write``, and ``--failovers`` of the
-planned kills (1 by default) are a ``kill -9`` of the leader's postmaster: Patroni promotes
+libpq multi-host URL with ``target_session_attrs=read-write``, and besides the kills the plan
+has ``--failovers`` (1 by default) ``kill -9`` of the leader's postmaster: Patroni promotes
 the synchronous standby by itself and rejoins the old leader as a replica, while the kills go
 on. A failover is made once the cluster is healthy again after the one before.
 
@@ -78,7 +78,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -86,6 +86,7 @@ import assetq
 from assetq.dialects import dialect_for
 
 HERE = Path(__file__).resolve().parent
+_T = TypeVar("_T")
 
 # -- the topology --------------------------------------------------------------------------
 
@@ -267,7 +268,7 @@ class Config:
     drain_timeout: float = 180.0
     #: the chaos stops after this many seconds whatever was done (a guard, not a check)
     deadline: float = 3600.0
-    #: of the kills, how many are failovers of the database (needs a Soak with a failover)
+    #: failovers of the database besides the kills (needs a Soak with a failover)
     failovers: int = 0
 
 
@@ -306,7 +307,7 @@ class Report:
 
     @property
     def kills(self) -> int:
-        return sum(self.sigkill.values()) + self.zombies + self.failovers
+        return sum(self.sigkill.values()) + self.zombies
 
     @property
     def ok(self) -> bool:
@@ -330,8 +331,8 @@ class Report:
             f" events={self.events}/{self.planned}"
             f" acknowledged={self.acknowledged} pairs={self.pairs} runs={self.runs}"
             f" attempts={self.attempts} kills={self.kills} (sigkill {killed};"
-            f" sigstop={self.sigstops}, of them zombies taken over={self.zombies};"
-            f" failovers={self.failovers})"
+            f" sigstop={self.sigstops}, of them zombies taken over={self.zombies})"
+            f" failovers={self.failovers}"
             f" restarts={self.restarts} unexpected exits={self.unexpected_exits}"
             f" lost={self.lost} duplicated={self.duplicated}"
             f" double effects={self.double_effects} wrong effects={self.wrong_effects}"
@@ -488,8 +489,23 @@ class Soak:
     def live(self, role: str | None = None) -> list[Proc]:
         return [p for p in self.procs if p.state == "running" and role in (None, p.role)]
 
+    def reading(self, read: Callable[[], _T]) -> _T:
+        """``read()``, tried again while no server answers: during a failover the soak's own
+        reads fail as the processes' do (a guard of two minutes, then the error)."""
+        give_up = time.monotonic() + 120
+        while True:
+            try:
+                return read()
+            except sa.exc.DBAPIError:
+                if self.failover is None or time.monotonic() > give_up:
+                    raise
+                time.sleep(0.2)
+
     def held_runs(self) -> dict[str, list[tuple[str, str, int]]]:
         """Running runs by the worker that holds them."""
+        return self.reading(self._held_runs)
+
+    def _held_runs(self) -> dict[str, list[tuple[str, str, int]]]:
         held: dict[str, list[tuple[str, str, int]]] = {}
         with self.engine.connect() as conn:
             for worker, dag_id, run_id, attempt in conn.execute(
@@ -507,6 +523,9 @@ class Soak:
         """(every run the zombie held is settled: at a later attempt, or finished by the
         zombie's own completion that was on its way when it stopped; at least one of them
         is at a later attempt: another worker took it over)."""
+        return self.reading(lambda: self._taken_over(held))
+
+    def _taken_over(self, held: list[tuple[str, str, int]]) -> tuple[bool, bool]:
         settled, later = True, False
         with self.engine.connect() as conn:
             for dag_id, run_id, attempt in held:
@@ -528,7 +547,8 @@ class Soak:
             "SELECT dag_id, count(*) FROM {ns}.dag_run WHERE state IN ('queued', 'running')"
             " GROUP BY dag_id"
         )
-        try:
+
+        def sample() -> None:
             with self.engine.connect() as conn:
                 while self._sampling.is_set():
                     with conn.begin():
@@ -541,6 +561,10 @@ class Soak:
                                 f"over cap: {dag_id} had {counts[dag_id]} active runs (cap {cap})"
                             )
                     time.sleep(0.01)
+
+        try:
+            while self._sampling.is_set():
+                self.reading(sample)  # a connection lost to a failover: a new one
         except BaseException as exc:
             self._sample_errors.append(exc)
 
@@ -743,6 +767,9 @@ class Soak:
         in one snapshot (REPEATABLE READ): read one after the other, a pass that made a run of
         the last queued events in between was seen as neither (no run yet, no queue left),
         and the drain ended with that run still queued (stalled=1 at the checks; CI saw it)."""
+        return self.reading(self._stalled)
+
+    def _stalled(self) -> tuple[int, int]:
         with self.engine.connect() as plain:
             conn = plain.execution_options(isolation_level="REPEATABLE READ")
             conn.begin()
