@@ -95,26 +95,26 @@ def test_long_chaos_soak_loses_duplicates_and_stalls_nothing(
 
 @pytest.mark.slow
 @pytest.mark.engines("postgresql")
-@pytest.mark.timeout(1800)
-def test_chaos_soak_across_a_patroni_failover(db: TestDatabase, tmp_path: Path) -> None:
-    """The soak on a throw-away Patroni cluster in synchronous mode, through a multi-host URL:
-    one of its kills is a kill -9 of the leader's postmaster, and Patroni promotes the
-    synchronous standby by itself. (``db`` only selects the engine: the cluster is the
-    database.) The long version: ``python tests/soak.py --engines postgresql --failover
-    patroni --events 100000 --kills 120``."""
+@pytest.mark.timeout(3600)
+def test_long_chaos_soak_across_a_patroni_failover(db: TestDatabase, tmp_path: Path) -> None:
+    """The long soak on a throw-away Patroni cluster in synchronous mode, through a
+    multi-host URL: besides its 120 kills, a kill -9 of the leader's postmaster, and Patroni
+    promotes the synchronous standby by itself. (``db`` only selects the engine: the cluster
+    is the database.) The same as ``python tests/soak.py --engines postgresql --failover
+    patroni --events 100000 --producers 4 --rate 100 --kills 120 --workers 3 --lease 4``."""
     from soak import patroni_database
 
     config = Config(
-        events=2000,
-        producers=2,
+        events=100_000,
+        producers=4,
         schedulers=2,
-        workers=2,
-        rate=25.0,
-        kills=12,
-        lease=3.0,
+        workers=3,
+        rate=100.0,
+        kills=120,
+        lease=4.0,
         seed=_seed(),
-        deadline=900.0,
-        drain_timeout=300.0,
+        deadline=2400.0,
+        drain_timeout=600.0,
         failovers=1,
     )
     with patroni_database() as (url, namespace, failover):
