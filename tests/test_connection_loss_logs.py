@@ -112,8 +112,11 @@ def _assert_quiet(caplog: pytest.LogCaptureFixture, lost: str) -> None:
     assert any(r.levelno == logging.DEBUG and r.exc_info for r in caplog.records)
 
 
-def _outage(db: TestDatabase, engine: sa.Engine, ready: Callable[[], bool]) -> None:
-    outage = Outage(db, engine)
+def _outage(outage: Outage, ready: Callable[[], bool]) -> None:
+    """The outage, once the loop is ready. The Outage is made before the loop starts: its
+    listeners added to the engine while the loop's thread connected made SQLAlchemy's
+    iteration over them fail in that thread ("deque mutated during iteration", the loop
+    dead before its first pass; seen once in CI)."""
     _until(ready, "the loop to start")
     outage.start()
     time.sleep(1.0)
@@ -142,9 +145,10 @@ def test_a_scheduler_that_loses_the_database_warns_once_and_recovers(
             "on_run": runs.append,
         },
     )
+    outage = Outage(db, engine)
     loop.start()
     try:
-        _outage(db, engine, lambda: len(passes) > 0)
+        _outage(outage, lambda: len(passes) > 0)
         with db.engine.begin() as conn:
             assetq.register_event(conn, "orders")
         _until(lambda: len(runs) == 1, "a run after the outage")
@@ -186,9 +190,10 @@ def test_a_worker_that_loses_the_database_warns_once_and_recovers(
             "metrics": metrics,
         },
     )
+    outage = Outage(db, engine)
     loop.start()
     try:
-        _outage(db, engine, lambda: metrics.claims > 0)
+        _outage(outage, lambda: metrics.claims > 0)
         with db.engine.begin() as conn:
             assetq.register_event(conn, "orders")
         assert len(assetq.schedule(db.engine)) == 1
