@@ -519,66 +519,64 @@ def fingerprint(conn: Connection, engine_name: str) -> str | None:
     return None if value is None else str(value)
 
 
-def _dirty_tables(conn: Connection, engine_name: str, tables: list[str], quote: str) -> list[str]:
-    """Of ``tables``, those a test touched: with rows, with an identity or AUTO_INCREMENT that
-    moved, or (PostgreSQL) with planner statistics a fresh install does not have (reltuples
-    other than -1, "never vacuumed"). Emptying only those halves a recycle: TRUNCATE makes
-    new files for a table and its indexes, and most tests write to a few tables."""
+def _dirty_tables(
+    conn: Connection, engine_name: str, tables: list[str], moved: set[str], quote: str
+) -> list[str]:
+    """Of ``tables``, those a test touched: with rows, or in ``moved`` (MySQL: an
+    AUTO_INCREMENT that moved on), or (PostgreSQL) with an identity that moved on or planner
+    statistics a fresh install does not have (reltuples other than -1, "never vacuumed").
+    Emptying only those halves a recycle: TRUNCATE makes new files for a table and its
+    indexes, and most tests write to a few tables."""
     if not tables:
         return []
+    # The MySQL family with FROM DUAL, as it was written for them.
+    dual = "" if engine_name == "postgresql" else " FROM DUAL"
     has_rows = " UNION ALL ".join(
-        f"SELECT '{t}' WHERE EXISTS (SELECT 1 FROM {quote}{NAMESPACE}{quote}.{quote}{t}{quote})"
-        if engine_name == "postgresql"
-        else f"SELECT '{t}' FROM DUAL"
-        f" WHERE EXISTS (SELECT 1 FROM {quote}{NAMESPACE}{quote}.{quote}{t}{quote})"
+        f"SELECT '{t}'{dual} WHERE EXISTS"
+        f" (SELECT 1 FROM {quote}{NAMESPACE}{quote}.{quote}{t}{quote})"
         for t in tables
     )
-    dirty = {str(t) for t in conn.execute(sa.text(has_rows)).scalars()}
+    dirty = moved | {str(t) for t in conn.execute(sa.text(has_rows)).scalars()}
     if engine_name == "postgresql":
-        moved = conn.execute(
-            sa.text(
-                "SELECT c.relname FROM pg_class c"
-                " JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = :ns"
-                " WHERE c.relkind = 'r' AND (c.reltuples <> -1 OR EXISTS ("
-                "   SELECT 1 FROM pg_depend d JOIN pg_sequences s"
-                "     ON s.schemaname = n.nspname AND s.sequencename = ("
-                "        SELECT relname FROM pg_class WHERE oid = d.objid)"
-                "    WHERE d.refobjid = c.oid AND d.classid = 'pg_class'::regclass"
-                "      AND s.last_value IS NOT NULL))"
-            ),
-            {"ns": NAMESPACE},
-        ).scalars()
-    else:
-        moved = conn.execute(
-            sa.text(
-                "SELECT table_name FROM information_schema.tables"
-                " WHERE table_schema = :ns AND table_type = 'BASE TABLE'"
-                " AND COALESCE(auto_increment, 1) > 1"
-            ),
-            {"ns": NAMESPACE},
-        ).scalars()
-    dirty |= {str(t) for t in moved}
+        dirty |= {
+            str(t)
+            for t in conn.execute(
+                sa.text(
+                    "SELECT c.relname FROM pg_class c"
+                    " JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = :ns"
+                    " WHERE c.relkind = 'r' AND (c.reltuples <> -1 OR EXISTS ("
+                    "   SELECT 1 FROM pg_depend d JOIN pg_sequences s"
+                    "     ON s.schemaname = n.nspname AND s.sequencename = ("
+                    "        SELECT relname FROM pg_class WHERE oid = d.objid)"
+                    "    WHERE d.refobjid = c.oid AND d.classid = 'pg_class'::regclass"
+                    "      AND s.last_value IS NOT NULL))"
+                ),
+                {"ns": NAMESPACE},
+            ).scalars()
+        }
     return [t for t in tables if t in dirty]
 
 
 def empty_assetq_tables(conn: Connection, engine_name: str) -> None:
     """Every row of assetq's tables but the kept ones goes; identities start at 1 again."""
     quote = '"' if engine_name == "postgresql" else "`"
-    if (
-        engine_name == "mysql"
-        and "mariadb" not in str(conn.execute(sa.text("SELECT version()")).scalar()).lower()
-    ):
-        # MySQL 8+ caches information_schema's AUTO_INCREMENT (a day by default).
-        conn.execute(sa.text("SET SESSION information_schema_stats_expiry = 0"))
+    if engine_name == "postgresql":
+        listing = "SELECT table_name, 1"
+    else:
+        listing = "SELECT table_name, COALESCE(auto_increment, 1)"
+        if not getattr(conn.dialect, "is_mariadb", False):
+            # MySQL 8+ caches information_schema's AUTO_INCREMENT (a day by default).
+            conn.execute(sa.text("SET SESSION information_schema_stats_expiry = 0"))
     listed = conn.execute(
         sa.text(
-            "SELECT table_name FROM information_schema.tables"
+            f"{listing} FROM information_schema.tables"
             " WHERE table_schema = :ns AND table_type = 'BASE TABLE'"
         ),
         {"ns": NAMESPACE},
-    ).scalars()
-    tables = sorted(str(t) for t in listed if str(t) not in KEPT_TABLES)
-    tables = _dirty_tables(conn, engine_name, tables, quote)
+    ).all()
+    tables = sorted(str(t) for t, _ in listed if str(t) not in KEPT_TABLES)
+    moved = {str(t) for t, counter in listed if int(counter) > 1}
+    tables = _dirty_tables(conn, engine_name, tables, moved, quote)
     names = [f"{quote}{NAMESPACE}{quote}.{quote}{t}{quote}" for t in tables]
     if engine_name == "postgresql":
         conn.execute(sa.text("SET lock_timeout = '2s'"))

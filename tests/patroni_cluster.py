@@ -189,6 +189,17 @@ class PatroniCluster:
         _wait_for("a Patroni leader", one, timeout, self.nodes[0].log)
         return found[0]
 
+    def new_leader(self, old: PatroniNode, timeout: float = 120) -> PatroniNode:
+        """The node other than ``old`` that Patroni promoted, once one is."""
+        found: list[PatroniNode] = []
+
+        def promoted() -> bool:
+            found[:] = [n for n in self.nodes if n is not old and n.is_leader()]
+            return len(found) == 1
+
+        wait_until(f"a node other than {old.name} promoted", promoted, timeout)
+        return found[0]
+
     def members(self) -> list[dict[str, Any]]:
         for node in self.nodes:
             status, body = node.api("/cluster")

@@ -1006,7 +1006,7 @@ def patroni_database() -> Iterator[tuple[str, str, Failover]]:
     """(multi-host url, namespace, failover) of assetq installed in a throw-away Patroni
     cluster in synchronous mode; the failover kills the leader's postmaster (kill -9) and
     returns once another node leads and the cluster is healthy again."""
-    from patroni_cluster import patroni_cluster, wait_until
+    from patroni_cluster import patroni_cluster
 
     with patroni_cluster(synchronous=True) as cluster:
         admin = sa.create_engine(cluster.leader().url(), isolation_level="AUTOCOMMIT")
@@ -1023,12 +1023,7 @@ def patroni_database() -> Iterator[tuple[str, str, Failover]]:
         def failover() -> str:
             old = cluster.leader()
             old.kill_postmaster()
-            wait_until(
-                "another leader",
-                lambda: any(n.is_leader() for n in cluster.nodes if n is not old),
-                120,
-            )
-            new = cluster.leader()
+            new = cluster.new_leader(old)
             cluster.wait_healthy()  # the old leader rejoined as a replica
             return f"failover: {old.name}'s postmaster killed, {new.name} leads"
 

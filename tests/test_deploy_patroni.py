@@ -186,17 +186,6 @@ class Traffic:
         assert not any(t.is_alive() for t in self.threads[:2]), "a loop did not stop"
 
 
-def _new_leader(cluster: PatroniCluster, old: PatroniNode) -> PatroniNode:
-    found: list[PatroniNode] = []
-
-    def promoted() -> bool:
-        found[:] = [n for n in cluster.nodes if n is not old and n.is_leader()]
-        return len(found) == 1
-
-    wait_until(f"a node other than {old.name} promoted", promoted, 120)
-    return found[0]
-
-
 def _settled(engine: Engine, total: int, seen: list[object]) -> bool:
     """Every acknowledged event stored, consumed, its run successful: nothing left. What it
     saw last goes to ``seen`` (for the message of a wait that ends)."""
@@ -288,7 +277,7 @@ def _failover_twice(stretch: int) -> None:
             first = cluster.leader()
             first.kill_postmaster()
             traffic.marks.append((f"kill postmaster {first.name}", _now()))
-            second = _new_leader(cluster, first)
+            second = cluster.new_leader(first)
             traffic.marks.append((f"leader {second.name}", _now()))
             cluster.wait_healthy()  # the old leader rejoined as a replica
             traffic.wait_acked(traffic.acked_count() + stretch)
@@ -300,7 +289,7 @@ def _failover_twice(stretch: int) -> None:
             # safe way on: restarting Patroni first lost acknowledged commits, see below).
             second.reset()
             traffic.marks.append((f"watchdog reset {second.name}", _now()))
-            third = _new_leader(cluster, second)
+            third = cluster.new_leader(second)
             traffic.marks.append((f"leader {third.name}", _now()))
             second.start()  # the node is back: Patroni rejoins it as a replica (pg_rewind)
             traffic.wait_acked(traffic.acked_count() + stretch)
@@ -355,7 +344,7 @@ def _failover_async(stretch: int) -> dict[str, object]:
             traffic.wait_acked(stretch)
             first = cluster.leader()
             first.kill_postmaster()
-            second = _new_leader(cluster, first)
+            second = cluster.new_leader(first)
             traffic.wait_acked(traffic.acked_count() + stretch)
             traffic.finish(lambda seen: _settled(engine, traffic.acked_count(), seen))
         finally:

@@ -25,9 +25,17 @@ def _seed() -> int:
     return int(os.environ.get("ASSETQ_SOAK_SEED") or random.randrange(1 << 30))
 
 
-def _soak(db: TestDatabase, tmp_path: Path, config: Config) -> Report:
-    url = db.url.render_as_string(hide_password=False)
-    report = run_soak(url, db.namespace, config, db.engine_name, tmp_path)
+def _soak(db: TestDatabase, tmp_path: Path, config: Config, patroni: bool = False) -> Report:
+    """The soak on ``db``, or with ``patroni`` on a throw-away Patroni cluster (``db`` then
+    only selects the engine: the cluster is the database)."""
+    if patroni:
+        from soak import patroni_database
+
+        with patroni_database() as (url, namespace, failover):
+            report = run_soak(url, namespace, config, "postgresql-patroni", tmp_path, failover)
+    else:
+        url = db.url.render_as_string(hide_password=False)
+        report = run_soak(url, db.namespace, config, db.engine_name, tmp_path)
     for note in report.notes:
         print(note)
     print(report.line())
@@ -78,7 +86,12 @@ def test_long_chaos_soak_loses_duplicates_and_stalls_nothing(
 ) -> None:
     """The long soak: 100,000 events from 4 producers (100/s each), 2 schedulers, 3 workers
     of 2 slots, 120 kills (15% of them zombies), a 4 s lease."""
-    config = Config(
+    config = _long_config()
+    _assert_clean(_soak(db, tmp_path, config), config)
+
+
+def _long_config(failovers: int = 0) -> Config:
+    return Config(
         events=100_000,
         producers=4,
         schedulers=2,
@@ -89,8 +102,8 @@ def test_long_chaos_soak_loses_duplicates_and_stalls_nothing(
         seed=_seed(),
         deadline=2400.0,
         drain_timeout=600.0,
+        failovers=failovers,
     )
-    _assert_clean(_soak(db, tmp_path, config), config)
 
 
 @pytest.mark.slow
@@ -102,25 +115,7 @@ def test_long_chaos_soak_across_a_patroni_failover(db: TestDatabase, tmp_path: P
     promotes the synchronous standby by itself. (``db`` only selects the engine: the cluster
     is the database.) The same as ``python tests/soak.py --engines postgresql --failover
     patroni --events 100000 --producers 4 --rate 100 --kills 120 --workers 3 --lease 4``."""
-    from soak import patroni_database
-
-    config = Config(
-        events=100_000,
-        producers=4,
-        schedulers=2,
-        workers=3,
-        rate=100.0,
-        kills=120,
-        lease=4.0,
-        seed=_seed(),
-        deadline=2400.0,
-        drain_timeout=600.0,
-        failovers=1,
-    )
-    with patroni_database() as (url, namespace, failover):
-        report = run_soak(url, namespace, config, "postgresql-patroni", tmp_path, failover)
-    for note in report.notes:
-        print(note)
-    print(report.line())
+    config = _long_config(failovers=1)
+    report = _soak(db, tmp_path, config, patroni=True)
     assert report.failovers == 1, report.line()
     _assert_clean(report, config)
