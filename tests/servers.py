@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import random
 import re
 import shutil
 import signal
@@ -40,11 +41,32 @@ from sqlalchemy.engine import URL
 _PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
 
 
+def _ephemeral_ports() -> tuple[int, int]:
+    """The kernel's range of ports for outgoing connections (Linux; its default elsewhere)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    """A TCP port nothing listens on right now (the kernel's pick)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port of 127.0.0.1 nothing listens on right now, outside the kernel's range for
+    outgoing connections: a port the kernel picked from that range (bind to port 0) was taken
+    by one of the suite's own client connections before the server it was for could listen
+    on it (a Galera node aborted with "Address already in use" in a loaded run). At random,
+    so that concurrent test processes rarely pick the same one, and tried first."""
+    low, high = _ephemeral_ports()
+    choices = [(10000, low)] if low > 11000 else [(high + 1, 65536)]
+    for _ in range(200):
+        port = random.randrange(*random.choice(choices))
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free TCP port outside the ephemeral range in 200 tries")
 
 
 def _as_root() -> bool:

@@ -87,7 +87,10 @@ SNIPPET = textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="module")
+# Session scope: mypy runs once per process. A module fixture is set up again when xdist
+# runs other modules' tests between this module's, and mypy's second in-process run could not
+# open the cache the first left open ("database is locked" setting its journal mode).
+@pytest.fixture(scope="session")
 def mypy_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[int, str]:
     folder = tmp_path_factory.mktemp("typing")
     (folder / "snippet.py").write_text(SNIPPET)

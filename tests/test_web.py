@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -40,6 +39,7 @@ import assetq.web
 from assetq import cli, liveness
 from dbs import TestDatabase, made_logins
 from scenario import declare, register
+from servers import free_port
 from work_scenario import join_all
 
 XSS = "<script>alert(1)</script>"
@@ -647,18 +647,12 @@ def test_web_auth_needs_the_password_in_the_environment(
 # -- a real browser ----------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def _serving(console: Starlette) -> Iterator[str]:
     """``console`` served by uvicorn on a free port of 127.0.0.1."""
     import uvicorn
 
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(console, host="127.0.0.1", port=port, log_level="warning")
     )
@@ -809,7 +803,7 @@ class WebCommand:
 def _assetq_web(db: TestDatabase, *flags: str) -> Iterator[WebCommand]:
     """`python -m assetq web --url ... --port P *flags`, answering on 127.0.0.1; stopped with
     SIGTERM on the way out, its output and exit status then in the WebCommand."""
-    port = _free_port()
+    port = free_port()
     url = db.url.render_as_string(hide_password=False)
     server = subprocess.Popen(
         [sys.executable, "-m", "assetq", "web", "--url", url, "--namespace", db.namespace,
