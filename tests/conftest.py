@@ -168,6 +168,34 @@ _ONE_WORKER_MODULES = frozenset(
     }
 )
 
+#: Modules of slow tests (several seconds each: subprocesses, a browser, soaks, large
+#: histories), started before the rest (pytest_collection_modifyitems).
+_SLOW_MODULES = frozenset(
+    {
+        "test_host_alembic.py",
+        "test_soak.py",
+        "test_web.py",
+        "test_benchmarks.py",
+        "test_history.py",
+        "test_large_backlog.py",
+        "test_demo.py",
+        "test_packaging.py",
+        "test_typing.py",
+        "test_capped_claim.py",
+        "test_stress.py",
+    }
+)
+
+
+def _start_rank(item: pytest.Item) -> int:
+    name = item.path.name
+    if name in _ONE_WORKER_MODULES:
+        return 0
+    if name in _SLOW_MODULES or name.endswith("_benchmark.py"):
+        return 1
+    return 2
+
+
 #: Modules whose servers are MariaDB's own (mariadbd with Galera, with binary logging),
 #: whichever MySQL server the run chose: skipped in a run on MySQL 9.7, which they would not
 #: test (they run in the default, MariaDB run).
@@ -263,6 +291,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     " not MySQL 9.7: run in the default run (--mysql=private)"
                 )
             )
+    # The longest first, so that the run does not end waiting for one of them on one worker
+    # while the others are done: the clusters (one worker for all), then the modules whose
+    # tests take many seconds each. A stable sort: each module keeps its own order.
+    items.sort(key=_start_rank)
     if config.option.collectonly:
         return
     by_engine: dict[str, list[pytest.Item]] = {}
