@@ -28,8 +28,12 @@ Chaos: every ``--kill-interval`` seconds (0.5x to 1.5x, at random) one planned k
 ``--kills`` kills were made and the producers are done. A kill is a SIGKILL of a producer,
 scheduler or worker (restarted 0.1 to 1 s later), or a SIGSTOP of a worker that holds a
 run, held until another worker has claimed that run (its lease expired: the stopped worker
-is a zombie; ten leases at most), then SIGCONT. The plan (kinds, roles, intervals)
-comes from ``--seed``, printed; what the processes are doing at each kill does not.
+is a zombie; thirty leases at most, a guard), then SIGCONT. One worker is stopped at a time,
+and only for runs another worker can take over: a worker stopped with every run it holds in
+its completion (sent, not committed: its open transaction locks the run, and claims skip
+it) goes on at once, and the SIGSTOP is tried again (``taken back in a completion`` in the
+final line). The plan (kinds, roles, intervals) comes from ``--seed``, printed; what the
+processes are doing at each kill does not.
 
 Failover (``--failover patroni``, PostgreSQL): the database is a throw-away Patroni cluster
 (tests/patroni_cluster.py: etcd and three PostgreSQL nodes, synchronous mode) reached through a
@@ -285,11 +289,16 @@ class Report:
     attempts: int = 0
     pairs: int = 0
     sigkill: Counter[str] = field(default_factory=Counter)
-    #: SIGSTOPs of a worker holding runs; zombies: those whose runs another worker took
-    #: over before the SIGCONT (the others, whose completion was on its way when they
-    #: stopped, are made again: the plan's zombies are real ones)
+    #: SIGSTOPs of a worker holding runs another worker can take over; zombies: those whose
+    #: runs another worker took over before the SIGCONT (the others, whose completion was on
+    #: its way when they stopped, are made again: the plan's zombies are real ones)
     sigstops: int = 0
     zombies: int = 0
+    #: SIGSTOPs taken back at once (not counted in sigstops): every run the stopped worker
+    #: held was locked by its completion, sent but not committed (Soak.kill says why)
+    stops_undone: int = 0
+    #: seconds from each zombie's SIGSTOP to the takeover of its runs
+    takeovers: list[float] = field(default_factory=list)
     restarts: int = 0
     failovers: int = 0
     unexpected_exits: int = 0
@@ -331,7 +340,8 @@ class Report:
             f" events={self.events}/{self.planned}"
             f" acknowledged={self.acknowledged} pairs={self.pairs} runs={self.runs}"
             f" attempts={self.attempts} kills={self.kills} (sigkill {killed};"
-            f" sigstop={self.sigstops}, of them zombies taken over={self.zombies})"
+            f" sigstop={self.sigstops}, of them zombies taken over={self.zombies};"
+            f" taken back in a completion={self.stops_undone})"
             f" failovers={self.failovers}"
             f" restarts={self.restarts} unexpected exits={self.unexpected_exits}"
             f" lost={self.lost} duplicated={self.duplicated}"
@@ -344,6 +354,13 @@ class Report:
 
 ROLES = ("producer", "scheduler", "worker")
 
+#: A zombie is released after this many leases even if its runs were not taken over (a guard:
+#: it is then no zombie, and its SIGSTOP is made again). Not one or two: a run whose lease
+#: expired is claimed in not_before order, behind every run queued before its lease ended, so
+#: under a backlog its takeover waits for the backlog (the long soaks, a 4 s lease: up to
+#: 63 s on PostgreSQL 15, 45 s on MariaDB 10.11).
+GUARD_LEASES = 30
+
 
 @dataclass
 class Proc:
@@ -354,7 +371,9 @@ class Proc:
     #: running, stopped (SIGSTOP), killed (waiting for its restart), done (a producer)
     state: str = "new"
     restart_at: float = 0.0
-    #: a zombie: (released at the latest, the runs it held: (dag_id, run_id, attempt))
+    #: a zombie: (stopped at, released at the latest, the runs it held that another worker
+    #: can take over: (dag_id, run_id, attempt))
+    stopped_at: float = 0.0
     stopped_until: float = 0.0
     held: list[tuple[str, str, int]] = field(default_factory=list)
 
@@ -519,6 +538,33 @@ class Soak:
                 held.setdefault(process, []).append((str(dag_id), str(run_id), int(attempt)))
         return held
 
+    def locked(self, run: tuple[str, str, int]) -> bool:
+        """Whether run ``run``'s row is locked by a transaction that stays open: two reads
+        (``FOR UPDATE SKIP LOCKED``, by key) 50 ms apart both skip it. A stopped worker's
+        completion holds it so; a heartbeat's or a claim's lock is gone by the second read."""
+        return self.reading(lambda: self._locked(run))
+
+    def _locked(self, run: tuple[str, str, int]) -> bool:
+        dag_id, run_id, _ = run
+        with self.engine.connect() as conn:
+            pk = conn.execute(
+                self.q("SELECT id FROM {ns}.dag_run WHERE dag_id = :d AND run_id = :r"),
+                {"d": dag_id, "r": run_id},
+            ).scalar_one()
+            conn.rollback()
+            for probe in range(2):
+                if probe:
+                    time.sleep(0.05)
+                with conn.begin():
+                    free = conn.execute(
+                        self.q("SELECT id FROM {ns}.dag_run WHERE id = :id FOR UPDATE SKIP LOCKED"),
+                        {"id": pk},
+                    ).first()
+                    conn.rollback()
+                if free is not None:
+                    return False
+        return True
+
     def taken_over(self, held: list[tuple[str, str, int]]) -> tuple[bool, bool]:
         """(every run the zombie held is settled: at a later attempt, or finished by the
         zombie's own completion that was on its way when it stopped; at least one of them
@@ -625,9 +671,16 @@ class Soak:
             proc.state = "running"
             if later:
                 self.report.zombies += 1
+                self.report.takeovers.append(now - proc.stopped_at)
             else:
                 # Not a zombie: once more, next, while the producers still make work.
                 self.plan_left.insert(0, ("sigstop", "worker"))
+                why = (
+                    "its own completion, on its way when it stopped, finished its runs"
+                    if settled
+                    else f"nobody took its runs over in {GUARD_LEASES} leases"
+                )
+                self.report.notes.append(f"{proc.name}'s SIGSTOP made no zombie: {why}")
             return True
         return False
 
@@ -668,6 +721,10 @@ class Soak:
             return True
         if len(self.live("worker")) < 2:
             return False  # someone must be left to take its runs over
+        if any(p.state == "stopped" for p in self.procs):
+            # One at a time: two stopped of three workers left one to take both over and to
+            # do all the work, the backlog grew, and takeovers came later than the guard.
+            return False
         held = self.held_runs()
         # A worker in report's slow handler, if any: one stopped in a short handler's
         # completion has often sent its COMMIT already, and is no zombie.
@@ -681,13 +738,24 @@ class Soak:
         proc = self.rng.choice(candidates)
         self.signal(proc, signal.SIGSTOP)
         # What it holds now that it is stopped: a completion it sent just before is in.
-        proc.held = self.held_runs().get(proc.name, [])
+        held = self.held_runs().get(proc.name, [])
+        # Only runs another worker can take over: a run whose completion the worker had sent,
+        # its COMMIT not yet, is locked by the worker's open transaction, and every claim
+        # skips it (SKIP LOCKED) until the worker goes on and commits its success
+        # (test_a_completion_not_yet_committed_keeps_its_run_past_the_lease_until_it_ends).
+        # Short handlers spend most of an attempt there: stopped with only such runs, the
+        # worker was no zombie (released by the guard, 10 leases then), and its SIGSTOP was
+        # made again and again until the producers were done (issue 28). It goes on at once.
+        proc.held = [run for run in held if not self.locked(run)]
         if not proc.held:
             self.signal(proc, signal.SIGCONT)
+            if held:
+                self.report.stops_undone += 1
             return False
         proc.state = "stopped"
         # Released once another worker took its runs over; the limit is only a guard.
-        proc.stopped_until = time.monotonic() + 10 * self.config.lease
+        proc.stopped_at = time.monotonic()
+        proc.stopped_until = proc.stopped_at + GUARD_LEASES * self.config.lease
         self.report.sigstops += 1
         return True
 
@@ -758,6 +826,12 @@ class Soak:
             self.report.notes.append(
                 f"the chaos stopped at its deadline ({self.config.deadline:g}s) with"
                 f" {len(plan)} kills left"
+            )
+        if self.report.takeovers:
+            self.report.notes.append(
+                f"zombies taken over {min(self.report.takeovers):.1f} to"
+                f" {max(self.report.takeovers):.1f} s after their SIGSTOP"
+                f" (lease {self.config.lease:g} s)"
             )
 
     # -- drain and verify --

@@ -314,6 +314,42 @@ def test_a_worker_whose_lease_expired_may_complete_while_nobody_claimed_the_run_
     assert assetq.claim_runs(db.engine, "late") == []
 
 
+@pytest.mark.parametrize("then", ["commit", "rollback"])
+def test_a_completion_not_yet_committed_keeps_its_run_past_the_lease_until_it_ends(
+    db: TestDatabase, then: str
+) -> None:
+    """A worker frozen between its completion and its COMMIT (SIGSTOP, a paused VM) holds
+    the run's row locked in its open transaction: claims skip the run (SKIP LOCKED) however
+    long ago its lease expired, so nobody takes it over; it is the frozen worker's success
+    once it goes on and commits, and claimable again as the next attempt once its transaction
+    ends without (its session dropped: the server rolls it back). The chaos soak
+    (tests/soak.py) stops only workers holding runs that are not locked so."""
+    create_effect_table(db)
+    run = one_run(db, max_attempts=2)
+    (claim,) = assetq.claim_runs(db.engine, "frozen", lease=SHORT_LEASE)
+    assert claim.lease_until is not None
+    with db.engine.connect() as conn:
+        transaction = conn.begin()
+        write_effect(conn, claim)
+        assetq.complete_run(conn, claim, "success")  # sent, not committed
+        wait_past(db, claim.lease_until)
+        assert assetq.claim_runs(db.engine, "other") == []
+        assert run_row(db, run.dag_id, run.run_id)["state"] == "running"
+        if then == "commit":
+            transaction.commit()
+        else:
+            transaction.rollback()
+    if then == "commit":
+        assert (run_row(db, run.dag_id, run.run_id)["state"], effects(db)) == (
+            "success",
+            [(run.dag_id, run.run_id, 1, "frozen")],
+        )
+        assert assetq.claim_runs(db.engine, "other") == []
+    else:
+        (again,) = claim_until(db, "other", lease=60)
+        assert (again.run_id, again.attempt, effects(db)) == (run.run_id, 2, [])
+
+
 def test_a_heartbeat_after_the_lease_expired_renews_it_while_nobody_claimed_the_run_again(
     db: TestDatabase,
 ) -> None:
