@@ -6,6 +6,7 @@ the database never saw the call.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 import assetq
+from assetq import ops
 from dbs import TestDatabase
 
 
@@ -79,6 +81,8 @@ PYTHON_SIDE: list[tuple[str, Callable[[sa.Connection], object], type[Exception],
     ("extra-nul-key", _register(extra={"a\x00": 1}), assetq.InvalidExtra, "NUL"),
     ("extra-too-big", _register(extra={"v": "x" * 70_000}), assetq.InvalidExtra, "limit"),
     ("extra-too-deep", _register(extra=_deep(5000)), assetq.InvalidExtra, "deep"),
+    # 32 objects nested: one more than MariaDB's JSON takes (EXTRA_MAX_DEPTH).
+    ("extra-32-levels", _register(extra=_deep(31)), assetq.InvalidExtra, "limit is 31 levels"),
     ("key-empty", _register(idempotency_key=""), assetq.InvalidArgument, "empty"),
     ("key-201", _register(idempotency_key="k" * 201), assetq.NameTooLong, "limit is 200"),
     ("key-int", _register(idempotency_key=7), assetq.InvalidArgumentType, "must be a str"),
@@ -259,6 +263,33 @@ def test_database_side_error_is_typed_and_writes_nothing(
         call(conn)
     assert info.value.code == code
     assert seeded.counts() == before
+
+
+def test_an_extra_nested_31_levels_is_stored_on_every_engine(seeded: TestDatabase) -> None:
+    """The deepest extra assetq takes (31 objects, EXTRA_MAX_DEPTH) is one every engine's
+    JSON takes too, and reads back as it was."""
+    extra = _deep(30)
+    with seeded.engine.begin() as conn:
+        event = assetq.register_event(conn, "orders", extra=extra)
+    with seeded.engine.connect() as conn:
+        events = ops.asset_events(conn, "orders", namespace=seeded.namespace)
+        (stored,) = [e for e in events if e.id == event.id]
+    assert stored.extra == extra
+
+
+def test_a_deep_extra_is_refused_whatever_the_recursion_limit(seeded: TestDatabase) -> None:
+    """The depth is counted, not left to Python's recursion limit: with the limit raised (as
+    mypy, run in the same process, raises it), a 5,000-level extra reached the server and
+    came back as MariaDB's 'invalid JSON' (a full run caught it)."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)
+    try:
+        counter = StatementCounter(seeded.engine)
+        with seeded.engine.connect() as conn, pytest.raises(assetq.InvalidExtra, match="deep"):
+            assetq.register_event(conn, "orders", extra=_deep(5000))
+        assert counter.count == 0
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def test_unknown_asset_message_says_what_to_do(seeded: TestDatabase) -> None:
