@@ -36,8 +36,9 @@ On MySQL/MariaDB a namespace is a database, so one server holds one ``assetq`` n
 fresh "database" for a test is a whole server. Which MySQL server: ``--mysql`` or
 ``ASSETQ_TEST_MYSQL``:
   ``private`` (default)  throw-away servers started from this machine's mariadbd/mysqld in a
-                         temporary directory in memory (/dev/shm) (about a second each), one per database a test
-                         holds at once, emptied between tests, stopped at the end of the run;
+                         temporary directory in memory (/dev/shm; about a second each), one
+                         per database a test holds at once, emptied between tests, stopped
+                         at the end of the run;
   ``mysql97``            the same, from Oracle MySQL 9.7 (Debian unstable's mysqld, which needs a
                          newer C library than Debian 12's) run with chroot in a Debian unstable
                          root that tests/mysql_root.sh builds once, outside the repository
