@@ -78,6 +78,7 @@ if TYPE_CHECKING:
     from alembic.runtime.migration import MigrationContext
 
 
+@functools.cache
 def _alembic_before_1_16() -> bool:
     import alembic
 
@@ -508,7 +509,8 @@ def current_revision(conn: Connection, *, namespace: str = DEFAULT_NAMESPACE) ->
     if not _scalar(dialect, conn, "version_table_exists", namespace):
         return None
     # What alembic's MigrationContext.get_current_revision() reads, without importing alembic.
-    revisions = [row[0] for row in dialect.execute(conn, "installed_revisions", namespace)]
+    read = text(_upgrade_sql(dialect, "schema_revision", namespace))
+    revisions = list(conn.execute(read).scalars())
     if len(revisions) > 1:
         raise AssetqError(
             f"assetq's version table in namespace {namespace!r} holds several revisions"

@@ -227,11 +227,6 @@ SELECT COUNT(*) AS n
  WHERE TABLE_SCHEMA = {{database}} AND TABLE_NAME = '{{prefix}}assetq_alembic_version'
    AND TABLE_TYPE = 'BASE TABLE'
 
--- installed_revisions --
--- The revision alembic's version table holds (one row; none when a downgrade emptied it):
--- migrate.current_revision, which reads it without importing alembic.
-SELECT version_num AS revision FROM {{ns}}.assetq_alembic_version
-
 -- drop_version_table --
 -- Remove alembic's version table after a downgrade to base.
 DROP TABLE IF EXISTS {{ns}}.assetq_alembic_version

@@ -31,6 +31,11 @@ SELECT table_comment AS marker
   FROM information_schema.tables
  WHERE table_schema = {{database}} AND table_name = '{{prefix}}assetq_alembic_version'
 
+-- schema_revision --
+-- The installed revision(s), read from the version table (migrate.current_revision, which
+-- reads it without importing alembic; schema_state reads it with the marker).
+SELECT version_num AS revision FROM {{ns}}.assetq_alembic_version
+
 -- schema_state --
 -- The first API call's check (migrate.check_schema): the installed revision and the marker
 -- in one statement. A namespace without assetq fails it with 1146 (1049: no database), which

@@ -274,11 +274,6 @@ SELECT count(*) AS n
   FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
  WHERE s.nspname = :namespace AND c.relname = 'assetq_alembic_version' AND c.relkind = 'r'
 
--- installed_revisions --
--- The revision alembic's version table holds (one row; none when a downgrade emptied it):
--- migrate.current_revision, which reads it without importing alembic.
-SELECT version_num AS revision FROM {{ns}}.assetq_alembic_version
-
 -- drop_version_table --
 -- Remove alembic's version table after a downgrade to base.
 DROP TABLE IF EXISTS {{ns}}.assetq_alembic_version

@@ -75,7 +75,8 @@ SELECT c.oid IS NOT NULL AS installed, obj_description(c.oid, 'pg_class') AS mar
     ON n.nspname = :namespace AND c.relname = 'assetq_alembic_version' AND c.relkind = 'r'
 
 -- schema_revision --
--- The installed revision, read from the version table (schema_state found it exists).
+-- The installed revision(s), read from the version table (schema_state found it exists;
+-- migrate.current_revision, which reads it without importing alembic).
 SELECT version_num AS revision FROM {{ns}}.assetq_alembic_version
 
 -- catalogue_rows --
