@@ -19,6 +19,7 @@ keeps the first item).
 
 from __future__ import annotations
 
+import logging
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -294,6 +295,79 @@ def test_a_lost_connection_on_the_lean_path_raises_connection_lost(app: TestData
         with pytest.raises(assetq.ConnectionLost):
             assetq.register_event(conn, "orders")
         assert conn.invalidated
+    with app.engine.begin() as conn:  # a fresh connection from the pool works
+        assetq.register_event(conn, "orders")
+
+
+@pytest.mark.engines("mysql")
+def test_a_connection_lost_after_the_calls_rows_is_invalidated_not_rolled_back_by_the_pool(
+    app: TestDatabase, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Forced: the session is killed after the CALL's rows were read and before its status
+    (the interleaving an outage hit in CI, seen as the pool's ERROR "Exception during reset
+    or similar"). Something listens to the connection's statements, so the call goes
+    through SQLAlchemy's cursor and assetq reads the trailing results itself: the error is
+    ConnectionLost, and the Connection is invalidated as SQLAlchemy does for its own
+    statements, so the pool never rolls the dead session back (an ERROR with a traceback)
+    nor hands it out again. The kill is real; the read of the status raises what the
+    driver raises when the socket is gone (the status the server sent before the kill is
+    still in the socket's buffer, so a real read would not fail here)."""
+    dbapi = app.engine.dialect.loaded_dbapi
+    with app.engine.connect() as conn:
+        conn.begin()
+
+        def killed_before_the_status(c: Any, cursor: Any, statement: str, *args: Any) -> None:
+            if "register_event" not in statement:
+                return
+            app.kill(conn)
+
+            read: list[bool] = []
+
+            def lost() -> bool:
+                # As PyMySQL's cursor after a failed read: the error once, then no more sets.
+                if read:
+                    return False
+                read.append(True)
+                raise dbapi.OperationalError(2013, "Lost connection to MySQL server during query")
+
+            cursor.nextset = lost
+
+        sa.event.listen(conn, "after_cursor_execute", killed_before_the_status)
+        with caplog.at_level(logging.WARNING):
+            with pytest.raises(assetq.ConnectionLost):
+                assetq.register_event(conn, "orders", savepoint=False)
+            assert conn.invalidated
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+@pytest.mark.engines("mysql")
+def test_a_connection_lost_before_the_commit_of_an_autocommit_call_is_invalidated(
+    app: TestDatabase, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Forced: on an autocommit connection (a worker's kept connection) a MySQL call gets a
+    transaction of its own, committed through the driver; the session is killed after the
+    call and before that COMMIT. The caller gets ConnectionLost (nothing was committed), and
+    the Connection is invalidated: the pool neither resets the dead session (an ERROR with a
+    traceback) nor hands it out again."""
+    with app.engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        session = conn.execute(app.engine_sql("backend_id")).scalar_one()
+
+        def killed_after_the_call(c: Any, cursor: Any, statement: str, *args: Any) -> None:
+            if "register_events" in statement:
+                with app.engine.begin() as killer:
+                    killer.execute(app.engine_sql("kill"), {"pid": session})
+
+        sa.event.listen(conn, "after_cursor_execute", killed_after_the_call)
+        with caplog.at_level(logging.WARNING):
+            with pytest.raises(assetq.ConnectionLost):
+                assetq.register_events(
+                    conn, [{"asset": "orders", "idempotency_key": f"k-lost-{i}"} for i in (1, 2)]
+                )
+            assert conn.invalidated
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    stored = "SELECT COUNT(*) FROM {ns}.asset_event WHERE idempotency_key LIKE 'k-lost-%'"
+    assert app.scalar(stored) == 0
     with app.engine.begin() as conn:  # a fresh connection from the pool works
         assetq.register_event(conn, "orders")
 

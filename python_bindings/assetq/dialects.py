@@ -576,9 +576,15 @@ class _MySQL(Dialect):
                     )
         except dbapi_error as exc:
             dbapi_connection = conn.connection.dbapi_connection
-            raise _driver_failure(
+            wrapped, lost = _driver_failure(
                 conn.dialect, dbapi_connection, exc, statement, bound, cursor
-            )[0] from exc
+            )
+            if lost:
+                # As SQLAlchemy does for its own statements (and _driver_rows): the pool
+                # must neither roll the dead session back (an ERROR with a traceback) nor
+                # hand it out again.
+                conn.invalidate(exc)
+            raise wrapped from exc
         finally:
             result.close()
         return _rows(keys, raw)
@@ -618,8 +624,15 @@ class _MySQL(Dialect):
             try:
                 call()
             except dbapi_error as exc:  # as a DBAPIError, like every other driver error
+                lost = conn.dialect.is_disconnect(
+                    exc,  # type: ignore[arg-type]  # a DB-API Error
+                    dbapi_connection,
+                    None,
+                )
+                if lost:  # as for the call itself: the pool must not reuse the session
+                    conn.invalidate(exc)
                 raise DBAPIError.instance(
-                    what, None, exc, dbapi_error, dialect=conn.dialect
+                    what, None, exc, dbapi_error, connection_invalidated=lost, dialect=conn.dialect
                 ) from exc
 
         driver(begin, "BEGIN")
