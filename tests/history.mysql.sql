@@ -93,3 +93,16 @@ SELECT 1 AS events, 1 AS runs
 -- analyze --
 -- Fresh statistics after a bulk load, as InnoDB's background statistics would take them.
 ANALYZE TABLE {{ns}}.asset_event, {{ns}}.dag_run, {{ns}}.dagrun_asset_event
+
+-- backlog_events --
+-- :n (<= 10,000) new events of asset :asset, all at one timestamp, queued for its consumers by
+-- the fan-out trigger (per row, as for every event): register_events' fast path, one INSERT
+-- ... SELECT, for a test's backlog. On MySQL 9.7 register_events takes its row-by-row path
+-- (innodb_autoinc_lock_mode = 2, the default), 2.6 times slower for a large backlog here.
+INSERT INTO {{ns}}.asset_event (asset_id, `timestamp`)
+WITH d AS (SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3
+           UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
+           UNION ALL SELECT 8 UNION ALL SELECT 9),
+     n AS (SELECT 1 + a.d + 10 * b.d + 100 * c.d + 1000 * e.d AS g FROM d a, d b, d c, d e)
+SELECT a.id, UTC_TIMESTAMP(6) FROM n, {{ns}}.asset a WHERE a.name = :asset AND n.g <= :n
+ORDER BY n.g

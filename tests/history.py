@@ -97,6 +97,16 @@ def add_history(
         conn.commit()
 
 
+def add_backlog(engine: sa.Engine, events: int, asset: str, *, namespace: str = "assetq") -> None:
+    """Add ``events`` queued events of ``asset`` (declared) on MySQL: set-based inserts of
+    10,000, fanned out by the trigger as any event (tests/history.mysql.sql, backlog_events)."""
+    with engine.begin() as conn:
+        dialect = dialect_for(conn)
+        for start in range(0, events, _CHUNK["mysql"]):
+            n = min(_CHUNK["mysql"], events - start)
+            _run(conn, dialect, namespace, "backlog_events", n=n, asset=asset)
+
+
 def _skip_checks(conn: sa.Connection, dialect: Dialect, namespace: str) -> None:
     """Skip foreign-key checks for the rows of this load: the history is consistent by
     construction, and checking each of a million links costs most of the load. PostgreSQL

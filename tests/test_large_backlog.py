@@ -8,6 +8,7 @@ from __future__ import annotations
 import tracemalloc
 
 import assetq
+import pass_reads
 from dbs import TestDatabase
 
 #: Generous ceiling for the Python memory one more event may cost during a pass: its id (an int
@@ -15,17 +16,11 @@ from dbs import TestDatabase
 BYTES_PER_EVENT = 200
 
 
-def _queue(db: TestDatabase, events: int) -> None:
-    """Queue ``events`` events for the consumer, set-based: multi-row batch inserts."""
-    with db.engine.begin() as conn:
-        for start in range(0, events, assetq.BATCH_MAX_EVENTS):
-            size = min(assetq.BATCH_MAX_EVENTS, events - start)
-            assetq.register_events(conn, [{"asset": "orders"}] * size)
 
 
 def _peak_of_a_pass(db: TestDatabase, events: int) -> int:
     """Peak Python memory allocated during one pass that consumes ``events`` events."""
-    _queue(db, events)
+    pass_reads.backlog(db, events)  # set-based
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
