@@ -35,7 +35,7 @@ from assetq import aio
 from dbs import TestDatabase
 from races import blocked_or_done, in_thread
 from servers import lone_postgres
-from work_scenario import declare, register, run_events, wait_for
+from work_scenario import declare, expire_lease, register, run_events, run_row, wait_for
 
 
 def _queue(db: TestDatabase) -> list[tuple[str, int]]:
@@ -88,6 +88,102 @@ def test_older_claimable_runs_are_claimed_first(db: TestDatabase) -> None:
     assert claim.run_id == older.run_id
     (newer,) = assetq.claim_runs(db.engine, "w1", dag_ids=["report"])
     assert newer.seq == older.seq + 1
+
+
+@pytest.mark.engines("postgresql")
+def test_the_run_a_claim_with_a_pass_makes_is_written_once(db: TestDatabase) -> None:
+    """PostgreSQL: the pass's run is inserted already claimed, not inserted queued and then
+    updated by the claim (an update writes a new version of the row and an entry in each of
+    dag_run's indexes). Counted in the claim's own transaction."""
+    declare(db, "report", "orders")
+    register(db, "orders")
+    with db.engine.connect() as conn:
+        conn.begin()
+        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        (row,) = db.dialect.execute(
+            conn,
+            "schedule_and_claim",
+            db.namespace,
+            {
+                "worker": "w1",
+                "limit": 1,
+                "lease_seconds": 60,
+                "dag_ids": '["report"]',
+                "timeout_seconds": None,
+                "wait_seconds": 0,
+            },
+        )
+        written = conn.execute(
+            sa.text(
+                "SELECT n_tup_ins, n_tup_upd FROM pg_stat_xact_user_tables"
+                " WHERE schemaname = :ns AND relname = 'dag_run'"
+            ),
+            {"ns": db.namespace},
+        ).one()
+        conn.commit()
+    assert (row.state, row.attempt, row.worker, row.made) == ("running", 1, "w1", True)
+    assert tuple(written) == (1, 0)
+
+
+@pytest.mark.parametrize(
+    ("consumer_timeout", "worker_timeout", "lease", "deadline", "lease_until"),
+    [
+        (None, None, 60, None, 60),
+        (30, None, 60, 30, 30),  # the lease never runs past the deadline
+        (None, 10, 60, 10, 10),  # the worker's default for a consumer that declares none
+        (120, 10, 60, 120, 60),  # the consumer's own timeout first
+    ],
+)
+def test_a_claim_with_a_pass_gets_the_deadline_and_lease_of_any_claim(
+    db: TestDatabase,
+    consumer_timeout: int | None,
+    worker_timeout: int | None,
+    lease: int,
+    deadline: int | None,
+    lease_until: int,
+) -> None:
+    """The run made and claimed by one statement has the deadline and lease claim_runs gives
+    (claim_runs_v2), from its claim time: the same fields, the same rules."""
+    options = {} if consumer_timeout is None else {"timeout": consumer_timeout}
+    declare(db, "report", "orders", **options)
+    register(db, "orders")
+    (claim,) = assetq.claim_runs(
+        db.engine, "w1", dag_ids=["report"], lease=lease, timeout=worker_timeout, schedule=True
+    )
+    assert claim.started_at is not None
+    if deadline is None:
+        assert claim.deadline is None
+    else:
+        assert claim.deadline is not None
+        assert (claim.deadline - claim.started_at).total_seconds() == deadline
+    assert (claim.lease_until - claim.started_at).total_seconds() == lease_until
+    stored = db.rows(
+        "SELECT started_at, deadline, lease_until, not_before FROM {ns}.dag_run WHERE run_id = :r",
+        r=claim.run_id,
+    )[0]
+    assert stored.lease_until == stored.not_before
+    # And a heartbeat and a success of that claim are those of any claim.
+    assetq.heartbeat(db.engine, claim)
+    with db.engine.begin() as conn:
+        run = assetq.complete_run(conn, claim, "success")
+    assert run.state == "success"
+
+
+def test_an_expired_last_attempt_is_failed_before_the_pass_run_is_claimed(
+    db: TestDatabase,
+) -> None:
+    """A run of the worker's consumers whose lease expired on its last attempt is claimable:
+    the claim with a pass fails it (I10), as any claim does, and then claims the pass's run,
+    which is written once more (inserted queued, then claimed) on PostgreSQL."""
+    declare(db, "report", "orders", max_attempts=1)
+    register(db, "orders")
+    (stale,) = assetq.claim_runs(db.engine, "w1", dag_ids=["report"], schedule=True)
+    expire_lease(db, stale.id)
+    register(db, "orders")
+    (claim,) = assetq.claim_runs(db.engine, "w2", dag_ids=["report"], schedule=True)
+    assert (claim.seq, claim.attempt, claim.worker) == (stale.seq + 1, 1, "w2")
+    failed = run_row(db, "report", stale.run_id)
+    assert failed["state"] == "failed" and "expired" in failed["error"]
 
 
 def test_bad_input_is_refused_before_anything_is_written(db: TestDatabase) -> None:

@@ -3,7 +3,9 @@
 -- the run the pass makes is claimed before anyone else sees it, instead of a scheduler's
 -- pass, its commit and notification, and then the worker's claim (two hops). The pass waits
 -- up to p_wait_seconds for a consumer another pass (a scheduler woken by the same
--- notification) holds, and then claims the run that pass committed (schedule_pass_v2).
+-- notification) holds, and then claims the run that pass committed (schedule_runs). The
+-- pass's first run is inserted claimed, unless older runs of these consumers are claimable
+-- (they are claimed first, by claim_runs_v2, which also takes what the limit leaves).
 -- Arguments and result as claim_runs_v2, and made: whether this call's pass made the run.
 -- Run it at READ COMMITTED in a transaction of its own; AQ900 (claim guard) means it was rolled back and is safe to retry.
 --
@@ -42,19 +44,67 @@ CREATE OR REPLACE FUNCTION {{ns}}.schedule_and_claim(
 )
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_made bigint[];
+    v_made    bigint[];
+    v_run     record;
+    v_worker  text;
+    v_claimed integer := 0;
 BEGIN
+    PERFORM {{ns}}.check_claim(p_worker, p_limit, p_lease_seconds, p_dag_ids, p_timeout_seconds);
     -- The pass's runs notify no worker (dag_run_notify): this claim takes them. Those it
     -- leaves (more runs than p_limit, or older runs claimed first) are notified below.
     -- The commit does not wait for the disk (for this transaction alone; see above).
     PERFORM set_config('synchronous_commit', 'off', true);
     PERFORM set_config('assetq.claiming_runs', {{database}}, true);
-    v_made := ARRAY(SELECT p.dag_run_id FROM {{ns}}.schedule_pass_v2(100, p_dag_ids, p_wait_seconds) p);
+    -- The pass's first run is claimed as it is made (schedule_runs' p_worker): one write of
+    -- the run instead of its insert and then the claim's update. Not when a run of these
+    -- consumers is claimable already (queued, or its lease expired): then claim_runs_v2 below
+    -- takes the oldest first, as every claim does, and fails expired ones on their last
+    -- attempt (I10).
+    IF EXISTS (SELECT 1
+                 FROM {{ns}}.dag_run r
+                WHERE r.not_before <= clock_timestamp()
+                  AND (p_dag_ids IS NULL
+                       OR r.dag_id IN (SELECT jsonb_array_elements_text(p_dag_ids))))
+    THEN
+        v_worker := NULL;
+    ELSE
+        v_worker := p_worker;
+    END IF;
+    v_made := '{}';
+    FOR v_run IN
+        SELECT * FROM {{ns}}.schedule_runs(100, p_dag_ids, p_wait_seconds, v_worker,
+                                           p_lease_seconds, p_timeout_seconds)
+    LOOP
+        v_made := v_made || v_run.dag_run_id;
+        CONTINUE WHEN v_run.state <> 'running';
+        -- The run claimed as the pass made it, as claim_runs_v2 returns a claim.
+        dag_run_id := v_run.dag_run_id;
+        dag_id := v_run.dag_id;
+        run_id := v_run.run_id;
+        seq := v_run.seq;
+        run_after := v_run.run_after;
+        created_at := v_run.created_at;
+        event_ids := v_run.event_ids;
+        triggering_event_id := v_run.triggering_event_id;
+        state := v_run.state;
+        attempt := 1;
+        worker := p_worker;
+        lease_until := v_run.lease_until;
+        started_at := v_run.created_at;
+        partition_key := v_run.partition_key;
+        deadline := v_run.deadline;
+        capped := v_run.capped;
+        made := true;
+        RETURN NEXT;
+        v_claimed := v_claimed + 1;
+    END LOOP;
     PERFORM set_config('assetq.claiming_runs', '', true);
-    RETURN QUERY
-    SELECT c.*, c.dag_run_id = ANY (v_made)
-      FROM {{ns}}.claim_runs_v2(p_worker, p_limit, p_lease_seconds, p_dag_ids,
-                                p_timeout_seconds) c;
+    IF v_claimed < p_limit THEN
+        RETURN QUERY
+        SELECT c.*, c.dag_run_id = ANY (v_made)
+          FROM {{ns}}.claim_runs_v2(p_worker, p_limit - v_claimed, p_lease_seconds, p_dag_ids,
+                                    p_timeout_seconds) c;
+    END IF;
     IF cardinality(v_made) > 0
        AND EXISTS (SELECT 1 FROM {{ns}}.dag_run r WHERE r.id = ANY (v_made) AND r.state = 'queued')
     THEN
