@@ -21,6 +21,7 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM {{ns}}.check_dag_ids(p_dag_ids);
     RETURN QUERY
     SELECT p.dag_run_id, p.dag_id, p.run_id, p.seq, p.run_after, p.created_at, p.event_ids,
            p.triggering_event_id, p.state, p.partition_key

@@ -103,7 +103,7 @@ BEGIN
         RAISE EXCEPTION 'limit must be a positive integer, got %', quote_nullable(p_limit)
             USING ERRCODE = 'AQ002';
     END IF;
-    PERFORM {{ns}}.check_dag_ids(p_dag_ids);
+    -- p_dag_ids was checked by the caller (schedule_pass_v2, schedule_and_claim's check_claim).
     -- NOT (... >= 0): NaN is refused too. At most a minute: a worker waits for a pass.
     IF p_wait_seconds IS NULL OR NOT (p_wait_seconds >= 0 AND p_wait_seconds <= 60) THEN
         RAISE EXCEPTION 'wait must be 0 to 60 seconds, got %', quote_nullable(p_wait_seconds)
