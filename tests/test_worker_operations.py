@@ -100,6 +100,59 @@ def test_a_handler_that_never_returns_is_timed_out_and_its_slot_goes_on(
     assert run_row(db, "slow", slow.run_id) == row
 
 
+def test_a_worker_whose_only_slot_is_replaced_never_returns_early(
+    db: TestDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forced: the thread that replaces a slot whose handler timed out is slow to start (2 s),
+    while the main thread, which returns once no slot's thread is alive, checks its slots
+    every STOP_CHECK. It must never take the replacement for a finished slot: it must not
+    reach its clean-up (where it joins the heartbeat's thread) before the replacement
+    runs, and the worker goes on to its second run (CI saw it return after the first,
+    "stopped after 1 claims")."""
+    create_effect_table(db)
+    _slow_and_fast(db, timeout=0.5)
+    release = threading.Event()
+    cleaning_up = threading.Event()
+    early: list[bool] = []
+    original_start, original_join = threading.Thread.start, threading.Thread.join
+    slot_starts = 0
+
+    def start(self: threading.Thread) -> None:
+        nonlocal slot_starts
+        if self.name == "assetq-worker-1":  # the slot's (not the heartbeat's, the listener's)
+            slot_starts += 1
+            if slot_starts == 2:  # the replacement, started from the heartbeat's thread
+                early.append(cleaning_up.wait(2))
+        original_start(self)
+
+    def join(self: threading.Thread, timeout: float | None = None) -> None:
+        if self.name == "assetq-worker-heartbeat":
+            cleaning_up.set()
+        original_join(self, timeout)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    monkeypatch.setattr(threading.Thread, "join", join)
+
+    def slow_handler(claim: assetq.Claim, conn: sa.Connection) -> None:
+        release.wait(60)
+
+    def fast_handler(claim: assetq.Claim, conn: sa.Connection) -> None:
+        write_effect(conn, claim)
+
+    try:
+        stats = Worker(
+            db.engine,
+            {"slow": slow_handler, "fast": fast_handler},
+            max_runs=2,
+            poll_interval=0.1,
+        ).join()
+    finally:
+        release.set()
+    assert early == [False]
+    assert (stats.claimed, stats.timed_out, stats.succeeded) == (2, 1, 1)
+    assert [e[0] for e in effects(db)] == ["fast"]
+
+
 def _threads_named_for(claim: assetq.Claim) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("assetq-worker-")]
 

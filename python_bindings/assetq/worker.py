@@ -1065,13 +1065,16 @@ def run_worker(
         return (stop_event if step.until == STOP else quit_).wait(step.seconds)
 
     def spawn(number: int) -> None:
-        """Start slot ``number``'s thread; a thread let go of is replaced (never joined)."""
+        """Start slot ``number``'s thread; a thread let go of is replaced (never joined).
+        Published and started under the lock: the main thread, which returns once no slot's
+        thread is alive, must never see the new one not started yet (a replaced slot looked
+        finished, and a worker whose only slot timed out a handler returned early)."""
         thread = threading.Thread(
             target=slot, args=(number,), name=f"assetq-worker-{number}", daemon=True
         )
         with attempts_lock:
             slot_threads[number] = thread
-        thread.start()
+            thread.start()  # returns once the thread runs; it takes the lock only later
 
     def slot(number: int) -> None:
         try:
