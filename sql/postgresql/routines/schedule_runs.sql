@@ -1,7 +1,8 @@
--- One scheduler pass (I3-I6), schedule_pass_v2's, and with p_worker (schedule_and_claim) the
--- claim of its first run as it is made (below).  Takes at most p_limit unpaused consumers with queued rows (of
--- the consumers p_dag_ids, a JSON array, or of all when NULL), least recently examined first,
--- each locked FOR NO KEY UPDATE SKIP LOCKED, and for each:
+-- One scheduler pass (I3-I6): the body of schedule_pass_v2 and, with p_worker, of
+-- schedule_and_claim's pass, whose first run it claims as it makes it (below). Takes at most
+-- p_limit unpaused consumers with queued rows (of the consumers p_dag_ids, a JSON array, or
+-- of all when NULL), least recently examined first, each locked FOR NO KEY UPDATE SKIP
+-- LOCKED, and for each:
 -- skips it while it has max_active_runs active runs (its queue is left whole); claims its
 -- committed queue rows (all of them, or with max_events_per_run the oldest that satisfy the
 -- condition, see below); evaluates the condition on exactly those rows, and when it holds
