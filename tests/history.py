@@ -102,9 +102,13 @@ def add_backlog(engine: sa.Engine, events: int, asset: str, *, namespace: str = 
     10,000, fanned out by the trigger as any event (tests/history.mysql.sql, backlog_events)."""
     with engine.begin() as conn:
         dialect = dialect_for(conn)
+        insert = sa.text(
+            sqlfiles.render(_queries(dialect.name)["backlog_events"], dialect.quote_ns(namespace))
+        )
         for start in range(0, events, _CHUNK["mysql"]):
             n = min(_CHUNK["mysql"], events - start)
-            _run(conn, dialect, namespace, "backlog_events", n=n, asset=asset)
+            inserted = conn.execute(insert, {"n": n, "asset": asset}).rowcount
+            assert inserted == n, f"asset {asset!r} is not declared: {inserted} of {n} events"
 
 
 def _skip_checks(conn: sa.Connection, dialect: Dialect, namespace: str) -> None:

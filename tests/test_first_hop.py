@@ -169,6 +169,32 @@ def test_a_claim_with_a_pass_gets_the_deadline_and_lease_of_any_claim(
     assert run.state == "success"
 
 
+@pytest.mark.engines("postgresql")
+def test_a_run_claimed_by_a_slow_pass_gets_its_clock_from_the_end_of_the_pass(
+    db: TestDatabase,
+) -> None:
+    """PostgreSQL: the run is inserted claimed before the pass links its events; a pass that
+    goes on for more than a few milliseconds after it (here: 10,000 events to link) starts
+    the attempt's clock again at its end, so the deadline and the lease are whole from the
+    claim the worker gets, as claim_runs_v2's are."""
+    declare(db, "report", "orders", timeout=30)
+    with db.engine.begin() as conn:
+        assetq.register_events(conn, [{"asset": "orders"}] * 10_000)
+    (claim,) = assetq.claim_runs(db.engine, "w1", dag_ids=["report"], lease=60, schedule=True)
+    assert len(claim.event_ids) == 10_000
+    assert claim.started_at is not None and claim.deadline is not None
+    assert claim.started_at > claim.created_at
+    assert (claim.deadline - claim.started_at).total_seconds() == 30
+    assert claim.lease_until == claim.deadline
+    stored = db.rows(
+        "SELECT started_at, deadline, lease_until, not_before FROM {ns}.dag_run WHERE id = :id",
+        id=claim.id,
+    )[0]
+    assert tuple(stored) == (claim.started_at, claim.deadline, claim.deadline, claim.deadline)
+    with db.engine.begin() as conn:
+        assert assetq.complete_run(conn, claim, "success").state == "success"
+
+
 def test_an_expired_last_attempt_is_failed_before_the_pass_run_is_claimed(
     db: TestDatabase,
 ) -> None:
@@ -242,6 +268,31 @@ def test_a_consumer_another_pass_holds_is_waited_for_and_its_run_claimed(db: Tes
     assert claim.event_ids == tuple(e.id for e in events)
     assert db.scalar("SELECT count(*) FROM {ns}.dag_run") == 1
     assert db.scalar("SELECT count(*) FROM {ns}.dagrun_asset_event") == 1
+
+
+def test_the_run_of_the_pass_it_waited_for_is_claimed_before_the_newer_one(
+    db: TestDatabase,
+) -> None:
+    """The same race with an event that arrives while the claim waits: the claim's pass then
+    makes a run too, and the older run, the other pass's, is the one claimed; the newer one
+    waits queued for the next claim (oldest first, as every claim). On PostgreSQL the claim
+    decides whether to take its pass's run after the wait, so it sees the older run."""
+    declare(db, "report", "orders")
+    register(db, "orders")
+    with db.engine.connect() as holder:
+        (made,) = _open_pass(db, holder)
+        thread, outcome = in_thread(
+            lambda: assetq.claim_runs(db.engine, "w1", dag_ids=["report"], schedule=True)
+        )
+        assert blocked_or_done(db, thread) == "blocked"
+        register(db, "orders")
+        holder.commit()
+    thread.join(60)
+    assert not thread.is_alive() and outcome.error is None
+    (claim,) = outcome.value
+    assert (claim.run_id, claim.seq, claim.attempt) == (made.run_id, 1, 1)
+    states = db.rows("SELECT seq, state, worker FROM {ns}.dag_run ORDER BY seq")
+    assert [tuple(r) for r in states] == [(1, "running", "w1"), (2, "queued", None)]
 
 
 def test_a_pass_held_past_the_wait_is_left_and_the_claim_returns(db: TestDatabase) -> None:

@@ -46,7 +46,8 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_made    bigint[];
     v_run     record;
-    v_worker  text;
+    v_clock   timestamptz;
+    v_started timestamptz;
     v_claimed integer := 0;
 BEGIN
     PERFORM {{ns}}.check_claim(p_worker, p_limit, p_lease_seconds, p_dag_ids, p_timeout_seconds);
@@ -56,28 +57,34 @@ BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     PERFORM set_config('assetq.claiming_runs', {{database}}, true);
     -- The pass's first run is claimed as it is made (schedule_runs' p_worker): one write of
-    -- the run instead of its insert and then the claim's update. Not when a run of these
-    -- consumers is claimable already (queued, or its lease expired): then claim_runs_v2 below
-    -- takes the oldest first, as every claim does, and fails expired ones on their last
-    -- attempt (I10).
-    IF EXISTS (SELECT 1
-                 FROM {{ns}}.dag_run r
-                WHERE r.not_before <= clock_timestamp()
-                  AND (p_dag_ids IS NULL
-                       OR r.dag_id IN (SELECT jsonb_array_elements_text(p_dag_ids))))
-    THEN
-        v_worker := NULL;
-    ELSE
-        v_worker := p_worker;
-    END IF;
+    -- the run instead of its insert and then the claim's update; schedule_runs leaves it to
+    -- claim_runs_v2 below when older runs of these consumers are claimable (oldest first).
     v_made := '{}';
     FOR v_run IN
-        SELECT * FROM {{ns}}.schedule_runs(100, p_dag_ids, p_wait_seconds, v_worker,
+        SELECT * FROM {{ns}}.schedule_runs(100, p_dag_ids, p_wait_seconds, p_worker,
                                            p_lease_seconds, p_timeout_seconds)
     LOOP
         v_made := v_made || v_run.dag_run_id;
         CONTINUE WHEN v_run.state <> 'running';
-        -- The run claimed as the pass made it, as claim_runs_v2 returns a claim.
+        -- The run claimed as the pass made it, as claim_runs_v2 returns a claim. Its claim
+        -- time is when it was made; the pass went on after it (its links, other consumers).
+        -- Past a few milliseconds its clock starts again now, as claim_runs_v2's would after
+        -- the pass: the attempt's deadline and lease are never shortened by the pass.
+        v_clock := clock_timestamp();
+        IF v_clock - v_run.created_at > interval '5 milliseconds' THEN
+            UPDATE {{ns}}.dag_run r
+               SET started_at = v_clock, updated_at = v_clock,
+                   deadline = v_clock + (v_run.deadline - v_run.created_at),
+                   lease_until = least(v_clock + make_interval(secs => p_lease_seconds),
+                                       v_clock + (v_run.deadline - v_run.created_at)),
+                   not_before = least(v_clock + make_interval(secs => p_lease_seconds),
+                                      v_clock + (v_run.deadline - v_run.created_at))
+             WHERE r.id = v_run.dag_run_id
+            RETURNING r.started_at, r.deadline, r.lease_until
+                 INTO v_started, v_run.deadline, v_run.lease_until;
+        ELSE
+            v_started := v_run.created_at;
+        END IF;
         dag_run_id := v_run.dag_run_id;
         dag_id := v_run.dag_id;
         run_id := v_run.run_id;
@@ -90,7 +97,7 @@ BEGIN
         attempt := 1;
         worker := p_worker;
         lease_until := v_run.lease_until;
-        started_at := v_run.created_at;
+        started_at := v_started;
         partition_key := v_run.partition_key;
         deadline := v_run.deadline;
         capped := v_run.capped;

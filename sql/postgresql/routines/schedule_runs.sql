@@ -29,7 +29,8 @@
 -- index: its cost does not grow with the backlog.
 --
 -- p_worker (schedule_and_claim's worker, else NULL): the first run the pass makes is inserted
--- claimed by p_worker, running at its first attempt with the deadline and lease of
+-- claimed by p_worker, unless a run of the consumers p_dag_ids is claimable already (then
+-- claim_runs_v2 takes the oldest, and this run is inserted queued as any other), running at its first attempt with the deadline and lease of
 -- claim_runs_v2 (p_lease_seconds, the consumer's timeout or p_timeout_seconds), instead of
 -- inserted queued and then updated by the claim: one write of the run instead of two (an
 -- update writes a new version of the row and an entry in each of dag_run's indexes). Its
@@ -99,6 +100,7 @@ DECLARE
     v_lock_timeout text;
     v_wait      boolean;
     v_worker    text := p_worker;
+    v_clock     timestamptz;
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 THEN
         RAISE EXCEPTION 'limit must be a positive integer, got %', quote_nullable(p_limit)
@@ -400,6 +402,23 @@ BEGIN
              WHERE d.dag_id = v_dag.dag_id
             RETURNING d.last_run_seq INTO v_seq;
 
+            -- The worker's claim takes older runs first: when a run of its consumers is
+            -- claimable now (queued before, a retry that is due, an expired lease, or the run
+            -- of the pass this one waited for), this one is inserted queued and claim_runs_v2
+            -- claims the oldest. A statement of its own, after the locks and the wait: it
+            -- sees what committed meanwhile. (The time in a variable: as a bound of the claim
+            -- index, clock_timestamp() itself would make it read all of it.)
+            IF v_worker IS NOT NULL THEN
+                v_clock := clock_timestamp();
+                IF EXISTS (SELECT 1
+                             FROM {{ns}}.dag_run x
+                            WHERE x.not_before <= v_clock
+                              AND (p_dag_ids IS NULL
+                                   OR x.dag_id IN (SELECT jsonb_array_elements_text(p_dag_ids))))
+                THEN
+                    v_worker := NULL;
+                END IF;
+            END IF;
             IF v_worker IS NULL THEN
                 -- not_before: claimable by workers (claim_runs) from now on.
                 INSERT INTO {{ns}}.dag_run AS r (dag_id, run_id, seq, run_after, created_at,
