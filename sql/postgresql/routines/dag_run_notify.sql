@@ -4,7 +4,7 @@
 -- pay nothing for it. Not sent for the runs of a worker's own pass (schedule_and_claim,
 -- which sets assetq.claiming_runs to the namespace meanwhile): it claims them in the same
 -- transaction, and notifies itself when it leaves some unclaimed. No transition table: every
--- insert into dag_run is one row (INSERT ... VALUES in schedule_pass_v2 and
+-- insert into dag_run is one row (INSERT ... VALUES in schedule_runs and
 -- schedule_partitions), so the statement inserted a run; capturing it cost each run 5% of a
 -- worker's claim with a pass.
 CREATE OR REPLACE FUNCTION {{ns}}.dag_run_notify() RETURNS trigger
