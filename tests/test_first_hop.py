@@ -92,27 +92,23 @@ def test_older_claimable_runs_are_claimed_first(db: TestDatabase) -> None:
 
 @pytest.mark.engines("postgresql")
 def test_the_run_a_claim_with_a_pass_makes_is_written_once(db: TestDatabase) -> None:
-    """PostgreSQL: the pass's run is inserted already claimed, not inserted queued and then
-    updated by the claim (an update writes a new version of the row and an entry in each of
-    dag_run's indexes). Counted in the claim's own transaction."""
-    declare(db, "report", "orders")
+    """PostgreSQL: the pass's run is inserted claimed (schedule_runs with the worker, the pass
+    schedule_and_claim runs), not inserted queued and then updated by the claim (an update
+    writes a new version of the row and an entry in each of dag_run's indexes). Counted in
+    the pass's own transaction. (schedule_and_claim may write the run once more, to start a
+    slow pass's clock again at its end: the next test.)"""
+    declare(db, "report", "orders", timeout=30)
     register(db, "orders")
     with db.engine.connect() as conn:
         conn.begin()
         conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        (row,) = db.dialect.execute(
-            conn,
-            "schedule_and_claim",
-            db.namespace,
-            {
-                "worker": "w1",
-                "limit": 1,
-                "lease_seconds": 60,
-                "dag_ids": '["report"]',
-                "timeout_seconds": None,
-                "wait_seconds": 0,
-            },
-        )
+        (row,) = conn.execute(
+            sa.text(
+                db.sql(
+                    "SELECT * FROM {ns}.schedule_runs(100, '[\"report\"]', 0, 'w1', 60, NULL)"
+                )
+            )
+        ).all()
         written = conn.execute(
             sa.text(
                 "SELECT n_tup_ins, n_tup_upd FROM pg_stat_xact_user_tables"
@@ -121,8 +117,23 @@ def test_the_run_a_claim_with_a_pass_makes_is_written_once(db: TestDatabase) -> 
             {"ns": db.namespace},
         ).one()
         conn.commit()
-    assert (row.state, row.attempt, row.worker, row.made) == ("running", 1, "w1", True)
     assert tuple(written) == (1, 0)
+    assert (row.state, row.capped) == ("running", False)
+    assert (row.deadline - row.created_at).total_seconds() == 30
+    stored = db.rows(
+        "SELECT state, attempt, worker, started_at, deadline, lease_until, not_before"
+        " FROM {ns}.dag_run WHERE id = :id",
+        id=row.dag_run_id,
+    )[0]
+    assert tuple(stored) == (
+        "running",
+        1,
+        "w1",
+        row.created_at,
+        row.deadline,
+        row.deadline,
+        row.deadline,
+    )
 
 
 @pytest.mark.parametrize(
