@@ -96,10 +96,32 @@ def _until(
         time.sleep(0.02)
 
 
+def _pool_reset_of_a_killed_session(record: logging.LogRecord) -> bool:
+    """SQLAlchemy's own ERROR when the pool's reset-on-return (a ROLLBACK) of a connection
+    finds the session gone: the outage killed it after the connection's last statement had
+    succeeded (its transaction committed) and before the pool took it back. Every
+    SQLAlchemy application logs it in that instant, with the pool's default
+    reset_on_return; assetq never sees that connection fail, so it has nothing to
+    invalidate. Only that record, for a lost connection (2006, 2013) is set aside: a reset
+    failing for any other reason, and every other ERROR, still fails the test."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return (
+        record.name.startswith("sqlalchemy.pool")
+        and record.getMessage() == "Exception during reset or similar"
+        and exc is not None
+        and getattr(exc, "args", (None,))[0] in (2006, 2013)
+    )
+
+
 def _assert_quiet(caplog: pytest.LogCaptureFixture, lost: str) -> None:
-    """No ERROR at all, no traceback at WARNING and above, the loss said once at WARNING,
-    its traceback at DEBUG."""
-    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    """No ERROR at all (but SQLAlchemy's pool reset of a session killed between two
+    statements), no traceback at WARNING and above, the loss said once at WARNING, its
+    traceback at DEBUG."""
+    loud = [
+        r
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and not _pool_reset_of_a_killed_session(r)
+    ]
     assert [r for r in loud if r.levelno >= logging.ERROR] == []
     for record in loud:
         assert record.exc_info is None and record.exc_text is None, record.getMessage()
