@@ -207,12 +207,9 @@ class Dialect:
                 keys = _driver_keys_cache[key] = tuple(str(c[0]) for c in cursor.description)
             self._drain_cursor(cursor, name)
         except dbapi_error as exc:
-            wrapped, lost = _driver_failure(sa_dialect, dbapi_connection, exc, sql, bound, cursor)
-            if lost:
-                # As SQLAlchemy does for its own statements: the pool must not hand this
-                # connection out again.
-                owner.invalidate(exc)
-            raise wrapped from exc
+            raise _driver_failure(
+                sa_dialect, dbapi_connection, exc, sql, bound, cursor, owner
+            ) from exc
         finally:
             cursor.close()
         return _rows(keys, raw)
@@ -373,21 +370,26 @@ def _driver_failure(
     dbapi_connection: Any,
     exc: Exception,
     statement: str,
-    bound: Mapping[str, Any],
+    bound: Mapping[str, Any] | None,
     cursor: Any,
-) -> tuple[StatementError, bool]:
-    """A DB-API error raised where assetq reads the driver's cursor itself, as the
-    DBAPIError SQLAlchemy would have raised, and whether it means the connection is lost."""
+    owner: Any,
+) -> StatementError:
+    """A DB-API error raised where assetq talks to the driver itself (a cursor it reads, a
+    BEGIN or COMMIT it sends), as the DBAPIError SQLAlchemy would have raised. When it means
+    the connection is lost, ``owner`` (the Connection or the pool's connection) is
+    invalidated, as SQLAlchemy does for its own statements: the pool neither rolls the dead
+    session back (an ERROR with a traceback) nor hands it out again."""
     lost = sa_dialect.is_disconnect(
         exc,  # type: ignore[arg-type]  # a DB-API Error, typed loosely by the callers
         dbapi_connection,
         cursor,
     )
+    if lost:
+        owner.invalidate(exc)
     dbapi_error: type[Exception] = sa_dialect.loaded_dbapi.Error
-    wrapped = DBAPIError.instance(
+    return DBAPIError.instance(
         statement, bound, exc, dbapi_error, connection_invalidated=lost, dialect=sa_dialect
     )
-    return wrapped, lost
 
 
 #: Row constructors by result columns, for rows read straight from the DB-API cursor.
@@ -576,15 +578,9 @@ class _MySQL(Dialect):
                     )
         except dbapi_error as exc:
             dbapi_connection = conn.connection.dbapi_connection
-            wrapped, lost = _driver_failure(
-                conn.dialect, dbapi_connection, exc, statement, bound, cursor
-            )
-            if lost:
-                # As SQLAlchemy does for its own statements (and _driver_rows): the pool
-                # must neither roll the dead session back (an ERROR with a traceback) nor
-                # hand it out again.
-                conn.invalidate(exc)
-            raise wrapped from exc
+            raise _driver_failure(
+                conn.dialect, dbapi_connection, exc, statement, bound, cursor, conn
+            ) from exc
         finally:
             result.close()
         return _rows(keys, raw)
@@ -624,15 +620,8 @@ class _MySQL(Dialect):
             try:
                 call()
             except dbapi_error as exc:  # as a DBAPIError, like every other driver error
-                lost = conn.dialect.is_disconnect(
-                    exc,  # type: ignore[arg-type]  # a DB-API Error
-                    dbapi_connection,
-                    None,
-                )
-                if lost:  # as for the call itself: the pool must not reuse the session
-                    conn.invalidate(exc)
-                raise DBAPIError.instance(
-                    what, None, exc, dbapi_error, connection_invalidated=lost, dialect=conn.dialect
+                raise _driver_failure(
+                    conn.dialect, dbapi_connection, exc, what, None, None, conn
                 ) from exc
 
         driver(begin, "BEGIN")
