@@ -16,8 +16,6 @@ from dbs import TestDatabase
 BYTES_PER_EVENT = 200
 
 
-
-
 def _peak_of_a_pass(db: TestDatabase, events: int) -> int:
     """Peak Python memory allocated during one pass that consumes ``events`` events."""
     pass_reads.backlog(db, events)  # set-based

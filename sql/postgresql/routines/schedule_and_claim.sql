@@ -46,7 +46,6 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_made    bigint[];
     v_run     record;
-    v_clock   timestamptz;
     v_started timestamptz;
     v_claimed integer := 0;
 BEGIN
@@ -70,18 +69,15 @@ BEGIN
         -- time is when it was made; the pass went on after it (its links, other consumers).
         -- Past a few milliseconds its clock starts again now, as claim_runs_v2's would after
         -- the pass: the attempt's deadline and lease are never shortened by the pass.
-        v_clock := clock_timestamp();
-        IF v_clock - v_run.created_at > interval '5 milliseconds' THEN
+        v_started := clock_timestamp();
+        IF v_started - v_run.created_at > interval '5 milliseconds' THEN
+            v_run.deadline := v_started + (v_run.deadline - v_run.created_at);
+            v_run.lease_until := least(v_started + make_interval(secs => p_lease_seconds),
+                                       v_run.deadline);
             UPDATE {{ns}}.dag_run r
-               SET started_at = v_clock, updated_at = v_clock,
-                   deadline = v_clock + (v_run.deadline - v_run.created_at),
-                   lease_until = least(v_clock + make_interval(secs => p_lease_seconds),
-                                       v_clock + (v_run.deadline - v_run.created_at)),
-                   not_before = least(v_clock + make_interval(secs => p_lease_seconds),
-                                      v_clock + (v_run.deadline - v_run.created_at))
-             WHERE r.id = v_run.dag_run_id
-            RETURNING r.started_at, r.deadline, r.lease_until
-                 INTO v_started, v_run.deadline, v_run.lease_until;
+               SET started_at = v_started, updated_at = v_started, deadline = v_run.deadline,
+                   lease_until = v_run.lease_until, not_before = v_run.lease_until
+             WHERE r.id = v_run.dag_run_id;
         ELSE
             v_started := v_run.created_at;
         END IF;

@@ -29,10 +29,11 @@
 -- index: its cost does not grow with the backlog.
 --
 -- p_worker (schedule_and_claim's worker, else NULL): the first run the pass makes is inserted
--- claimed by p_worker, unless a run of the consumers p_dag_ids is claimable already (then
--- claim_runs_v2 takes the oldest, and this run is inserted queued as any other), running at its first attempt with the deadline and lease of
--- claim_runs_v2 (p_lease_seconds, the consumer's timeout or p_timeout_seconds), instead of
--- inserted queued and then updated by the claim: one write of the run instead of two (an
+-- claimed by p_worker, running at its first attempt with the deadline and lease of
+-- claim_runs_v2 (p_lease_seconds, the consumer's timeout or p_timeout_seconds), unless a run
+-- of the consumers p_dag_ids is claimable already (then claim_runs_v2 takes the oldest, and
+-- this run is inserted queued as any other). Inserted claimed instead of inserted queued and
+-- then updated by the claim: one write of the run instead of two (an
 -- update writes a new version of the row and an entry in each of dag_run's indexes). Its
 -- lease_until, deadline and capped are returned (NULL for every other run). Executed by
 -- schedule_pass_v2 and schedule_and_claim only: no role is granted it, so no pass but a
@@ -420,40 +421,35 @@ BEGIN
                 END IF;
             END IF;
             IF v_worker IS NULL THEN
-                -- not_before: claimable by workers (claim_runs) from now on.
-                INSERT INTO {{ns}}.dag_run AS r (dag_id, run_id, seq, run_after, created_at,
-                                                 triggering_event_id, event_count, not_before)
-                VALUES (v_dag.dag_id,
-                        'asset_triggered__'
-                            || to_char(v_run_after AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
-                            || '+00:00__' || v_seq,
-                        v_seq, v_run_after, v_now, v_trigger, cardinality(v_events), v_now)
-                RETURNING r.id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at, r.state
-                     INTO v_run_pk, dag_id, run_id, seq, run_after, created_at, state;
+                -- Queued, claimable by workers (claim_runs) from now on (not_before).
                 lease_until := NULL;
                 deadline := NULL;
                 capped := NULL;
             ELSE
                 -- The first run, claimed by p_worker as it is made: its first attempt, with
                 -- the deadline and lease claim_runs_v2 gives (see there), written once.
-                v_worker := NULL;
                 deadline := v_now + make_interval(secs => coalesce(v_dag.timeout_seconds,
                                                                    p_timeout_seconds));
                 lease_until := least(v_now + make_interval(secs => p_lease_seconds), deadline);
                 capped := v_dag.max_active_runs IS NOT NULL;
-                INSERT INTO {{ns}}.dag_run AS r (dag_id, run_id, seq, run_after, created_at,
-                                                 triggering_event_id, event_count, state, attempt,
-                                                 worker, deadline, lease_until, not_before,
-                                                 started_at, updated_at)
-                VALUES (v_dag.dag_id,
-                        'asset_triggered__'
-                            || to_char(v_run_after AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
-                            || '+00:00__' || v_seq,
-                        v_seq, v_run_after, v_now, v_trigger, cardinality(v_events), 'running', 1,
-                        p_worker, deadline, lease_until, lease_until, v_now, v_now)
-                RETURNING r.id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at, r.state
-                     INTO v_run_pk, dag_id, run_id, seq, run_after, created_at, state;
             END IF;
+            INSERT INTO {{ns}}.dag_run AS r (dag_id, run_id, seq, run_after, created_at,
+                                             triggering_event_id, event_count, state, attempt,
+                                             worker, deadline, lease_until, not_before,
+                                             started_at, updated_at)
+            VALUES (v_dag.dag_id,
+                    'asset_triggered__'
+                        || to_char(v_run_after AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
+                        || '+00:00__' || v_seq,
+                    v_seq, v_run_after, v_now, v_trigger, cardinality(v_events),
+                    CASE WHEN v_worker IS NULL THEN 'queued' ELSE 'running' END,
+                    CASE WHEN v_worker IS NULL THEN 0 ELSE 1 END,
+                    v_worker, deadline, lease_until, coalesce(lease_until, v_now),
+                    CASE WHEN v_worker IS NOT NULL THEN v_now END,
+                    CASE WHEN v_worker IS NOT NULL THEN v_now END)
+            RETURNING r.id, r.dag_id, r.run_id, r.seq, r.run_after, r.created_at, r.state
+                 INTO v_run_pk, dag_id, run_id, seq, run_after, created_at, state;
+            v_worker := NULL;  -- one run claimed at most
 
             -- Delete exactly the claimed rows, by primary key (I3). The claim guard (I4): if any
             -- claimed row is gone, someone else consumed it (or delete_asset removed its event);
