@@ -69,7 +69,7 @@ RETURNS TABLE (
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    v_dag       record;
+    v_dag       {{ns}}.dag;
     v_ids       bigint[];
     v_assets    bigint[];
     v_times     timestamptz[];
@@ -91,7 +91,7 @@ DECLARE
     v_now       timestamptz;
     v_run_pk    bigint;
     v_n         integer;
-    v_taken     text[];
+    v_taken     {{ns}}.dag[];
     v_share     integer;
     v_room      integer;
     v_made      integer;
@@ -147,9 +147,10 @@ BEGIN
         -- the consumer row through the queue's foreign key. FOR UPDATE conflicts with it, so the
         -- pass would skip every busy consumer (measured: p99 latency 40 ms -> 2.7 s).
         -- SKIP LOCKED: concurrent passes split the consumers between them instead of waiting (I5).
-        -- All of them are taken first, so that their number gives each its share of the pass.
+        -- All of them are taken first, so that their number gives each its share of the pass;
+        -- their rows as locked, which the loop below reads from the array (no query of its own).
         v_taken := ARRAY(
-            SELECT d.dag_id
+            SELECT d
               FROM {{ns}}.dag d
              WHERE NOT d.is_paused
                AND (p_dag_ids IS NULL OR d.dag_id IN (SELECT jsonb_array_elements_text(p_dag_ids)))
@@ -204,12 +205,7 @@ BEGIN
     v_share := greatest(p_limit / greatest(cardinality(v_taken), 1), 1);
 
     <<consumers>>
-    FOR v_dag IN
-        SELECT d.dag_id, d.max_active_runs, d.max_events_per_run, d.max_attempts,
-               d.partitioning IS NOT NULL AS partitioned, d.timeout_seconds
-          FROM unnest(v_taken) WITH ORDINALITY AS t(dag_id, pos)
-          JOIN {{ns}}.dag d ON d.dag_id = t.dag_id
-         ORDER BY t.pos
+    FOREACH v_dag IN ARRAY v_taken
     LOOP
         v_now := clock_timestamp();
         v_room := v_share;
@@ -242,7 +238,7 @@ BEGIN
         END IF;
 
         -- A partitioned consumer: a run per partition key whose events satisfy the condition.
-        IF v_dag.partitioned THEN
+        IF v_dag.partitioning IS NOT NULL THEN
             RETURN QUERY
             SELECT p.*, CAST(NULL AS timestamptz), CAST(NULL AS timestamptz), CAST(NULL AS boolean)
               FROM {{ns}}.schedule_partitions(v_dag.dag_id, v_dag.max_active_runs,
@@ -271,15 +267,17 @@ BEGIN
             IF v_cap IS NULL THEN
                 SELECT array_agg(q.asset_event_id ORDER BY q.created_at, q.asset_event_id),
                        array_agg(q.asset_id ORDER BY q.created_at, q.asset_event_id),
-                       array_agg(q.created_at ORDER BY q.created_at, q.asset_event_id)
-                  INTO v_ids, v_assets, v_times
+                       array_agg(q.created_at ORDER BY q.created_at, q.asset_event_id),
+                       array_agg(q.asset_event_id ORDER BY q.asset_event_id)
+                  INTO v_ids, v_assets, v_times, v_events
                   FROM {{ns}}.asset_dag_run_queue q
                  WHERE q.target_dag_id = v_dag.dag_id;
             ELSE
                 SELECT array_agg(o.asset_event_id ORDER BY o.created_at, o.asset_event_id),
                        array_agg(o.asset_id ORDER BY o.created_at, o.asset_event_id),
-                       array_agg(o.created_at ORDER BY o.created_at, o.asset_event_id)
-                  INTO v_ids, v_assets, v_times
+                       array_agg(o.created_at ORDER BY o.created_at, o.asset_event_id),
+                       array_agg(o.asset_event_id ORDER BY o.asset_event_id)
+                  INTO v_ids, v_assets, v_times, v_events
                   FROM (SELECT q.asset_event_id, q.asset_id, q.created_at
                           FROM {{ns}}.asset_dag_run_queue q
                          WHERE q.target_dag_id = v_dag.dag_id
@@ -289,12 +287,8 @@ BEGIN
             END IF;
             v_n := coalesce(cardinality(v_ids), 0);
 
-            -- Nothing queued, or no clause to satisfy: no run.
-            IF v_n = 0
-               OR NOT EXISTS (SELECT 1 FROM {{ns}}.dag_condition_clause c WHERE c.dag_id = v_dag.dag_id
-                              UNION ALL
-                              SELECT 1 FROM {{ns}}.dag_condition_alias ca WHERE ca.dag_id = v_dag.dag_id)
-            THEN
+            -- Nothing queued: no run.
+            IF v_n = 0 THEN
                 UPDATE {{ns}}.dag d SET last_scheduled_at = v_now WHERE d.dag_id = v_dag.dag_id;
                 CONTINUE consumers;
             END IF;
@@ -303,25 +297,34 @@ BEGIN
             v_wids := '{}';
             v_wtimes := '{}';
             IF v_cap IS NULL OR v_n <= v_cap THEN
-                -- The whole queue. I6: every clause of the condition needs a member among the
-                -- claimed rows' assets. Written out here rather than calling condition_holds:
-                -- PL/pgSQL keeps this plan, a SQL function is planned again on every call, and
-                -- this runs for every consumer.
-                IF EXISTS (SELECT 1
-                             FROM (SELECT c.clause_no, c.asset_id
-                                     FROM {{ns}}.dag_condition_clause c
-                                    WHERE c.dag_id = v_dag.dag_id
-                                   UNION ALL
-                                   SELECT ca.clause_no, aa.asset_id
-                                     FROM {{ns}}.dag_condition_alias ca
-                                     LEFT JOIN {{ns}}.asset_alias_asset aa ON aa.alias_id = ca.alias_id
-                                    WHERE ca.dag_id = v_dag.dag_id) m
-                            GROUP BY m.clause_no
-                           HAVING NOT coalesce(bool_or(m.asset_id = ANY (v_assets)), false))
+                -- The whole queue. I6: the condition has a clause, and every clause a member
+                -- among the claimed rows' assets (bool_and of no clause is NULL: no run).
+                -- Written out here rather than calling condition_holds: PL/pgSQL keeps this
+                -- plan, a SQL function is planned again on every call, and this runs for every
+                -- consumer. One query for both checks: each statement costs a worker's first
+                -- hop tens of microseconds after an idle gap.
+                IF NOT coalesce((SELECT bool_and(g.hit)
+                                   FROM (SELECT coalesce(bool_or(m.asset_id = ANY (v_assets)), false) AS hit
+                                           FROM (SELECT c.clause_no, c.asset_id
+                                                   FROM {{ns}}.dag_condition_clause c
+                                                  WHERE c.dag_id = v_dag.dag_id
+                                                 UNION ALL
+                                                 SELECT ca.clause_no, aa.asset_id
+                                                   FROM {{ns}}.dag_condition_alias ca
+                                                   LEFT JOIN {{ns}}.asset_alias_asset aa ON aa.alias_id = ca.alias_id
+                                                  WHERE ca.dag_id = v_dag.dag_id) m
+                                          GROUP BY m.clause_no) g), false)
                 THEN
                     UPDATE {{ns}}.dag d SET last_scheduled_at = v_now WHERE d.dag_id = v_dag.dag_id;
                     CONTINUE consumers;
                 END IF;
+            ELSIF NOT EXISTS (SELECT 1 FROM {{ns}}.dag_condition_clause c WHERE c.dag_id = v_dag.dag_id
+                              UNION ALL
+                              SELECT 1 FROM {{ns}}.dag_condition_alias ca WHERE ca.dag_id = v_dag.dag_id)
+            THEN
+                -- No clause to satisfy: no run (the witnesses below would find none to need).
+                UPDATE {{ns}}.dag d SET last_scheduled_at = v_now WHERE d.dag_id = v_dag.dag_id;
+                CONTINUE consumers;
             ELSIF {{ns}}.condition_holds(v_dag.dag_id, v_assets[1:v_cap]) THEN
                 v_claim := ARRAY(SELECT generate_series(1, v_cap));  -- the N oldest rows
             ELSE
@@ -380,7 +383,7 @@ BEGIN
             -- The claimed rows. The newest (latest timestamp, then highest id) is the triggering
             -- event; the whole queue and the N oldest rows are in queue order, so it is the last.
             IF v_claim IS NULL THEN
-                v_events := ARRAY(SELECT u.id FROM unnest(v_ids) AS u(id) ORDER BY u.id);
+                -- v_events: the rows read, by id (the read above sorted them so).
                 v_run_after := v_times[v_n];
                 v_trigger := v_ids[v_n];
             ELSIF cardinality(v_wids) = 0 THEN
@@ -408,14 +411,18 @@ BEGIN
             -- of the pass this one waited for), this one is inserted queued and claim_runs_v2
             -- claims the oldest. A statement of its own, after the locks and the wait: it
             -- sees what committed meanwhile. (The time in a variable: as a bound of the claim
-            -- index, clock_timestamp() itself would make it read all of it.)
+            -- index, clock_timestamp() itself would make it read all of it. A scalar subquery
+            -- with the claim's order: EXISTS dropped the ORDER BY and LIMIT, and its plan read
+            -- the whole table once dag_run had a few thousand rows.)
             IF v_worker IS NOT NULL THEN
                 v_clock := clock_timestamp();
-                IF EXISTS (SELECT 1
-                             FROM {{ns}}.dag_run x
-                            WHERE x.not_before <= v_clock
-                              AND (p_dag_ids IS NULL
-                                   OR x.dag_id IN (SELECT jsonb_array_elements_text(p_dag_ids))))
+                IF (SELECT x.id
+                      FROM {{ns}}.dag_run x
+                     WHERE x.not_before <= v_clock
+                       AND (p_dag_ids IS NULL
+                            OR x.dag_id IN (SELECT jsonb_array_elements_text(p_dag_ids)))
+                     ORDER BY x.not_before, x.id
+                     LIMIT 1) IS NOT NULL
                 THEN
                     v_worker := NULL;
                 END IF;
