@@ -4,7 +4,8 @@
 #   make demo    concurrent producers and schedulers on a throw-away PostgreSQL 18
 #                (or on $ASSETQ_DATABASE_URL when set); DEMO_ARGS="--producers 8" etc.
 #   make test    lint, then the whole pytest suite; PYTEST_ARGS="-k scheduler -x" etc.
-#   make lint    ruff and mypy (strict), on the package, the benchmarks and the example service
+#   make lint    ruff (lint and format check) and mypy (strict), on the package, the benchmarks
+#                and the example service; `.venv/bin/ruff format .` formats the tree
 #   make bench   the benchmark report (docs/benchmarks.md and its plots), benchmarks/bench.py;
 #                BENCH_ARGS="--quick" for a smoke run
 #   make soak    the chaos soak (tests/soak.py): producers, schedulers and workers as processes,
@@ -40,6 +41,7 @@ test: lint pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/mypy benchmarks
 	$(BIN)/mypy --strict examples/service

@@ -179,9 +179,7 @@ def load(server: Server, vol: Volumes, now: datetime) -> dict[str, float]:
             return f"('bench_dag_' || lpad(({d})::text, 5, '0'))"
         return f"CONCAT('bench_dag_', LPAD({d}, 5, '0'))"
 
-    rank = (
-        f"(SELECT id, row_number() OVER (ORDER BY id) - 1 AS rk FROM {server.q('asset')}) AS a"
-    )
+    rank = f"(SELECT id, row_number() OVER (ORDER BY id) - 1 AS rk FROM {server.q('asset')}) AS a"
     ts = '"timestamp"' if pg else "`timestamp`"
 
     # Events: id e = 1..E, asset rank (e - 1) mod A, oldest first, 30 days to now.
@@ -210,9 +208,7 @@ def load(server: Server, vol: Volumes, now: datetime) -> dict[str, float]:
     # Runs: id r = 1..R, consumer d = (r - 1) mod C, k = (r - 1) div C (seq k + 1); its
     # newest event the asset's (k + 1) * stride - 1st, so its 5 newest end there.
     started = time.monotonic()
-    trigger = (
-        f"(d % {vol.assets}) + {vol.assets} * ((k + 1) * {vol.stride} - 1) + 1"  # event id
-    )
+    trigger = f"(d % {vol.assets}) + {vol.assets} * ((k + 1) * {vol.stride} - 1) + 1"  # event id
     run_after = ago(f"({vol.events} - ({trigger})) * {step_us}")
     last = vol.runs_per_consumer - 1
     state = (
@@ -369,8 +365,7 @@ def load(server: Server, vol: Volumes, now: datetime) -> dict[str, float]:
         conn.execute(
             sa.text(
                 f"INSERT INTO {server.q('asset_dag_run_queue')} (target_dag_id, asset_event_id,"
-                f" asset_id, created_at) SELECT '{PARTITIONED}', e.id, e.asset_id, e.{ts}"
-                + pending
+                f" asset_id, created_at) SELECT '{PARTITIONED}', e.id, e.asset_id, e.{ts}" + pending
             )
         )
         conn.execute(
@@ -504,8 +499,7 @@ def measure_engine(name: str, url: str, args: argparse.Namespace) -> EngineResul
         times = {"assets": time.monotonic() - started}
         times.update(load(server, vol, datetime.now(timezone.utc)))
         print(
-            f"{server.version}: loaded "
-            + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()),
+            f"{server.version}: loaded " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()),
             file=sys.stderr,
         )
         found = measure(server, args.warmup, args.requests)
@@ -555,10 +549,7 @@ def render(results: Sequence[EngineResult], args: argparse.Namespace) -> list[st
             + "."
         )
     over = [
-        f"{r.version} {p.shown}"
-        for r in results
-        for p in r.pages
-        if pct(p.ms, 0.5) > BUDGET_MS
+        f"{r.version} {p.shown}" for r in results for p in r.pages if pct(p.ms, 0.5) > BUDGET_MS
     ]
     return [
         f"Every page of `assetq.web.app(engine)` requested in-process (Starlette's TestClient),"
@@ -586,8 +577,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--engines", default="postgresql,mysql")
     parser.add_argument(
-        "--scale", type=float, default=1.0, help="x (1,000,000 events, 100,000 runs, 1,000"
-        " consumers); default 1, the issue's volumes"
+        "--scale",
+        type=float,
+        default=1.0,
+        help="x (1,000,000 events, 100,000 runs, 1,000 consumers); default 1, the issue's volumes",
     )
     parser.add_argument("--requests", type=int, default=20, help="timed requests per page")
     parser.add_argument("--warmup", type=int, default=3, help="untimed requests per page first")

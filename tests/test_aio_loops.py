@@ -130,9 +130,7 @@ def test_a_sync_handler_is_refused_at_start_naming_its_consumer(db: TestDatabase
             await aio.register_event(conn, "orders")
         await aio.schedule(engine)
         with pytest.raises(TypeError, match=r"handler of 'report' must be a coroutine function"):
-            await aio.run_worker(
-                engine, {"report": sync_handler}, max_runs=1, poll_interval=0.05
-            )
+            await aio.run_worker(engine, {"report": sync_handler}, max_runs=1, poll_interval=0.05)
         async with engine.connect() as conn:
             (run,) = await aio.runs(conn, "report")
         assert (run.state, run.attempt) == ("queued", 0)  # nothing was claimed

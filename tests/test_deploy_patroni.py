@@ -217,9 +217,7 @@ def _node_counts(cluster: PatroniCluster) -> list[str]:
         try:
             with engine.connect() as conn:
                 recovery, events = conn.execute(
-                    sa.text(
-                        "SELECT pg_is_in_recovery(), (SELECT count(*) FROM assetq.asset_event)"
-                    )
+                    sa.text("SELECT pg_is_in_recovery(), (SELECT count(*) FROM assetq.asset_event)")
                 ).one()
             found.append(f"{node.name}: {'replica' if recovery else 'primary'}, {events} events")
         except sa.exc.DBAPIError as exc:

@@ -62,9 +62,7 @@ def examples_in(path: Path, text: str | None = None) -> list[Example]:
             continue
         if number >= len(lines) or lines[number].strip() != "```python":
             raise ValueError(f"{path}:{number}: the runnable marker is not followed by ```python")
-        end = next(
-            (i for i in range(number + 1, len(lines)) if lines[i].strip() == "```"), None
-        )
+        end = next((i for i in range(number + 1, len(lines)) if lines[i].strip() == "```"), None)
         if end is None:
             raise ValueError(f"{path}:{number}: the ```python block is never closed")
         engines = tuple(e.strip() for e in (match.group("engines") or "").split(",") if e.strip())

@@ -112,9 +112,7 @@ def test_the_run_a_claim_with_a_pass_makes_is_written_once(db: TestDatabase) -> 
         before = conn.execute(counters, {"ns": db.namespace}).one()
         (row,) = conn.execute(
             sa.text(
-                db.sql(
-                    "SELECT * FROM {ns}.schedule_runs(100, '[\"report\"]', 0, 'w1', 60, NULL)"
-                )
+                db.sql("SELECT * FROM {ns}.schedule_runs(100, '[\"report\"]', 0, 'w1', 60, NULL)")
             )
         ).all()
         after = conn.execute(counters, {"ns": db.namespace}).one()

@@ -152,9 +152,7 @@ def test_per_run_lines_come_from_the_loops_with_the_runs_fields(
     with db.engine.connect() as conn:
         keys = {(r.dag_id, r.run_id) for r in assetq.runs(conn, namespace=db.namespace)}
     assert len(keys) == 2
-    about_runs = [
-        r for r in caplog.records if any(run_id in r.getMessage() for _, run_id in keys)
-    ]
+    about_runs = [r for r in caplog.records if any(run_id in r.getMessage() for _, run_id in keys)]
     by_logger: dict[str, list[str]] = {}
     for record in about_runs:
         by_logger.setdefault(record.name, []).append(record.getMessage())

@@ -711,4 +711,3 @@ def test_at_repeatable_read_mysql_reads_information_schema_from_the_transactions
         assert reader.execute(sa.text(count), {"ns": my.namespace}).scalar_one() == 1
         reader.rollback()
     my.execute("DROP TABLE {ns}.probe_created")
-

@@ -26,9 +26,7 @@ def register() -> ModuleType:
 
 
 def _namespaces(db: TestDatabase) -> set[str]:
-    query = (
-        "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'aqbench%'"
-    )
+    query = "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'aqbench%'"
     with db.engine.connect() as conn:
         return {str(r[0]) for r in conn.execute(sa.text(query))}
 

@@ -111,9 +111,7 @@ def test_a_body_changed_by_hand_is_reported_and_repaired(db: TestDatabase) -> No
         )
     else:
         db.execute("DROP PROCEDURE {ns}.process_gone")
-        db.execute(
-            "CREATE PROCEDURE {ns}.process_gone(IN p_process_id VARCHAR(64)) BEGIN END"
-        )
+        db.execute("CREATE PROCEDURE {ns}.process_gone(IN p_process_id VARCHAR(64)) BEGIN END")
     with db.engine.connect() as conn:
         found = routines.differences(conn, db.namespace)
     assert [(d.label, d.reason) for d in found] == [(f"routine {routine}", "altered")]
@@ -137,9 +135,11 @@ def test_offline_sql_records_the_routines_so_that_the_next_sync_changes_nothing(
     migrate.write_sql(out, empty_db.dialect.name, empty_db.namespace, None, migrate.head_revision())
     script = out.getvalue()
     for f in sqlfiles.object_files(empty_db.engine_name):
-        assert sqlfiles.render(f.text, empty_db.dialect.quote_ns(empty_db.namespace)).strip() in (
-            script
-        ) or f.kind == "trigger", f.name
+        assert (
+            sqlfiles.render(f.text, empty_db.dialect.quote_ns(empty_db.namespace)).strip()
+            in (script)
+            or f.kind == "trigger"
+        ), f.name
     with empty_db.engine.connect() as conn:
         empty_db.dialect.run_script(conn, script, empty_db.namespace)
         conn.commit()

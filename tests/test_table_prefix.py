@@ -493,9 +493,7 @@ def test_no_mysql_script_gives_a_name_the_prefix_twice() -> None:
         code = sqlfiles.without_comments(sqlfiles.read("mysql", relpath))
         rendered = sqlfiles.render(code, quoted)
         # assetq's own assetq_alembic_version and assetq_install_lock take it once, too.
-        twice = re.findall(
-            r"assetq_(?:', ')?assetq_(?!alembic_version|install_lock)\w*", rendered
-        )
+        twice = re.findall(r"assetq_(?:', ')?assetq_(?!alembic_version|install_lock)\w*", rendered)
         assert twice == [], (relpath, twice)
 
 

@@ -979,8 +979,10 @@ def test_in_a_browser_with_a_producer_a_scheduler_and_a_worker_running(
             assert told.wait(30), "the worker did not tell the handler its run was cancelled"
             reason = "cancelled: operator in a browser"
             wait.until(
-                lambda b: reason in b.find_element(By.ID, "run-error").text
-                and outcomes(b) == ["cancelled"]
+                lambda b: (
+                    reason in b.find_element(By.ID, "run-error").text
+                    and outcomes(b) == ["cancelled"]
+                )
             )
 
             # ingest's runs succeed while the producer goes on.

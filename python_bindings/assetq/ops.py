@@ -1316,8 +1316,7 @@ def doctor(
             # The work is read through dag_queue_status and the liveness table: with a table
             # or view missing (the objects check's problem, fixed by repair) it cannot be.
             readable = not any(
-                c.severity == "problem" and c.name.startswith(("table ", "view "))
-                for c in objects
+                c.severity == "problem" and c.name.startswith(("table ", "view ")) for c in objects
             )
             if revision == head and readable:
                 checks += _work_checks(conn, namespace)

@@ -132,7 +132,8 @@ class PrometheusMetrics(Metrics):
             buckets=duration_buckets,
         )
         self.runs_claimed = Counter(
-            "assetq_worker_runs_claimed", "Runs claimed by worker slots (attempts started)",
+            "assetq_worker_runs_claimed",
+            "Runs claimed by worker slots (attempts started)",
             registry=reg,
         )
         self.claim_failures = Counter(

@@ -215,9 +215,7 @@ def dag(
         "partitions": [
             {**asdict(p), "oldest_queued_at": _jsonable(p.oldest_queued_at)} for p in partitions
         ],
-        "partitions_next_after": partitions[-1].partition_key
-        if len(partitions) == limit
-        else None,
+        "partitions_next_after": partitions[-1].partition_key if len(partitions) == limit else None,
         "dag": {
             **{k: _jsonable(v) for k, v in asdict(info).items()},
             "condition_text": condition_text(info.condition),
