@@ -23,6 +23,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -403,6 +404,32 @@ def test_runs_it_claims_wake_no_worker_and_runs_it_leaves_do(db: TestDatabase) -
         assert len(claims) == 1
         assert _payloads(listener, timeout=10) == ["runs"]
     assert claim.dag_id == "a"
+
+
+@pytest.mark.engines("postgresql")
+def test_a_run_the_pass_claimed_and_the_claim_queued_again_is_announced(db: TestDatabase) -> None:
+    """A timeout shorter than the pass: the run it made claimed is past its deadline when
+    the claim that follows (room for a second run) looks, and is ended as timed out, queued
+    again for its retry. Queued by this statement, it is announced ('runs') as every run
+    the pass left queued is, so that a worker claims it when its retry is due."""
+    declare(db, "a", "orders", max_attempts=3, retry_delay=timedelta(seconds=30))
+    register(db, "orders")
+    url = db.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(url, autocommit=True) as listener:
+        listener.execute(f"LISTEN {db.namespace}")
+        with db.engine.begin() as conn:
+            rows = conn.execute(
+                sa.text(
+                    db.sql(
+                        "SELECT * FROM {ns}.schedule_and_claim('w1', 2, 60, '[\"a\"]', 0.000001, 0)"
+                    )
+                )
+            ).all()
+        assert [r.made for r in rows] == [True]
+        (run,) = db.rows("SELECT state, attempt, error FROM {ns}.dag_run")
+        assert (run.state, run.attempt) == ("queued", 1)
+        assert run.error.startswith("timed out after")
+        assert _payloads(listener, timeout=10) == ["runs"]
 
 
 def _payloads(listener: psycopg.Connection[Any], timeout: float) -> list[str]:

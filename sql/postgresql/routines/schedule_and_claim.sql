@@ -112,8 +112,12 @@ BEGIN
         SELECT c.*, c.dag_run_id = ANY (v_made)
           FROM {{ns}}.claim_runs_v2(p_worker, p_limit - v_claimed, p_lease_seconds, p_dag_ids,
                                     p_timeout_seconds) c;
+        -- It may also have ended a run the pass made and claimed whose deadline passed
+        -- meanwhile (a timeout shorter than the pass): queued again for its retry.
+        v_queued := v_queued OR cardinality(v_made) > 0;
     END IF;
-    -- Only runs the pass made queued can be left: the one it claimed is not.
+    -- A run the pass made can be left queued only then: looked for (one more statement of
+    -- the hop) only when it can be.
     IF v_queued
        AND EXISTS (SELECT 1 FROM {{ns}}.dag_run r WHERE r.id = ANY (v_made) AND r.state = 'queued')
     THEN
