@@ -92,6 +92,26 @@ def test_older_claimable_runs_are_claimed_first(db: TestDatabase) -> None:
     assert newer.seq == older.seq + 1
 
 
+def _counted(
+    db: TestDatabase, conn: sa.Connection, statement: str, counters: tuple[str, str]
+) -> tuple[list[Any], tuple[int, int]]:
+    """``statement``'s rows, and how much it moved two of dag_run's counters in
+    pg_stat_xact_user_tables, in a READ COMMITTED transaction of its own on ``conn``. Taken
+    before and after: the session's counts not yet reported (PostgreSQL 15 reports them at
+    most once a second) are in the view too."""
+    query = sa.text(
+        f"SELECT {counters[0]}, {counters[1]} FROM pg_stat_xact_user_tables"
+        " WHERE schemaname = :ns AND relname = 'dag_run'"
+    )
+    conn.begin()
+    conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    before = conn.execute(query, {"ns": db.namespace}).one()
+    rows = list(conn.execute(sa.text(db.sql(statement))).all())
+    after = conn.execute(query, {"ns": db.namespace}).one()
+    conn.commit()
+    return rows, (after[0] - before[0], after[1] - before[1])
+
+
 @pytest.mark.engines("postgresql")
 def test_the_run_a_claim_with_a_pass_makes_is_written_once(db: TestDatabase) -> None:
     """PostgreSQL: the pass's run is inserted claimed (schedule_runs with the worker, the pass
@@ -101,24 +121,14 @@ def test_the_run_a_claim_with_a_pass_makes_is_written_once(db: TestDatabase) -> 
     slow pass's clock again at its end: the next test.)"""
     declare(db, "report", "orders", timeout=30)
     register(db, "orders")
-    counters = sa.text(
-        "SELECT n_tup_ins, n_tup_upd FROM pg_stat_xact_user_tables"
-        " WHERE schemaname = :ns AND relname = 'dag_run'"
-    )
     with db.engine.connect() as conn:
-        conn.begin()
-        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        # Before and after: the session's counts not yet reported (PostgreSQL 15 reports
-        # them at most once a second) are in the view too.
-        before = conn.execute(counters, {"ns": db.namespace}).one()
-        (row,) = conn.execute(
-            sa.text(
-                db.sql("SELECT * FROM {ns}.schedule_runs(100, '[\"report\"]', 0, 'w1', 60, NULL)")
-            )
-        ).all()
-        after = conn.execute(counters, {"ns": db.namespace}).one()
-        conn.commit()
-    assert (after[0] - before[0], after[1] - before[1]) == (1, 0)
+        (row,), written = _counted(
+            db,
+            conn,
+            "SELECT * FROM {ns}.schedule_runs(100, '[\"report\"]', 0, 'w1', 60, NULL)",
+            ("n_tup_ins", "n_tup_upd"),
+        )
+    assert written == (1, 0)
     assert (row.state, row.capped) == ("running", False)
     assert (row.deadline - row.created_at).total_seconds() == 30
     stored = db.rows(
@@ -147,27 +157,18 @@ def test_a_workers_claims_with_a_pass_never_read_the_run_history(db: TestDatabas
     it, with 5,000 finished runs in the history."""
     declare(db, "report", "orders")
     add_history(db.engine, 20_000)
-    counters = sa.text(
-        "SELECT seq_scan, seq_tup_read FROM pg_stat_xact_user_tables"
-        " WHERE schemaname = :ns AND relname = 'dag_run'"
-    )
     reads = []
     with db.engine.connect() as conn:
         for _ in range(8):
             register(db, "orders")
-            conn.begin()
-            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            # Before and after: the session's counts not yet reported are in the view too.
-            before = conn.execute(counters, {"ns": db.namespace}).one()
-            (row,) = conn.execute(
-                sa.text(
-                    db.sql("SELECT * FROM {ns}.schedule_and_claim('w1', 1, 60, '[\"report\"]')")
-                )
-            ).all()
-            after = conn.execute(counters, {"ns": db.namespace}).one()
-            conn.commit()
+            (row,), read = _counted(
+                db,
+                conn,
+                "SELECT * FROM {ns}.schedule_and_claim('w1', 1, 60, '[\"report\"]')",
+                ("seq_scan", "seq_tup_read"),
+            )
             assert (row.state, row.made) == ("running", True)
-            reads.append((after[0] - before[0], after[1] - before[1]))
+            reads.append(read)
     assert reads == [(0, 0)] * 8
 
 
@@ -392,9 +393,7 @@ def test_a_claim_is_fenced_by_its_time_as_well_as_its_attempt(db: TestDatabase) 
 def test_runs_it_claims_wake_no_worker_and_runs_it_leaves_do(db: TestDatabase) -> None:
     declare(db, "a", "orders")
     declare(db, "b", "orders")
-    url = db.url.set(drivername="postgresql").render_as_string(hide_password=False)
-    with psycopg.connect(url, autocommit=True) as listener:
-        listener.execute(f"LISTEN {db.namespace}")
+    with _listener(db) as listener:
         register(db, "orders")  # the scheduler's wake-up is not armed: no notification
         (claim,) = assetq.claim_runs(db.engine, "w1", dag_ids=["a"], schedule=True)
         assert _payloads(listener, timeout=0.5) == []
@@ -414,9 +413,7 @@ def test_a_run_the_pass_claimed_and_the_claim_queued_again_is_announced(db: Test
     the pass left queued is, so that a worker claims it when its retry is due."""
     declare(db, "a", "orders", max_attempts=3, retry_delay=timedelta(seconds=30))
     register(db, "orders")
-    url = db.url.set(drivername="postgresql").render_as_string(hide_password=False)
-    with psycopg.connect(url, autocommit=True) as listener:
-        listener.execute(f"LISTEN {db.namespace}")
+    with _listener(db) as listener:
         with db.engine.begin() as conn:
             rows = conn.execute(
                 sa.text(
@@ -430,6 +427,15 @@ def test_a_run_the_pass_claimed_and_the_claim_queued_again_is_announced(db: Test
         assert (run.state, run.attempt) == ("queued", 1)
         assert run.error.startswith("timed out after")
         assert _payloads(listener, timeout=10) == ["runs"]
+
+
+@contextlib.contextmanager
+def _listener(db: TestDatabase) -> Iterator[psycopg.Connection[Any]]:
+    """A connection of its own that LISTENs on the namespace's channel, as a worker's does."""
+    url = db.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(url, autocommit=True) as listener:
+        listener.execute(f"LISTEN {db.namespace}")
+        yield listener
 
 
 def _payloads(listener: psycopg.Connection[Any], timeout: float) -> list[str]:
